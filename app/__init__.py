@@ -1,0 +1,1 @@
+"""Qt-free application layer: Project, workflows, job protocol, CLI and benchmarks."""

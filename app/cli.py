@@ -1,0 +1,78 @@
+"""Command line: `python main.py CMD ...`. Never imports Qt.
+
+Commands are registered by module path and imported only when used, so `--help` stays fast
+and a broken optional dependency only affects its own command. Each command module has
+`HELP` (one line), `add_arguments(parser)` and `run(args) -> int`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from resources.errors import TwinbenchError
+
+# name -> module. GUI entries (no module) are handled by main.py before the CLI is reached.
+COMMANDS: dict[str, str] = {
+    "project": "app.commands.project",
+    "lab": "app.commands.lab",
+    "scan": "app.commands.scan",
+    "twin": "app.commands.twin",
+    "bench": "app.bench",
+}
+GUI_COMMANDS: dict[str, str] = {
+    "gui": "open the desktop app (the default when no command is given)",
+    "demo": "open the desktop app with the virtual lab started and the demo project",
+}
+
+# Short help shown in `--help` without importing each module.
+SUMMARIES: dict[str, str] = {
+    "project": "create a project folder or list its artifacts and lineage",
+    "lab": "run the virtual lab as a robot + camera server",
+    "scan": "record/reconstruct a workspace from a camera source into a project",
+    "twin": "build a digital twin from a scan (+ robot description)",
+    "bench": "run a benchmark; --json prints one JSON object on the last line",
+}
+
+
+def build_parser(load: str | None = None) -> argparse.ArgumentParser:
+    """Parser with every command; only `load`'s module is imported for its arguments."""
+    lines = [f"  {n:<8} {d}" for n, d in GUI_COMMANDS.items()]
+    lines += [f"  {n:<8} {SUMMARIES.get(n, '')}" for n in COMMANDS]
+    parser = argparse.ArgumentParser(
+        prog="python main.py",
+        description="Twinbench: scan a workspace, build and fit a digital twin, train and "
+        "deploy policies.",
+        epilog="commands:\n" + "\n".join(lines),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        p = sub.add_parser(name, help=SUMMARIES.get(name, ""))
+        if name == load:
+            mod = importlib.import_module(COMMANDS[name])
+            p.description = getattr(mod, "HELP", SUMMARIES.get(name, ""))
+            mod.add_arguments(p)
+            p.set_defaults(_run=mod.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code. TwinbenchError -> message, exit 2."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    load = args_list[0] if args_list and args_list[0] in COMMANDS else None
+    parser = build_parser(load)
+    args = parser.parse_args(args_list)
+    if not getattr(args, "command", None) or not hasattr(args, "_run"):
+        parser.print_help()
+        return 0
+    try:
+        return int(args._run(args) or 0)
+    except TwinbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("cancelled", file=sys.stderr)
+        return 130

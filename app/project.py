@@ -1,0 +1,257 @@
+"""The open project folder (DESIGN §4): manifest, artifact registry, lineage.
+
+```
+myproject/
+  twinbench.json        manifest: format version, settings, artifacts and their inputs
+  scans/<id>/ twins/<id>/ trajectories/<id>/ fits/<id>/ policies/<id>/ runs/<id>/
+```
+
+Artifacts are immutable once written. A new artifact is written into a hidden temp folder,
+renamed into place, and only then recorded in the manifest (itself written atomically), so
+killing the program at any moment leaves a project that opens with everything committed
+before. Folders not in the manifest (a crash between rename and manifest write) are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from resources import atomic
+from resources.errors import TwinbenchError
+
+MANIFEST = "twinbench.json"
+FORMAT = "twinbench-project"
+FORMAT_VERSION = 1
+KINDS: dict[str, str] = {
+    "scan": "scans",
+    "twin": "twins",
+    "trajectory": "trajectories",
+    "fit": "fits",
+    "policy": "policies",
+    "run": "runs",
+}
+
+
+class ProjectError(TwinbenchError):
+    """A project folder cannot be created, opened or written (message names the path)."""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One immutable artifact: kind, id, creation time, inputs (lineage), settings."""
+
+    kind: str
+    id: str
+    created: float
+    inputs: tuple[str, ...] = ()
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    summary: str = ""
+    parent: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "id": self.id,
+            "created": self.created,
+            "inputs": list(self.inputs),
+            "settings": dict(self.settings),
+            "summary": self.summary,
+            "parent": self.parent,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Artifact:
+        return cls(
+            kind=str(d["kind"]),
+            id=str(d["id"]),
+            created=float(d["created"]),
+            inputs=tuple(str(i) for i in d.get("inputs", ())),
+            settings=dict(d.get("settings", {})),
+            summary=str(d.get("summary", "")),
+            parent=d.get("parent"),
+        )
+
+
+def _new_id(kind: str) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{kind}-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,120}$")
+
+
+class Project:
+    """An open project folder. Create with `Project.create`, open with `Project.open`."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
+        self.root = Path(root)
+        self.name: str = manifest.get("name", self.root.name)
+        self.created: float = float(manifest.get("created", time.time()))
+        self.settings: dict[str, Any] = dict(manifest.get("settings", {}))
+        self._artifacts: dict[str, Artifact] = {}
+        for a in manifest.get("artifacts", []):
+            art = Artifact.from_json(a)
+            self._artifacts[art.id] = art
+
+    # -- create / open / save ------------------------------------------------------------
+    @classmethod
+    def create(cls, root: Path, name: str | None = None) -> Project:
+        """Create a new empty project; refuses a folder that is not empty."""
+        root = Path(root)
+        if root.exists() and not root.is_dir():
+            raise ProjectError(f"{root}: exists and is not a folder")
+        if root.exists() and any(root.iterdir()):
+            if (root / MANIFEST).exists():
+                raise ProjectError(f"{root}: already a Twinbench project (open it instead)")
+            raise ProjectError(f"{root}: folder is not empty; choose a new or empty folder")
+        root.mkdir(parents=True, exist_ok=True)
+        proj = cls(root, {"name": name or root.name, "created": time.time()})
+        proj.save()
+        return proj
+
+    @classmethod
+    def open(cls, root: Path) -> Project:
+        """Open an existing project. Never writes anything; raises ProjectError on problems."""
+        root = Path(root)
+        mpath = root / MANIFEST
+        if not root.is_dir():
+            raise ProjectError(f"{root}: no such folder")
+        if not mpath.is_file():
+            raise ProjectError(f"{root}: not a Twinbench project (no {MANIFEST})")
+        try:
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ProjectError(f"{mpath}: corrupt manifest ({exc})") from exc
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise ProjectError(f"{mpath}: not a Twinbench manifest (format field missing)")
+        version = manifest.get("format_version")
+        if not isinstance(version, int):
+            raise ProjectError(f"{mpath}: manifest has no integer format_version")
+        if version > FORMAT_VERSION:
+            raise ProjectError(
+                f"{mpath}: project format version {version} is newer than this Twinbench "
+                f"supports ({FORMAT_VERSION}); update Twinbench to open it"
+            )
+        try:
+            return cls(root, manifest)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProjectError(f"{mpath}: corrupt artifact entry ({exc!r})") from exc
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "name": self.name,
+            "created": self.created,
+            "settings": self.settings,
+            "artifacts": [a.to_json() for a in self._artifacts.values()],
+        }
+
+    def save(self) -> None:
+        """Write the manifest atomically."""
+        try:
+            atomic.write_json(self.root / MANIFEST, self.to_manifest())
+        except (OSError, ValueError) as exc:
+            raise ProjectError(f"{self.root / MANIFEST}: cannot write manifest ({exc})") from exc
+
+    # -- artifacts -----------------------------------------------------------------------
+    def artifacts(self, kind: str | None = None) -> list[Artifact]:
+        """Artifacts in creation order, optionally of one kind."""
+        arts = sorted(self._artifacts.values(), key=lambda a: a.created)
+        return [a for a in arts if kind is None or a.kind == kind]
+
+    def artifact(self, artifact_id: str) -> Artifact:
+        try:
+            return self._artifacts[artifact_id]
+        except KeyError:
+            raise ProjectError(f"{self.root}: no artifact '{artifact_id}'") from None
+
+    def latest(self, kind: str) -> Artifact | None:
+        arts = self.artifacts(kind)
+        return arts[-1] if arts else None
+
+    def path_of(self, artifact_id: str) -> Path:
+        art = self.artifact(artifact_id)
+        return self.root / KINDS[art.kind] / art.id
+
+    def lineage(self, artifact_id: str) -> list[Artifact]:
+        """All ancestors of an artifact (inputs and parents, transitively), nearest first."""
+        seen: dict[str, Artifact] = {}
+        todo = [artifact_id]
+        while todo:
+            art = self.artifact(todo.pop(0))
+            for ref in (*art.inputs, *([art.parent] if art.parent else [])):
+                if ref not in seen and ref in self._artifacts:
+                    seen[ref] = self._artifacts[ref]
+                    todo.append(ref)
+        return list(seen.values())
+
+    @contextmanager
+    def new_artifact(
+        self,
+        kind: str,
+        inputs: tuple[str, ...] | list[str] = (),
+        settings: Mapping[str, Any] | None = None,
+        summary: str = "",
+        parent: str | None = None,
+        artifact_id: str | None = None,
+    ) -> Iterator[Path]:
+        """Write a new artifact: yields a temp folder to fill; on clean exit it is committed.
+
+        ```
+        with project.new_artifact("trajectory", inputs=[twin_id]) as folder:
+            traj.save(folder)
+        ```
+        An exception inside the block discards the temp folder and records nothing.
+        """
+        if kind not in KINDS:
+            raise ProjectError(f"unknown artifact kind '{kind}' (one of {', '.join(KINDS)})")
+        for ref in (*inputs, *([parent] if parent else [])):
+            if ref not in self._artifacts:
+                raise ProjectError(f"{self.root}: input artifact '{ref}' does not exist")
+        aid = artifact_id or _new_id(kind)
+        if not _ID_RE.match(aid):
+            raise ProjectError(f"artifact id '{aid}' must be letters, digits, '.', '_' or '-'")
+        if aid in self._artifacts:
+            raise ProjectError(f"{self.root}: artifact '{aid}' already exists (artifacts are immutable)")
+        base = self.root / KINDS[kind]
+        base.mkdir(parents=True, exist_ok=True)
+        tmp = base / f".tmp-{aid}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            yield tmp
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        final = base / aid
+        if final.exists():  # orphan from a crash between rename and manifest write
+            shutil.rmtree(final)
+        tmp.rename(final)
+        art = Artifact(kind, aid, time.time(), tuple(inputs), dict(settings or {}), summary, parent)
+        self._artifacts[aid] = art
+        try:
+            self.save()
+        except BaseException:
+            del self._artifacts[aid]
+            raise
+
+    def describe(self) -> str:
+        """Human summary: artifacts and their lineage, one per line."""
+        lines = [f"Project '{self.name}' at {self.root}", f"  {len(self._artifacts)} artifacts"]
+        for a in self.artifacts():
+            ins = f" <- {', '.join(a.inputs)}" if a.inputs else ""
+            par = f" (edit of {a.parent})" if a.parent else ""
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.created))
+            summ = f"  {a.summary}" if a.summary else ""
+            lines.append(f"  [{a.kind:<10}] {a.id}  {when}{ins}{par}{summ}")
+        return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Policies: tasks over a twin, trainers, ONNX export, evaluation, deploy (later issues)."""

@@ -1,0 +1,1 @@
+"""RGB-D frames -> TSDF mesh, table plane, objects, calibration (Open3D lives here)."""

@@ -1,0 +1,1 @@
+"""Digital twin: TwinSpec, parameters, PyBullet builder, simulate/replay, fitting."""
