@@ -1,0 +1,141 @@
+"""Project folder: round trip, lineage, immutability, atomicity and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from app.project import MANIFEST, Project, ProjectError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_round_trip_with_lineage(tmp_path: Path) -> None:
+    proj = Project.create(tmp_path / "p", name="bench cell")
+    with proj.new_artifact("scan", settings={"voxel_m": 0.005}, summary="first scan") as f:
+        (f / "scan.json").write_text("{}")
+    scan = proj.latest("scan")
+    assert scan is not None
+    with proj.new_artifact("twin", inputs=[scan.id]) as f:
+        (f / "twin.json").write_text("{}")
+    twin = proj.latest("twin")
+    assert twin is not None
+    with proj.new_artifact("twin", inputs=[scan.id], parent=twin.id, summary="edited") as f:
+        (f / "twin.json").write_text('{"edited": true}')
+    edited = proj.latest("twin")
+    assert edited is not None and edited.id != twin.id
+
+    again = Project.open(tmp_path / "p")
+    assert again.name == "bench cell"
+    assert [a.id for a in again.artifacts()] == [scan.id, twin.id, edited.id]
+    assert again.artifact(scan.id).settings == {"voxel_m": 0.005}
+    assert {a.id for a in again.lineage(edited.id)} == {scan.id, twin.id}
+    assert (again.path_of(edited.id) / "twin.json").read_text() == '{"edited": true}'
+    assert "first scan" in again.describe()
+
+
+def test_artifacts_are_immutable_and_inputs_must_exist(tmp_path: Path) -> None:
+    proj = Project.create(tmp_path / "p")
+    with proj.new_artifact("fit", artifact_id="fit-a") as f:
+        (f / "fit.json").write_text("{}")
+    with pytest.raises(ProjectError, match="already exists"):
+        with proj.new_artifact("fit", artifact_id="fit-a"):
+            pass
+    with pytest.raises(ProjectError, match="does not exist"):
+        with proj.new_artifact("fit", inputs=["nope"]):
+            pass
+    with pytest.raises(ProjectError, match="unknown artifact kind"):
+        with proj.new_artifact("banana"):
+            pass
+
+
+def test_failed_artifact_leaves_no_trace(tmp_path: Path) -> None:
+    proj = Project.create(tmp_path / "p")
+    before = _snapshot(proj.root)
+    with pytest.raises(RuntimeError):
+        with proj.new_artifact("scan") as f:
+            (f / "half.bin").write_bytes(b"x" * 100)
+            raise RuntimeError("camera unplugged")
+    assert _snapshot(proj.root) == before
+    assert Project.open(proj.root).artifacts() == []
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (None, "not a Twinbench project"),
+        ("{ this is not json", "corrupt manifest"),
+        ('{"format": "something-else", "format_version": 1}', "not a Twinbench manifest"),
+        ('{"format": "twinbench-project", "format_version": 99}', "newer than this Twinbench"),
+        ('{"format": "twinbench-project", "format_version": 1, "artifacts": [{"id": 1}]}',
+         "corrupt artifact entry"),
+    ],
+)
+def test_bad_projects_are_refused_and_untouched(tmp_path: Path, content: str | None, match: str) -> None:
+    root = tmp_path / "bad"
+    root.mkdir()
+    (root / "notes.txt").write_text("keep me")
+    if content is not None:
+        (root / MANIFEST).write_text(content)
+    before = _snapshot(root)
+    with pytest.raises(ProjectError, match=match) as err:
+        Project.open(root)
+    assert str(root) in str(err.value)
+    assert _snapshot(root) == before
+
+
+def test_create_refuses_non_empty_folder(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "data.csv").write_text("1,2")
+    with pytest.raises(ProjectError, match="not empty"):
+        Project.create(tmp_path / "x")
+
+
+_WRITER = """
+import sys, time
+from app.project import Project
+proj = Project.open(sys.argv[1])
+i = 0
+while True:
+    with proj.new_artifact("trajectory", settings={"i": i}) as f:
+        (f / "data.bin").write_bytes(b"x" * 20000)
+    i += 1
+    print(i, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_writer_killed_mid_save_leaves_openable_project(tmp_path: Path) -> None:
+    """SIGKILL a process that is writing artifacts as fast as it can, several times."""
+    root = tmp_path / "p"
+    Project.create(root)
+    committed = 0
+    for delay in (0.3, 0.45, 0.6):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(root)], cwd=REPO, stdout=subprocess.PIPE,
+            text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # at least one artifact written before the kill
+        assert first.strip() == "1"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proj = Project.open(root)  # must open after every kill
+        arts = proj.artifacts()
+        assert len(arts) > committed
+        committed = len(arts)
+        for a in arts:  # everything in the manifest is complete on disk
+            assert (proj.path_of(a.id) / "data.bin").stat().st_size == 20000
+        json.loads((root / MANIFEST).read_text())
