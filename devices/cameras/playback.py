@@ -1,0 +1,161 @@
+"""Playback of RealSense recordings (.db3 as pyrealsense2 2.59 writes them; legacy .bag).
+
+Non-real-time (`set_real_time(False)`) so no frame is dropped because we are slow; frame
+numbers are checked for continuity and gaps are reported in `dropped`. The capture sidecar
+(`CaptureInfo`), when present, supplies camera poses and the recording SDK version.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from devices.cameras.convert import frameset_to_rgbd
+from devices.cameras.source import CaptureInfo, sdk_version
+from devices.errors import DataFileError
+from devices.frames import RGBDFrame
+
+SUFFIXES = (".db3", ".bag")
+
+
+class PlaybackSource:
+    """`CameraSource` reading a recording file frame by frame, as fast as it is consumed."""
+
+    def __init__(self, path: Path, align_to_color: bool = True) -> None:
+        self.path = Path(path)
+        self.align_to_color = align_to_color
+        if self.path.suffix.lower() not in SUFFIXES:
+            raise DataFileError(f"{self.path}: not a RealSense recording (expected .db3 or .bag)")
+        if not self.path.is_file():
+            raise DataFileError(f"{self.path}: no such recording")
+        self.info: CaptureInfo | None = CaptureInfo.load(self.path)
+        self.dropped: list[int] = []     # frame numbers missing from the recording
+        self.frames_read = 0
+        self.depth_scale = 0.0
+        self.duration_s = 0.0
+        self._pipe: Any = None
+        self._record: Path | None = None
+        self.warnings: list[str] = []
+
+    def record_to(self, path: Path) -> None:
+        """Re-record what is played (through a software device) to another .db3."""
+        self._record = Path(path)
+
+    def __enter__(self) -> PlaybackSource:
+        self.open()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def open(self) -> None:
+        import pyrealsense2 as rs
+
+        if self._pipe is not None:
+            return
+        cfg = rs.config()
+        try:
+            cfg.enable_device_from_file(str(self.path), repeat_playback=False)
+            pipe = rs.pipeline()
+            profile = pipe.start(cfg)
+        except RuntimeError as exc:
+            raise DataFileError(f"{self.path}: the RealSense SDK cannot open this recording "
+                                f"({exc}); is it truncated or not a RealSense .db3/.bag?") from exc
+        self._pipe = pipe
+        dev = profile.get_device()
+        pb = dev.as_playback()
+        pb.set_real_time(False)
+        self._playback = pb
+        self.duration_s = pb.get_duration().total_seconds()
+        streams = {s.stream_type(): s for s in profile.get_streams()}
+        if rs.stream.depth not in streams or rs.stream.color not in streams:
+            self.close()
+            raise DataFileError(f"{self.path}: recording needs a depth and a colour stream, has "
+                                f"{', '.join(str(s) for s in streams) or 'none'}")
+        try:
+            self.depth_scale = float(dev.first_depth_sensor().get_depth_scale())
+        except RuntimeError:
+            self.depth_scale = self.info.depth_scale if self.info else 0.001
+        if not 0 < self.depth_scale < 1:
+            self.close()
+            raise DataFileError(f"{self.path}: implausible depth scale {self.depth_scale} m/unit")
+        if self.info is not None and abs(self.info.depth_scale - self.depth_scale) > 1e-6:
+            self.warnings.append(f"sidecar depth scale {self.info.depth_scale} differs from the "
+                                 f"recording's {self.depth_scale}; using the recording's")
+        if self.info is not None and self.info.sdk_version != sdk_version():
+            self.warnings.append(f"recorded with SDK {self.info.sdk_version}, reading with "
+                                 f"{sdk_version()}")
+        d = streams[rs.stream.depth].as_video_stream_profile()
+        c = streams[rs.stream.color].as_video_stream_profile()
+        same = (d.width(), d.height()) == (c.width(), c.height()) and \
+            d.get_intrinsics().fx == c.get_intrinsics().fx
+        self._align = rs.align(rs.stream.color) if (self.align_to_color and not same) else None
+
+    def close(self) -> None:
+        if self._pipe is not None:
+            try:
+                self._pipe.stop()
+            except RuntimeError:
+                pass
+            self._pipe = None
+            self._playback = None
+            gc.collect()
+
+    def frames(self) -> Iterator[RGBDFrame]:
+        """Yield every frame; raises DataFileError (after the good frames) if the file breaks."""
+        import pyrealsense2 as rs
+
+        self.open()
+        writer = None
+        if self._record is not None:
+            from devices.cameras.software import DB3Writer
+            writer = DB3Writer(self._record)
+        last: int | None = None
+        idle_ms = 0
+        try:
+            while True:
+                try:
+                    ok, fs = self._pipe.try_wait_for_frames(50)
+                except RuntimeError as exc:
+                    raise DataFileError(f"{self.path}: read error after {self.frames_read} "
+                                        f"frames ({exc})") from exc
+                if not ok:
+                    if self._playback.current_status() == rs.playback_status.stopped:
+                        break
+                    idle_ms += 50
+                    if idle_ms >= 2000:
+                        pos = self._playback.get_position() / 1e9
+                        raise DataFileError(
+                            f"{self.path}: no frame for 2 s at {pos:.3f} s of "
+                            f"{self.duration_s:.3f} s; the recording looks truncated")
+                    continue
+                idle_ms = 0
+                if self._align is not None:
+                    fs = self._align.process(fs)
+                d = fs.get_depth_frame()
+                if not d:
+                    continue
+                num = int(d.get_frame_number())
+                if last is not None and num <= last:
+                    continue   # the SDK can repeat a frame when colour and depth interleave
+                if last is not None and num > last + 1:
+                    self.dropped.extend(range(last + 1, num))
+                last = num
+                pose = self.info.pose(num) if self.info is not None else None
+                frame = frameset_to_rgbd(fs, self.depth_scale, num, pose,
+                                         aligned=True)
+                if frame is None:
+                    continue
+                self.frames_read += 1
+                if writer is not None:
+                    writer.write(frame)
+                yield frame
+        finally:
+            if writer is not None:
+                writer.close()
+        if self.frames_read == 0:
+            raise DataFileError(f"{self.path}: the recording holds no depth + colour frames")
