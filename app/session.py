@@ -1,0 +1,362 @@
+"""The application session: a Qt-free model of what the desktop app shows and does.
+
+`AppController` holds the open project, the recent-projects list, the log, the state of the
+connected devices and the job hook. Views (widgets/) observe it through plain callbacks
+(`Event.connect`) and act only through its methods, napari/Orange style: the same object
+drives a test, a script or the window.
+
+Callbacks run on the thread that caused the change (log records can arrive from worker
+threads); Qt views marshal to the GUI thread themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from app.jobs import Job, Progress, run_to_end
+from app.project import Project, ProjectError
+from devices.robots.driver import RobotInfo, RobotState
+from resources import atomic
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+RECENT_FILE = "recent.json"
+MAX_RECENT = 10
+
+
+def config_dir() -> Path:
+    """Per-user settings folder: $TWINBENCH_CONFIG_DIR, else $XDG_CONFIG_HOME/twinbench,
+    else ~/.config/twinbench."""
+    env = os.environ.get("TWINBENCH_CONFIG_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".config") / "twinbench"
+
+
+def data_dir() -> Path:
+    """Per-user data folder (the demo project lives here): $TWINBENCH_DATA_DIR, else
+    $XDG_DATA_HOME/twinbench, else ~/.local/share/twinbench."""
+    env = os.environ.get("TWINBENCH_DATA_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "twinbench"
+
+
+class Event(Generic[T]):
+    """A tiny observable: `connect(cb)`, `disconnect(cb)`, `emit(value)`.
+
+    A callback that raises is logged and does not stop the others.
+    """
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[T], None]] = []
+        self._lock = threading.Lock()
+
+    def connect(self, cb: Callable[[T], None]) -> None:
+        with self._lock:
+            self._callbacks.append(cb)
+
+    def disconnect(self, cb: Callable[[T], None]) -> None:
+        with self._lock:
+            if cb in self._callbacks:
+                self._callbacks.remove(cb)
+
+    def emit(self, value: T) -> None:
+        with self._lock:
+            cbs = list(self._callbacks)
+        for cb in cbs:
+            try:
+                cb(value)
+            except Exception:  # a broken view must not break the model
+                log.exception("observer %r failed", cb)
+
+
+DeviceStateName = Literal["unavailable", "disconnected", "connecting", "connected", "error"]
+
+
+@dataclass(frozen=True)
+class DeviceStatus:
+    """Connection state of one device ("robot", "camera") with a human detail line."""
+
+    name: str
+    state: DeviceStateName
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One log record as the log panel shows it."""
+
+    time: float
+    level: int
+    logger: str
+    message: str
+    traceback: str = ""
+
+    @property
+    def level_name(self) -> str:
+        return logging.getLevelName(self.level)
+
+
+class RobotLink(Protocol):
+    """What the session needs from a connected robot (a RobotClient adapter satisfies it)."""
+
+    def info(self) -> RobotInfo: ...
+
+    def latest_state(self) -> RobotState | None:
+        """The newest streamed state, or None before the first one. Never blocks."""
+
+    def close(self) -> None:
+        """Disconnect (and stop whatever the link started, e.g. the lab process)."""
+
+
+@dataclass
+class JobRequest:
+    """A job handed to whoever runs jobs (the GUI's runner, or synchronously when none)."""
+
+    title: str
+    job: Job[Any]
+    on_done: Callable[[Any], None] | None = None
+    on_failed: Callable[[str], None] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class SessionLogHandler(logging.Handler):
+    """A logging handler that keeps the last records and feeds them to `AppController.log_added`."""
+
+    def __init__(self, controller: AppController, level: int = logging.INFO) -> None:
+        super().__init__(level)
+        self._controller = controller
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage()
+        except Exception:  # malformed %-args: show the raw template rather than nothing
+            msg = str(record.msg)
+        tb = ""
+        if record.exc_info and record.exc_info[0] is not None:
+            tb = logging.Formatter().formatException(record.exc_info)
+        self._controller._add_log(LogEntry(record.created, record.levelno, record.name, msg, tb))
+
+
+class AppController:
+    """The open project, recent projects, log, devices and jobs of one app session."""
+
+    def __init__(self, config: Path | None = None, max_log: int = 2000) -> None:
+        self.config_path = Path(config) if config is not None else config_dir()
+        self.project: Project | None = None
+        self.project_changed: Event[Project | None] = Event()
+        self.recent_changed: Event[list[Path]] = Event()
+        self.devices_changed: Event[dict[str, DeviceStatus]] = Event()
+        self.log_added: Event[LogEntry] = Event()
+        self.job_requested: Event[JobRequest] = Event()
+        self.job_executor: Callable[[JobRequest], None] | None = None
+        self._log: deque[LogEntry] = deque(maxlen=max_log)
+        self._log_lock = threading.Lock()
+        self._devices: dict[str, DeviceStatus] = {
+            "robot": DeviceStatus("robot", "disconnected", "no robot connected"),
+            "camera": DeviceStatus("camera", "disconnected", "no camera connected"),
+        }
+        self._robot: RobotLink | None = None
+        self._robot_info: RobotInfo | None = None
+        self._handler: SessionLogHandler | None = None
+
+    # -- logging -------------------------------------------------------------------------
+    def install_log_handler(self, logger: logging.Logger | None = None) -> SessionLogHandler:
+        """Route Python logging (root logger by default) into this session's log."""
+        target = logger or logging.getLogger()
+        if self._handler is None:
+            self._handler = SessionLogHandler(self)
+        if self._handler not in target.handlers:
+            target.addHandler(self._handler)
+        if target.level == logging.NOTSET or target.level > logging.INFO:
+            target.setLevel(logging.INFO)
+        return self._handler
+
+    def remove_log_handler(self, logger: logging.Logger | None = None) -> None:
+        if self._handler is not None:
+            (logger or logging.getLogger()).removeHandler(self._handler)
+
+    def _add_log(self, entry: LogEntry) -> None:
+        with self._log_lock:
+            self._log.append(entry)
+        self.log_added.emit(entry)
+
+    def log_entries(self) -> list[LogEntry]:
+        with self._log_lock:
+            return list(self._log)
+
+    # -- projects ------------------------------------------------------------------------
+    def open_project(self, path: Path) -> Project:
+        """Open a project; on failure raises ProjectError and keeps the current one."""
+        proj = Project.open(Path(path).expanduser().resolve())
+        self._set_project(proj)
+        log.info("opened project '%s' at %s", proj.name, proj.root)
+        return proj
+
+    def new_project(self, path: Path, name: str | None = None) -> Project:
+        """Create a project folder (new or empty) and make it the open project."""
+        proj = Project.create(Path(path).expanduser().resolve(), name=name)
+        self._set_project(proj)
+        log.info("created project '%s' at %s", proj.name, proj.root)
+        return proj
+
+    def save_project(self) -> None:
+        """Write the open project's manifest (artifacts are already saved as they are made)."""
+        if self.project is None:
+            raise ProjectError("no project is open; create or open one first (File menu)")
+        self.project.save()
+        log.info("saved project '%s'", self.project.name)
+
+    def close_project(self) -> None:
+        if self.project is not None:
+            self.project = None
+            self.project_changed.emit(None)
+
+    def notify_project_changed(self) -> None:
+        """Tell views the open project gained artifacts (call after a workflow wrote one)."""
+        self.project_changed.emit(self.project)
+
+    def _set_project(self, proj: Project) -> None:
+        self.project = proj
+        self._remember(proj.root)
+        self.project_changed.emit(proj)
+
+    def open_last(self) -> Project | None:
+        """Open the most recent project that still opens; None if there is none."""
+        for p in self.recent_projects():
+            try:
+                return self.open_project(p)
+            except ProjectError as exc:
+                log.warning("could not reopen recent project: %s", exc)
+        return None
+
+    # -- recent projects -----------------------------------------------------------------
+    @property
+    def recent_file(self) -> Path:
+        return self.config_path / RECENT_FILE
+
+    def recent_projects(self) -> list[Path]:
+        """Recent project folders, newest first. A missing or corrupt file means none."""
+        f = self.recent_file
+        if not f.is_file():
+            return []
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+            items = data["recent"] if isinstance(data, dict) else []
+            return [Path(p) for p in items if isinstance(p, str)][:MAX_RECENT]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("%s: unreadable recent-projects list, ignoring it (%s)", f, exc)
+            return []
+
+    def _remember(self, root: Path) -> None:
+        root = Path(root).resolve()
+        items = [root] + [p for p in self.recent_projects() if p != root]
+        self._write_recent(items[:MAX_RECENT])
+
+    def forget_recent(self, root: Path) -> None:
+        self._write_recent([p for p in self.recent_projects() if p != Path(root)])
+
+    def _write_recent(self, items: list[Path]) -> None:
+        try:
+            atomic.write_json(self.recent_file, {"version": 1, "recent": [str(p) for p in items]})
+        except OSError as exc:  # a read-only home must not stop the app
+            log.warning("%s: cannot save recent projects (%s)", self.recent_file, exc)
+            return
+        self.recent_changed.emit(items)
+
+    # -- devices -------------------------------------------------------------------------
+    def devices(self) -> dict[str, DeviceStatus]:
+        return dict(self._devices)
+
+    def set_device_status(self, name: str, state: DeviceStateName, detail: str = "") -> None:
+        self._devices[name] = DeviceStatus(name, state, detail)
+        self.devices_changed.emit(self.devices())
+
+    def attach_robot(self, link: RobotLink, detail: str = "") -> None:
+        """Make `link` the connected robot; the devices panel starts showing its state."""
+        self.detach_robot()
+        self._robot = link
+        self._robot_info = link.info()
+        self.set_device_status("robot", "connected", detail or self._robot_info.name)
+        log.info("robot connected: %s", detail or self._robot_info.name)
+
+    def detach_robot(self, detail: str = "no robot connected") -> None:
+        """Close the robot link (if any) and mark the robot disconnected."""
+        link, self._robot, self._robot_info = self._robot, None, None
+        if link is not None:
+            try:
+                link.close()
+            except Exception:
+                log.exception("error while disconnecting the robot")
+            self.set_device_status("robot", "disconnected", detail)
+
+    @property
+    def robot_info(self) -> RobotInfo | None:
+        return self._robot_info
+
+    def robot_state(self) -> RobotState | None:
+        """Newest robot state, or None when not connected. A dropped link is reported once."""
+        link = self._robot
+        if link is None:
+            return None
+        try:
+            return link.latest_state()
+        except Exception as exc:
+            log.error("robot connection lost: %s", exc)
+            self._robot, self._robot_info = None, None
+            try:
+                link.close()
+            except Exception:
+                log.exception("error while closing the lost robot link")
+            self.set_device_status("robot", "error", f"connection lost: {exc}")
+            return None
+
+    # -- jobs ----------------------------------------------------------------------------
+    def submit_job(
+        self,
+        title: str,
+        job: Job[Any],
+        on_done: Callable[[Any], None] | None = None,
+        on_failed: Callable[[str], None] | None = None,
+    ) -> None:
+        """Run a job: in the GUI on its worker pool, otherwise here, synchronously."""
+        req = JobRequest(title, job, on_done, on_failed)
+        if self.job_executor is not None:
+            self.job_executor(req)
+            return
+        try:
+            result = run_to_end(job, lambda p: log.debug("%s: %s", title, p.message))
+        except Exception as exc:
+            log.exception("%s failed", title)
+            if on_failed is not None:
+                on_failed(str(exc))
+            return
+        if on_done is not None:
+            on_done(result)
+
+    def shutdown(self) -> None:
+        """Disconnect devices and detach logging; call once when the app closes."""
+        self.detach_robot()
+        self.remove_log_handler()
+
+
+def idle_job(seconds: float, steps: int = 10) -> Job[float]:
+    """A job that only waits (used by previews and tests of the job runner)."""
+    for i in range(steps):
+        yield Progress(i / steps, f"waiting {i + 1}/{steps}")
+        time.sleep(seconds / steps)
+    yield Progress(1.0, "done")
+    return seconds

@@ -1,0 +1,120 @@
+"""`run_gui`: start the desktop app (called by main.py; the only way Qt gets loaded)."""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import logging
+import os
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# Qt platforms that need no display server.
+HEADLESS_PLATFORMS = ("offscreen", "minimal", "vnc", "eglfs", "linuxfb", "vkkhrdisplay")
+
+
+def display_problem() -> str | None:
+    """Why no window can be opened here, or None if a display looks usable.
+
+    Checked before QApplication exists, because Qt aborts the process when its platform
+    plugin cannot connect.
+    """
+    platform = os.environ.get("QT_QPA_PLATFORM", "").split(":")[0]
+    if platform in HEADLESS_PLATFORMS or sys.platform in ("darwin", "win32"):
+        return None
+    if os.environ.get("WAYLAND_DISPLAY") and platform in ("", "wayland", "wayland-egl"):
+        return None
+    display = os.environ.get("DISPLAY")
+    if not display:
+        return ("Twinbench needs a display to open its window, and none is set (DISPLAY is "
+                "empty). Run it on a desktop session, or use the command line: "
+                "python main.py --help")
+    libname = ctypes.util.find_library("X11")
+    if libname:
+        try:
+            x11 = ctypes.CDLL(libname)
+            x11.XOpenDisplay.restype = ctypes.c_void_p
+            x11.XOpenDisplay.argtypes = [ctypes.c_char_p]
+            x11.XCloseDisplay.argtypes = [ctypes.c_void_p]
+            handle = x11.XOpenDisplay(display.encode())
+            if not handle:
+                return (f"Twinbench cannot connect to the display '{display}' (is the X server "
+                        "running and are you allowed to use it?). The command line works "
+                        "without one: python main.py --help")
+            x11.XCloseDisplay(handle)
+        except OSError:
+            pass  # no usable libX11: let Qt try
+    return None
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python main.py [gui|demo]",
+                                description="Open the Twinbench desktop app.")
+    p.add_argument("project", nargs="?", type=Path, help="project folder to open "
+                   "(default: the last one; with 'demo', the demo project)")
+    p.add_argument("--no-lab", action="store_true", help="demo: do not start the virtual lab")
+    p.add_argument("--screenshot", type=Path, default=None,
+                   help="save a screenshot of the window to this PNG after --screenshot-delay "
+                   "seconds, then quit (for docs and tests)")
+    p.add_argument("--screenshot-delay", type=float, default=2.0)
+    p.add_argument("--page", default=None, help="workflow page to show first (scan, twin, …)")
+    return p.parse_known_args(argv)[0]
+
+
+def run_gui(demo: bool, argv: list[str]) -> int:
+    """Open the main window on a project (given, last, or the demo); returns the exit code."""
+    args = parse_args(argv)
+    problem = display_problem()
+    if problem is not None:
+        sys.stderr.write(problem + "\n")
+        return 1
+
+    from PySide6 import QtCore, QtWidgets
+
+    from app import demo as demo_mod
+    from app.session import AppController
+    from resources.errors import TwinbenchError
+    from widgets.main_window import MainWindow
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("OpenGL").setLevel(logging.WARNING)  # "no OpenGL_accelerate" chatter
+    qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
+    qapp.setApplicationName("Twinbench")
+    qapp.setOrganizationName("Twinbench")
+    controller = AppController()
+    controller.install_log_handler()
+    win = MainWindow(controller)
+    try:
+        if args.project is not None:
+            win.open_project(args.project)
+        elif demo:
+            proj = demo_mod.ensure_demo_project()
+            controller.open_project(proj.root)
+        elif controller.open_last() is None:
+            proj = demo_mod.ensure_demo_project()
+            controller.open_project(proj.root)
+            log.info("no recent project: opened the demo project")
+    except TwinbenchError as exc:
+        win.show_error("Cannot open project", str(exc))
+    if demo:
+        if args.no_lab:
+            controller.set_device_status("robot", "unavailable", "lab not started (--no-lab)")
+        else:
+            demo_mod.start_lab(controller)
+    if args.page:
+        win.show_step(args.page)
+    win.show()
+    if args.screenshot is not None:
+        def _shoot() -> None:
+            args.screenshot.parent.mkdir(parents=True, exist_ok=True)
+            ok = win.grab().save(str(args.screenshot))
+            log.info("screenshot %s: %s", "saved" if ok else "FAILED", args.screenshot)
+            win.close()
+
+        QtCore.QTimer.singleShot(int(args.screenshot_delay * 1000), _shoot)
+    code = int(qapp.exec())
+    win.shutdown()
+    return code

@@ -1,0 +1,173 @@
+"""Devices panel: camera and robot connection status, and the robot's live state.
+
+While a robot is connected a QTimer pulls the newest state from the controller (20 Hz; the
+robot's client owns its read thread) and fills the joint table and the 3D view (end effector
+frame and its recent path).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import numpy as np
+from PySide6 import QtCore, QtWidgets
+
+from app.session import AppController, DeviceStatus
+from devices.robots.driver import RobotState
+from widgets.scene_view import SceneView
+
+REFRESH_MS = 50
+TRAIL_S = 3.0
+DOT = {"connected": "#2e7d32", "connecting": "#f9a825", "error": "#c62828",
+       "unavailable": "#9e9e9e", "disconnected": "#9e9e9e"}
+
+
+class DeviceRow(QtWidgets.QWidget):
+    """● Robot — connected — panda @ 127.0.0.1:7001"""
+
+    def __init__(self, title: str, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.title = title
+        lay = QtWidgets.QHBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 2)
+        self.dot = QtWidgets.QLabel("●")
+        self.label = QtWidgets.QLabel("")
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        lay.addWidget(self.dot)
+        lay.addWidget(self.label, 1)
+
+    def set_status(self, st: DeviceStatus) -> None:
+        self.dot.setStyleSheet(f"color: {DOT.get(st.state, '#9e9e9e')}; font-size: 16px;")
+        self.label.setText(f"<b>{self.title}</b> — {st.state}<br><small>{st.detail}</small>")
+        self.setToolTip(f"{self.title}: {st.state}\n{st.detail}")
+
+
+class DevicesPanel(QtWidgets.QWidget):
+    """Connection status of camera and robot; joint table and 3D view of the live robot."""
+
+    sig_devices_changed = QtCore.Signal(object)  # dict[str, DeviceStatus], on the GUI thread
+
+    def __init__(self, controller: AppController, parent: QtWidgets.QWidget | None = None,
+                 with_3d: bool = True) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        lay = QtWidgets.QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        self.rows = {"robot": DeviceRow("Robot"), "camera": DeviceRow("Camera")}
+        for r in self.rows.values():
+            lay.addWidget(r)
+        self.rate = QtWidgets.QLabel("")
+        self.rate.setStyleSheet("color: palette(placeholder-text);")
+        lay.addWidget(self.rate)
+        self.table = QtWidgets.QTableWidget(0, 4)
+        self.table.setHorizontalHeaderLabels(["joint", "pos (rad)", "vel (rad/s)", "effort (N·m)"])
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.Stretch)
+        self.table.setMinimumHeight(120)
+        self.ee = QtWidgets.QLabel("")
+        self.no_robot = QtWidgets.QLabel("Connect a robot to see its joint state and end "
+                                         "effector here (python main.py demo starts the "
+                                         "virtual lab).")
+        self.no_robot.setWordWrap(True)
+        self.no_robot.setStyleSheet("color: palette(placeholder-text); padding: 8px;")
+        split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
+        top = QtWidgets.QWidget()
+        tl = QtWidgets.QVBoxLayout(top)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.addWidget(self.no_robot)
+        tl.addWidget(self.table)
+        tl.addWidget(self.ee)
+        split.addWidget(top)
+        self.scene: SceneView | None = SceneView() if with_3d else None
+        if self.scene is not None:
+            split.addWidget(self.scene)
+            split.setSizes([220, 260])
+        lay.addWidget(split, 1)
+        self._trail: deque[tuple[float, np.ndarray]] = deque()
+        self._last_seq: int | None = None
+        self._rate_window: deque[tuple[float, int]] = deque(maxlen=40)
+        self.refreshes = 0  # timer ticks that drew a new state (tests read it)
+        self.timer = QtCore.QTimer(self)
+        self.timer.setInterval(REFRESH_MS)
+        self.timer.timeout.connect(self.refresh_state)
+        self.sig_devices_changed.connect(self._on_devices, QtCore.Qt.ConnectionType.QueuedConnection)
+        controller.devices_changed.connect(self._from_model)
+        self._on_devices(controller.devices())
+
+    def _from_model(self, devs: dict[str, DeviceStatus]) -> None:
+        try:
+            self.sig_devices_changed.emit(devs)
+        except RuntimeError:  # panel already destroyed
+            self.controller.devices_changed.disconnect(self._from_model)
+
+    def detach(self) -> None:
+        """Stop the refresh timer and stop observing the controller."""
+        self.timer.stop()
+        self.controller.devices_changed.disconnect(self._from_model)
+
+    def _on_devices(self, devs: dict[str, DeviceStatus]) -> None:
+        for name, row in self.rows.items():
+            row.set_status(devs.get(name, DeviceStatus(name, "disconnected", "")))
+        info = self.controller.robot_info
+        if info is not None and devs.get("robot", DeviceStatus("robot", "disconnected")).state == "connected":
+            self.table.setRowCount(len(info.joint_names))
+            for i, jn in enumerate(info.joint_names):
+                self.table.setItem(i, 0, QtWidgets.QTableWidgetItem(jn))
+                for c in (1, 2, 3):
+                    self.table.setItem(i, c, QtWidgets.QTableWidgetItem("—"))
+            self._trail.clear()
+            self._last_seq = None
+            self.table.show()
+            self.no_robot.hide()
+            self.timer.start()
+        else:
+            self.timer.stop()
+            self.table.setRowCount(0)
+            self.table.hide()
+            self.no_robot.show()
+            self.ee.setText("")
+            self.rate.setText("")
+            if self.scene is not None:
+                self.scene.remove("ee")
+                self.scene.remove("ee_path")
+
+    def refresh_state(self) -> None:
+        """Pull the newest robot state and draw it (called by the timer)."""
+        st = self.controller.robot_state()
+        if st is None or st.seq == self._last_seq:
+            return
+        self._last_seq = st.seq
+        self.refreshes += 1
+        self._draw_state(st)
+
+    def _draw_state(self, st: RobotState) -> None:
+        n = min(self.table.rowCount(), len(st.joint_pos))
+        for i in range(n):
+            for c, arr in ((1, st.joint_pos), (2, st.joint_vel), (3, st.joint_effort)):
+                item = self.table.item(i, c)
+                text = f"{float(arr[i]):+.3f}" if i < len(arr) else "—"
+                if item is None:
+                    self.table.setItem(i, c, QtWidgets.QTableWidgetItem(text))
+                else:
+                    item.setText(text)
+        now = time.monotonic()
+        self._rate_window.append((st.t, st.seq))
+        if len(self._rate_window) > 1:
+            (t0, s0), (t1, s1) = self._rate_window[0], self._rate_window[-1]
+            hz = (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
+            self.rate.setText(f"state stream {hz:.0f} Hz · seq {st.seq} · t = {st.t:.2f} s")
+        if st.ee_pos is not None:
+            p = np.asarray(st.ee_pos, dtype=float)
+            self.ee.setText(f"end effector (base frame): x {p[0]:+.3f}  y {p[1]:+.3f}  z {p[2]:+.3f} m")
+            if self.scene is not None:
+                T = np.eye(4)
+                T[:3, 3] = p
+                self.scene.set_frame("ee", T, size=0.08)
+                self._trail.append((now, p))
+                while self._trail and now - self._trail[0][0] > TRAIL_S:
+                    self._trail.popleft()
+                if len(self._trail) > 1:
+                    self.scene.set_polyline("ee_path", np.array([q for _, q in self._trail]))

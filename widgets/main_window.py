@@ -1,0 +1,284 @@
+"""The main window: workflow steps in a sidebar, one page each; devices and log docks; File
+menu; status bar with the running job.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from PySide6 import QtCore, QtGui, QtWidgets
+
+import resources
+from app import workflows
+from app.project import Project
+from app.session import AppController, JobRequest
+from resources.errors import TwinbenchError
+from widgets.calibrate_page import CalibratePage
+from widgets.deploy_page import DeployPage
+from widgets.devices_panel import DevicesPanel
+from widgets.jobs import JobProgressWidget, JobRunner
+from widgets.log_panel import LogPanel
+from widgets.policies_page import PoliciesPage
+from widgets.scan_page import ScanPage
+from widgets.twin_page import TwinPage
+
+log = logging.getLogger(__name__)
+
+PAGE_CLASSES: dict[str, type[QtWidgets.QWidget]] = {
+    "scan": ScanPage,
+    "twin": TwinPage,
+    "calibrate": CalibratePage,
+    "policies": PoliciesPage,
+    "deploy": DeployPage,
+}
+
+
+class MainWindow(QtWidgets.QMainWindow):
+    """Twinbench's window. Acts only through `controller`; runs jobs on `runner`."""
+
+    sig_project_changed = QtCore.Signal(object)  # Project | None, on the GUI thread
+
+    def __init__(self, controller: AppController, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        self.runner = JobRunner(self)
+        controller.job_executor = self._run_request
+        self.setWindowTitle("Twinbench")
+        icon = resources.path("icons", "twinbench.svg")
+        if icon.is_file():
+            self.setWindowIcon(QtGui.QIcon(str(icon)))
+        self.resize(1400, 860)
+        self.last_error: tuple[str, str] | None = None
+        self.error_box: QtWidgets.QMessageBox | None = None
+
+        # sidebar + pages
+        self.steps = QtWidgets.QListWidget()
+        self.steps.setObjectName("steps")
+        self.steps.setFixedWidth(190)
+        self.steps.setStyleSheet(
+            "QListWidget#steps { font-size: 14px; border: none; background: palette(window); }"
+            "QListWidget#steps::item { padding: 10px 8px; border-radius: 6px; }"
+            "QListWidget#steps::item:selected { background: palette(highlight);"
+            " color: palette(highlighted-text); }")
+        self.pages: dict[str, QtWidgets.QWidget] = {}
+        self.stack = QtWidgets.QStackedWidget()
+        for i, st in enumerate(workflows.STEPS, start=1):
+            item = QtWidgets.QListWidgetItem(f"{i}  {st.title}")
+            item.setToolTip(st.does)
+            item.setData(QtCore.Qt.ItemDataRole.UserRole, st.key)
+            self.steps.addItem(item)
+            page = PAGE_CLASSES[st.key](controller)  # type: ignore[call-arg]
+            self.pages[st.key] = page
+            self.stack.addWidget(page)
+        self.steps.currentRowChanged.connect(self._on_step)
+        central = QtWidgets.QWidget()
+        cl = QtWidgets.QHBoxLayout(central)
+        cl.setContentsMargins(4, 4, 4, 4)
+        side = QtWidgets.QVBoxLayout()
+        caption = QtWidgets.QLabel("Workflow")
+        caption.setStyleSheet("font-weight: 600; color: palette(placeholder-text); padding: 4px 8px;")
+        side.addWidget(caption)
+        side.addWidget(self.steps)
+        self.project_label = QtWidgets.QLabel("")
+        self.project_label.setWordWrap(True)
+        self.project_label.setStyleSheet("padding: 6px 8px; color: palette(placeholder-text);")
+        self.project_label.setFixedWidth(190)
+        side.addWidget(self.project_label)
+        cl.addLayout(side)
+        cl.addWidget(self.stack, 1)
+        self.setCentralWidget(central)
+
+        # docks
+        self.devices_panel = DevicesPanel(controller)
+        self.devices_dock = self._dock("Devices", self.devices_panel,
+                                       QtCore.Qt.DockWidgetArea.RightDockWidgetArea)
+        self.log_panel = LogPanel(controller)
+        self.log_dock = self._dock("Log", self.log_panel, QtCore.Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.resizeDocks([self.devices_dock], [380], QtCore.Qt.Orientation.Horizontal)
+        self.resizeDocks([self.log_dock], [170], QtCore.Qt.Orientation.Vertical)
+
+        # status bar
+        self.job_widget = JobProgressWidget(self.runner)
+        self.statusBar().addPermanentWidget(self.job_widget)
+
+        self._build_menus()
+        self.sig_project_changed.connect(self._on_project, QtCore.Qt.ConnectionType.QueuedConnection)
+        controller.project_changed.connect(self._project_from_model)
+        controller.recent_changed.connect(self._recent_from_model)
+        self._on_project(controller.project)
+        self.steps.setCurrentRow(0)
+
+    # -- construction --------------------------------------------------------------------
+    def _dock(self, title: str, w: QtWidgets.QWidget, area: QtCore.Qt.DockWidgetArea) -> QtWidgets.QDockWidget:
+        d = QtWidgets.QDockWidget(title, self)
+        d.setObjectName(f"dock_{title.lower()}")
+        d.setWidget(w)
+        d.setFeatures(QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetMovable
+                      | QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetClosable
+                      | QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+        self.addDockWidget(area, d)
+        return d
+
+    def _build_menus(self) -> None:
+        m = self.menuBar().addMenu("&File")
+        self.act_new = m.addAction("&New project…", self.new_project_dialog)
+        self.act_new.setShortcut(QtGui.QKeySequence.StandardKey.New)
+        self.act_open = m.addAction("&Open project…", self.open_project_dialog)
+        self.act_open.setShortcut(QtGui.QKeySequence.StandardKey.Open)
+        self.recent_menu = m.addMenu("Open &recent")
+        self.act_save = m.addAction("&Save", self.save_project)
+        self.act_save.setShortcut(QtGui.QKeySequence.StandardKey.Save)
+        m.addSeparator()
+        self.act_quit = m.addAction("&Quit", self.close)
+        self.act_quit.setShortcut(QtGui.QKeySequence.StandardKey.Quit)
+        v = self.menuBar().addMenu("&View")
+        v.addAction(self.devices_dock.toggleViewAction())
+        v.addAction(self.log_dock.toggleViewAction())
+        h = self.menuBar().addMenu("&Help")
+        h.addAction("&About Twinbench", self._about)
+        self._fill_recent()
+
+    def _recent_from_model(self, _: Any) -> None:
+        try:
+            QtCore.QTimer.singleShot(0, self, self._fill_recent)
+        except RuntimeError:  # window already destroyed
+            self.controller.recent_changed.disconnect(self._recent_from_model)
+
+    def _fill_recent(self) -> None:
+        self.recent_menu.clear()
+        recent = self.controller.recent_projects()
+        for p in recent:
+            a = self.recent_menu.addAction(str(p))
+            a.triggered.connect(lambda _=False, p=p: self.open_project(p))
+        if not recent:
+            a = self.recent_menu.addAction("(no recent projects)")
+            a.setEnabled(False)
+
+    # -- pages ---------------------------------------------------------------------------
+    def _on_step(self, row: int) -> None:
+        if row < 0:
+            return
+        self.stack.setCurrentIndex(row)
+        page = self.stack.currentWidget()
+        refresh = getattr(page, "refresh", None)
+        if callable(refresh):
+            refresh()
+
+    def show_step(self, key: str) -> QtWidgets.QWidget:
+        """Switch to the page of step `key` and return it."""
+        self.steps.setCurrentRow(list(self.pages).index(key))
+        return self.pages[key]
+
+    def current_step(self) -> str:
+        return list(self.pages)[self.stack.currentIndex()]
+
+    # -- project -------------------------------------------------------------------------
+    def _project_from_model(self, proj: Project | None) -> None:
+        try:
+            self.sig_project_changed.emit(proj)
+        except RuntimeError:  # window already destroyed
+            self.controller.project_changed.disconnect(self._project_from_model)
+
+    def _on_project(self, proj: Project | None) -> None:
+        if proj is None:
+            self.setWindowTitle("Twinbench — no project")
+            self.project_label.setText("No project open.\nFile ▸ New project… or Open project…")
+        else:
+            self.setWindowTitle(f"Twinbench — {proj.name}")
+            n = len(proj.artifacts())
+            self.project_label.setText(f"Project: <b>{proj.name}</b><br><small>{proj.root}"
+                                       f"<br>{n} artifact{'s' if n != 1 else ''}</small>")
+            self.project_label.setToolTip(str(proj.root))
+        self.act_save.setEnabled(proj is not None)
+
+    def new_project_dialog(self) -> None:
+        start = str(Path.home())
+        path, _ = QtWidgets.QFileDialog.getSaveFileName(
+            self, "New project: choose a name for the new project folder", start, "",
+            options=QtWidgets.QFileDialog.Option.DontConfirmOverwrite)
+        if path:
+            self.new_project(Path(path))
+
+    def open_project_dialog(self) -> None:
+        recent = self.controller.recent_projects()
+        start = str(recent[0].parent) if recent else str(Path.home())
+        path = QtWidgets.QFileDialog.getExistingDirectory(self, "Open project folder", start)
+        if path:
+            self.open_project(Path(path))
+
+    def new_project(self, path: Path) -> Project | None:
+        try:
+            return self.controller.new_project(path)
+        except TwinbenchError as exc:
+            self.show_error("Cannot create project", str(exc))
+            return None
+
+    def open_project(self, path: Path) -> Project | None:
+        try:
+            return self.controller.open_project(path)
+        except TwinbenchError as exc:
+            self.show_error("Cannot open project", str(exc))
+            return None
+
+    def save_project(self) -> None:
+        try:
+            self.controller.save_project()
+            self.statusBar().showMessage("Project saved", 3000)
+        except TwinbenchError as exc:
+            self.show_error("Cannot save project", str(exc))
+
+    # -- errors, jobs ----------------------------------------------------------------------
+    def show_error(self, title: str, message: str) -> None:
+        """Log the error and show it in a (non-blocking) message box and the status bar."""
+        log.error("%s: %s", title, message)
+        self.last_error = (title, message)
+        self.statusBar().showMessage(f"{title}: {message}", 10000)
+        box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Critical, title, message,
+                                    QtWidgets.QMessageBox.StandardButton.Ok, self)
+        box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()
+        self.error_box = box
+
+    def _run_request(self, req: JobRequest) -> None:
+        on_failed = req.on_failed
+
+        def failed(msg: str) -> None:
+            if on_failed is not None:
+                on_failed(msg)
+            else:
+                self.show_error(f"{req.title} failed", msg)
+
+        self.runner.run_request(JobRequest(req.title, req.job, req.on_done, failed, req.meta))
+
+    def _about(self) -> None:
+        QtWidgets.QMessageBox.about(
+            self, "About Twinbench",
+            "Twinbench closes the Real → Sim → Real loop for one robot workspace: scan it, "
+            "build a digital twin, calibrate it against recorded motion, train a policy in "
+            "the twin and deploy it to the robot.")
+
+    # -- shutdown --------------------------------------------------------------------------
+    def closeEvent(self, event: QtGui.QCloseEvent) -> None:  # noqa: N802 (Qt name)
+        self.shutdown()
+        super().closeEvent(event)
+
+    def shutdown(self) -> None:
+        """Cancel jobs, stop timers and observers, disconnect devices. Safe to call twice."""
+        if getattr(self, "_shut", False):
+            return
+        self._shut = True
+        if not self.runner.shutdown(10000):
+            log.warning("some jobs did not stop within 10 s")
+        self.devices_panel.detach()
+        self.log_panel.detach()
+        for page in self.pages.values():
+            detach: Any = getattr(page, "detach", None)
+            if callable(detach):
+                detach()
+        self.controller.project_changed.disconnect(self._project_from_model)
+        self.controller.recent_changed.disconnect(self._recent_from_model)
+        if self.controller.job_executor == self._run_request:
+            self.controller.job_executor = None
+        self.controller.shutdown()
