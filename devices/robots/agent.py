@@ -1,0 +1,321 @@
+"""The robot agent: the process next to a robot (or the virtual lab) that runs commands and
+uploaded policies at the control rate, inside the safety envelope and under the watchdog.
+
+Modes: idle (driver holds, nothing commanded) -> command (a client streams targets) or
+policy (an uploaded ONNX policy runs here) -> stopped (held; any new command resumes) or
+estop (latched: everything is refused until `reset`). Exactly one client controls the robot
+at a time; the others may watch. All driver writes happen on the control thread, under the
+agent's lock, so a stop can never be overtaken by a late command.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from devices.errors import DeviceError
+from devices.robots.agent_log import AgentLog
+from devices.robots.driver import RobotDriver, RobotState
+from devices.robots.policy_runner import OnnxPolicy, PolicySpec
+from devices.robots.policy_worker import PolicyFn, PolicyWorker
+from devices.robots.safety import SafetyConfig, SafetyEnvelope, default_config
+from devices.robots.timing import RateLoop
+from devices.robots.watchdog import Watchdog, WatchdogConfig
+
+Vec = NDArray[np.float64]
+StateListener = Callable[[int, RobotState, "Vec | None", str, dict[str, Any]], None]
+EventListener = Callable[[str, str, dict[str, Any]], None]
+LOCAL = "local"
+
+
+class Agent:
+    """Wraps any RobotDriver. `start()` runs the control loop on its own thread."""
+
+    def __init__(self, driver: RobotDriver, safety: SafetyConfig | None = None,
+                 watchdog: WatchdogConfig | None = None, log_seconds: float = 60.0) -> None:
+        self.driver = driver
+        self.info = driver.info()
+        self.n = len(self.info.joint_names)
+        self.dt = 1.0 / self.info.control_rate_hz
+        self.base_safety = safety or default_config(self.info)
+        self.envelope = SafetyEnvelope(self.info, self.base_safety, fk=driver.forward_kinematics)
+        self.watchdog = Watchdog(watchdog or WatchdogConfig(), self.dt)
+        self.log = AgentLog(self.n, max(16, int(log_seconds * self.info.control_rate_hz)))
+        self.loop = RateLoop(self.info.control_rate_hz)
+        self.mode = "idle"
+        self.stop_reason: str | None = None
+        self.owner: str | None = None
+        self.watchdog_stops: list[dict[str, float]] = []   # deadline, stopped_at, latency_s
+        self._lock = threading.RLock()
+        self._cmd_mode = "position"
+        self._target: Vec | None = None
+        self._prev: Vec = np.zeros(self.n)
+        self._policy: OnnxPolicy | None = None
+        self._policy_fn: PolicyFn | None = None
+        self._policy_mode = "position"
+        self._worker: PolicyWorker | None = None
+        self._ramp = (0.0, 0.0)        # start time, duration (s)
+        self._ramp_from: Vec = np.zeros(self.n)
+        self._seq = 0
+        self._acted: tuple[str, ...] = ()
+        self._state_listeners: list[StateListener] = []
+        self._event_listeners: list[EventListener] = []
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self.tick_work_s = np.zeros(4096)
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self, thread: bool = True) -> None:
+        """Start the driver and (unless thread=False, for stepping by hand) the loop."""
+        self.driver.start()
+        if thread:
+            self._running = True
+            self._thread = threading.Thread(target=self._run, name="twinbench-agent", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        """Stop the loop, leave the robot held, release the driver."""
+        self._running = False
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        with self._lock:
+            self._halt("agent closed", "stopped")
+        if self._worker is not None:
+            self._worker.close()
+        self.driver.close()
+
+    def _run(self) -> None:
+        self.loop.restart()
+        while self._running:
+            self.loop.wait()
+            try:
+                self.tick()
+            except Exception as exc:  # a driver fault: stop and keep the loop alive
+                with self._lock:
+                    self._halt(f"agent error: {exc}", "stopped")
+                time.sleep(self.dt)
+
+    # -- listeners --------------------------------------------------------------------
+    def add_state_listener(self, fn: StateListener) -> None:
+        self._state_listeners = [*self._state_listeners, fn]
+
+    def remove_state_listener(self, fn: StateListener) -> None:
+        self._state_listeners = [f for f in self._state_listeners if f is not fn]
+
+    def add_event_listener(self, fn: EventListener) -> None:
+        self._event_listeners = [*self._event_listeners, fn]
+
+    def remove_event_listener(self, fn: EventListener) -> None:
+        self._event_listeners = [f for f in self._event_listeners if f is not fn]
+
+    def _event(self, kind: str, message: str, **data: Any) -> None:
+        for fn in self._event_listeners:
+            fn(kind, message, data)
+
+    # -- control API (any thread) -------------------------------------------------------
+    def _claim(self, owner: str) -> None:
+        if self.mode == "estop":
+            raise DeviceError(f"{self.info.name}: e-stop is latched ({self.stop_reason}); "
+                              "reset it first")
+        if self.owner not in (None, owner):
+            raise DeviceError(f"{self.info.name} is controlled by another client ({self.owner})")
+        self.owner = owner
+
+    def _activate(self, now: float, state: RobotState) -> None:
+        if self.mode not in ("command", "policy"):
+            self._prev = state.joint_pos.copy() if self._cmd_mode == "position" else np.zeros(self.n)
+            self.watchdog.arm(now)
+
+    def heartbeat(self, owner: str = LOCAL) -> None:
+        if owner == self.owner or self.owner is None:
+            self.watchdog.heartbeat(time.monotonic())
+
+    def command(self, mode: str, values: Vec, owner: str = LOCAL) -> None:
+        """Stream a joint target (position, rad) or velocity (rad/s); torque where supported."""
+        if mode not in self.info.command_modes and not (mode == "position"):
+            raise DeviceError(f"{self.info.name} does not accept '{mode}' commands "
+                              f"(modes: {', '.join(self.info.command_modes)})")
+        with self._lock:
+            if self.mode == "policy":
+                raise DeviceError(f"{self.info.name}: a policy is running; stop it first")
+            self._claim(owner)
+            now = time.monotonic()
+            if self.mode != "command" or mode != self._cmd_mode:
+                self._cmd_mode, self.mode = mode, "idle"
+                self._activate(now, self.driver.read_state())
+            self._target = np.array(values, dtype=float)
+            self.mode, self.stop_reason = "command", None
+            self.watchdog.command(now)
+
+    def load_policy(self, fn: PolicyFn, mode: str = "position") -> None:
+        """Install a Python policy `fn(state) -> command` (tests and fuzzing; the protocol
+        uploads ONNX through `upload_policy`)."""
+        with self._lock:
+            if self.mode == "policy":
+                raise DeviceError(f"{self.info.name}: stop the running policy before replacing it")
+            if self._worker is not None:
+                self._worker.close()
+            self._policy_fn, self._policy_mode, self._policy = fn, mode, None
+            self._worker = PolicyWorker(fn)
+
+    def upload_policy(self, onnx_bytes: bytes, spec: dict[str, Any],
+                      safety: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Load an ONNX policy with its spec and (optionally tighter) safety config; runs it
+        once on the current state to check its output. Returns a summary."""
+        pspec = PolicySpec.from_dict(spec, self.n)
+        policy = OnnxPolicy(onnx_bytes, pspec, self.info)
+        cfg = self.base_safety
+        if safety:
+            cfg = self.base_safety.tightened(SafetyConfig.from_dict(safety, "policy safety config"))
+        state = self.driver.read_state()
+        t0 = time.perf_counter()
+        policy.raw_output(state)
+        infer_ms = (time.perf_counter() - t0) * 1e3
+
+        def fn(s: RobotState) -> Vec:
+            return policy.raw_output(s)
+
+        with self._lock:
+            self.load_policy(fn, pspec.action_mode)
+            self._policy = policy
+            self.envelope.configure(cfg)
+        return {"observation": list(pspec.observation), "action_mode": pspec.action_mode,
+                "inference_ms": infer_ms, "safety": cfg.to_dict()}
+
+    def run_policy(self, ramp_s: float = 1.0, owner: str = LOCAL) -> None:
+        """Start the loaded policy, blending in from the current pose over `ramp_s` seconds."""
+        with self._lock:
+            if self._policy_fn is None:
+                raise DeviceError(f"{self.info.name}: no policy uploaded")
+            self._claim(owner)
+            now = time.monotonic()
+            state = self.driver.read_state()
+            self._cmd_mode = self._policy_mode
+            self.mode = "idle"
+            self._activate(now, state)
+            self._ramp, self._ramp_from = (now, max(0.0, ramp_s)), state.joint_pos.copy()
+            self.mode, self.stop_reason = "policy", None
+            self._event("policy", "policy started", ramp_s=ramp_s)
+
+    def stop(self, reason: str = "stop requested", owner: str | None = None) -> None:
+        """Hold the robot (not latching). Any client may stop it."""
+        with self._lock:
+            if self.mode != "estop":
+                self._halt(reason, "stopped")
+
+    def estop(self, reason: str = "e-stop requested") -> None:
+        """Latching stop: refuses everything until `reset`."""
+        with self._lock:
+            self._halt(reason, "estop")
+
+    def reset(self) -> None:
+        with self._lock:
+            if self.mode == "estop":
+                self.mode, self.stop_reason = "idle", None
+                self._event("reset", "e-stop reset")
+
+    def release(self, owner: str, reason: str) -> None:
+        """The client `owner` went away: stop if it was in control."""
+        with self._lock:
+            if self.owner == owner:
+                if self.mode in ("command", "policy"):
+                    self._halt(reason, "stopped")
+                self.owner = None
+
+    def _halt(self, reason: str, mode: str) -> None:
+        was = self.mode
+        self.driver.hold()
+        self.watchdog.disarm()
+        self.mode, self.stop_reason, self.owner, self._target = mode, reason, None, None
+        if mode == "estop" or was in ("command", "policy"):
+            self._event(mode if mode == "estop" else "stop", reason)
+
+    # -- the control tick (control thread) ------------------------------------------------
+    def tick(self) -> None:
+        """One control period: read, check deadlines, decide, apply the envelope, write."""
+        t_start = time.perf_counter()
+        with self._lock:
+            state = self.driver.read_state()
+            now = time.monotonic()
+            raw: Vec | None = None
+            sent: Vec | None = None
+            acted: tuple[str, ...] = ()
+            mode = self.mode
+            if mode in ("command", "policy"):
+                late = self.watchdog.check(now, mode == "command" and self._cmd_mode != "position")
+                if late is not None:
+                    self._halt(late[0], "stopped")
+                    stopped_at = time.monotonic()
+                    self.watchdog_stops.append({"deadline": late[1], "stopped_at": stopped_at,
+                                                "latency_s": stopped_at - late[1]})
+                    self._event("watchdog", late[0], latency_s=stopped_at - late[1])
+                elif mode == "command":
+                    raw = self._target
+                else:
+                    raw = self._policy_step(state, now)
+                if raw is not None and self.mode in ("command", "policy"):
+                    cand = raw if mode == "command" else self._ramped(raw, state, now)
+                    res = self.envelope.apply(self._cmd_mode, cand, state, self._prev)
+                    acted = res.acted
+                    if res.stop is not None:
+                        self._halt(f"safety: {res.stop}", "stopped")
+                        self._event("safety", res.stop, acted=list(acted))
+                    else:
+                        self.driver.write_command(self._cmd_mode, res.command)  # type: ignore[arg-type]
+                        self._prev = sent = res.command
+                        if acted and acted != self._acted:
+                            self._event("safety", f"clamped by {', '.join(acted)} limit",
+                                        acted=list(acted))
+            self._acted = acted
+            self._seq += 1
+            self.log.record(state.t, raw, sent, state.joint_pos, state.joint_vel, acted,
+                            self.mode)
+            status = {"estop": self.mode == "estop", "acted": list(acted),
+                      "stop_reason": self.stop_reason}
+            mode_now, seq = self.mode, self._seq
+        for fn in self._state_listeners:
+            fn(seq, state, sent, mode_now, status)
+        self.tick_work_s[seq % self.tick_work_s.size] = time.perf_counter() - t_start
+
+    def _policy_step(self, state: RobotState, now: float) -> Vec | None:
+        worker = self._worker
+        assert worker is not None
+        if not worker.submit(state):
+            self._halt("watchdog: policy output late (previous inference still running)",
+                       "stopped")
+            return None
+        try:
+            out = worker.result(self.watchdog.policy_timeout_s)
+        except Exception as exc:
+            self._halt(f"policy failed: {exc}", "stopped")
+            return None
+        if out is None:
+            reason = (f"watchdog: policy output late (> {self.watchdog.policy_timeout_s * 1e3:.1f}"
+                      " ms)")
+            self._halt(reason, "stopped")
+            self._event("watchdog", reason)
+            return None
+        if self._policy is not None:
+            return self._policy.to_command(out, state)
+        return np.asarray(out, dtype=float)
+
+    def _ramped(self, cmd: Vec, state: RobotState, now: float) -> Vec:
+        t0, dur = self._ramp
+        if dur <= 0 or now - t0 >= dur:
+            return cmd
+        a = (now - t0) / dur
+        if self._cmd_mode == "position":
+            return self._ramp_from + a * (cmd - self._ramp_from)
+        return a * cmd
+
+    # -- queries ------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        return {"mode": self.mode, "estop": self.mode == "estop", "owner": self.owner,
+                "stop_reason": self.stop_reason, "policy_loaded": self._policy_fn is not None,
+                "safety": self.envelope.config.to_dict(),
+                "watchdog": self.watchdog.config.to_dict(), "jitter_ms": self.loop.jitter_ms()}

@@ -1,0 +1,363 @@
+"""`RobotClient`: the workbench side of the robot protocol (see PROTOCOL.md).
+
+    with RobotClient("127.0.0.1", 7700, token) as robot:
+        robot.info.joint_names
+        traj = robot.stream(2.0)              # Trajectory of what the robot measured
+        robot.command_position(q)
+        robot.upload_policy(onnx_bytes, spec); robot.run_policy(ramp_s=1.0)
+        robot.stop()
+
+A reader thread receives states, replies, events and camera frames; a heartbeat thread keeps
+the robot's watchdog fed. If the connection breaks, or the state stream goes silent for
+`stale_timeout_s`, every later call raises DeviceError naming host:port.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from devices.errors import DeviceError
+from devices.frames import RGBDFrame
+from devices.robots import protocol as P
+from devices.robots.driver import RobotInfo, RobotState
+from devices.trajectory import Trajectory
+
+UNITS = {"robot/joint_pos": "rad", "robot/joint_vel": "rad/s", "robot/joint_effort": "N*m",
+         "robot/command": "rad"}
+
+
+class RobotClient:
+    """A connection to one robot agent (virtual lab or hardware)."""
+
+    def __init__(self, host: str, port: int, token: str, *, name: str = "twinbench",
+                 connect_timeout_s: float = 3.0, request_timeout_s: float = 10.0,
+                 heartbeat: bool = True, heartbeat_period_s: float = 0.05,
+                 stale_timeout_s: float = 1.0, subscribe_state: bool = True,
+                 version: int = P.PROTOCOL_VERSION,
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.host, self.port, self._token, self.name = host, int(port), token, name
+        self.address = f"{host}:{self.port}"
+        self.connect_timeout_s, self.request_timeout_s = connect_timeout_s, request_timeout_s
+        self.heartbeat_enabled, self.heartbeat_period_s = heartbeat, heartbeat_period_s
+        self.stale_timeout_s, self._subscribe, self._version = stale_timeout_s, subscribe_state, version
+        self.on_event = on_event
+        self.info: RobotInfo | None = None
+        self.session = ""
+        self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=500)
+        self._sock: socket.socket | None = None
+        self._send_lock = threading.Lock()
+        self._cv = threading.Condition()
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._ids = itertools.count(1)
+        self._latest: dict[str, Any] | None = None
+        self._recorders: list[list[dict[str, Any]]] = []
+        self._frames: dict[str, queue.Queue[RGBDFrame]] = {}
+        self._lost: DeviceError | None = None
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+
+    # -- connection ---------------------------------------------------------------------
+    def __enter__(self) -> RobotClient:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _err(self, what: str) -> DeviceError:
+        return DeviceError(f"robot at {self.address}: {what}")
+
+    def connect(self) -> None:
+        """Connect, authenticate, check the protocol version; raises DeviceError."""
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
+        except OSError as exc:
+            raise self._err(f"cannot connect ({exc}); is the robot agent / lab running?") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.sendall(P.pack({"type": "hello", "protocol": P.PROTOCOL_NAME,
+                                 "version": self._version, "token": self._token,
+                                 "client": self.name}))
+            msg = P.recv_message(sock)
+        except (OSError, P.ConnectionClosed, P.ProtocolError) as exc:
+            sock.close()
+            raise self._err(f"handshake failed ({exc})") from None
+        if msg["type"] == "error":
+            sock.close()
+            raise self._err(f"refused: {msg.get('message')} [{msg.get('code')}]")
+        if msg["type"] != "welcome":
+            sock.close()
+            raise self._err(f"unexpected handshake reply '{msg['type']}'")
+        self.info = RobotInfo.from_dict(msg["info"])
+        self.session, self.cameras = str(msg.get("session", "")), list(msg.get("cameras", []))
+        sock.settimeout(self.stale_timeout_s if self._subscribe else None)
+        self._sock = sock
+        self._threads = [threading.Thread(target=self._read_loop, name="robot-client-rx",
+                                          daemon=True),
+                         threading.Thread(target=self._heartbeat_loop, name="robot-client-hb",
+                                          daemon=True)]
+        for t in self._threads:
+            t.start()
+        if self._subscribe:
+            self.request("subscribe", state=True)
+
+    def close(self) -> None:
+        """Say goodbye and disconnect (the robot stops anything this client controlled)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._sock is not None:
+            try:
+                with self._send_lock:
+                    self._sock.sendall(P.pack({"type": "bye"}))
+            except OSError:
+                pass
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._sock.close()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=2.0)
+        self._set_lost(self._err("connection closed by this client"))
+
+    @property
+    def connected(self) -> bool:
+        return self._lost is None and self._sock is not None
+
+    def check(self) -> None:
+        """Raise the DeviceError that ended the connection, if it has ended."""
+        if self._lost is not None:
+            raise self._lost
+
+    def _set_lost(self, err: DeviceError) -> None:
+        with self._cv:
+            if self._lost is None:
+                self._lost = err
+            self._cv.notify_all()
+
+    # -- threads ------------------------------------------------------------------------
+    def _read_loop(self) -> None:
+        assert self._sock is not None
+        try:
+            while True:
+                self._handle(P.recv_message(self._sock))
+        except TimeoutError:
+            self._set_lost(self._err(f"no data for {self.stale_timeout_s:.1f} s; "
+                                     "connection lost"))
+        except P.ConnectionClosed:
+            self._set_lost(self._err("connection closed by the robot"))
+        except DeviceError as exc:
+            self._set_lost(self._err(f"connection lost ({exc})"))
+        except OSError as exc:
+            self._set_lost(self._err(f"connection lost ({exc})"))
+
+    def _handle(self, msg: dict[str, Any]) -> None:
+        kind = msg["type"]
+        if kind == "state":
+            self._latest = msg
+            for rec in self._recorders:
+                rec.append(msg)
+        elif kind == "frame":
+            q = self._frames.get(str(msg.get("camera")))
+            if q is not None:
+                frame = P.frame_from_message(msg)
+                if q.full():
+                    try:
+                        q.get_nowait()
+                    except queue.Empty:
+                        pass
+                q.put_nowait(frame)
+        elif kind == "event":
+            self.events.append(msg)
+            if self.on_event is not None:
+                self.on_event(msg)
+        elif kind in ("reply", "error"):
+            if kind == "error" and msg.get("fatal"):
+                self._set_lost(self._err(f"{msg.get('message')} [{msg.get('code')}]"))
+            if msg.get("id") is not None:
+                with self._cv:
+                    self._replies[int(msg["id"])] = msg
+                    self._cv.notify_all()
+            elif kind == "error":
+                self.events.append({"type": "event", "kind": "error", **msg})
+
+    def _heartbeat_loop(self) -> None:
+        packed = P.pack({"type": "heartbeat"})
+        while self._lost is None and not self._closed:
+            if self.heartbeat_enabled:
+                try:
+                    self._send_raw(packed)
+                except DeviceError:
+                    return
+            with self._cv:
+                self._cv.wait(self.heartbeat_period_s)
+
+    # -- requests -----------------------------------------------------------------------
+    def _send_raw(self, data: bytes) -> None:
+        self.check()
+        assert self._sock is not None
+        try:
+            with self._send_lock:
+                self._sock.sendall(data)
+        except OSError as exc:
+            self._set_lost(self._err(f"connection lost while sending ({exc})"))
+            self.check()
+
+    def send(self, kind: str, **fields: Any) -> None:
+        """Fire-and-forget message (no reply)."""
+        self._send_raw(P.pack({"type": kind, **fields}))
+
+    def request(self, kind: str, timeout_s: float | None = None, **fields: Any) -> Any:
+        """Send a request and wait for its reply; raises DeviceError on an error reply."""
+        req_id = next(self._ids)
+        self._send_raw(P.pack({"type": kind, "id": req_id, **fields}))
+        deadline = time.monotonic() + (timeout_s or self.request_timeout_s)
+        with self._cv:
+            while req_id not in self._replies:
+                if self._lost is not None:
+                    raise self._lost
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._err(f"no reply to '{kind}' within "
+                                    f"{timeout_s or self.request_timeout_s:.1f} s")
+                self._cv.wait(left)
+            reply = self._replies.pop(req_id)
+        if reply["type"] == "error":
+            raise self._err(f"{kind}: {reply.get('message')} [{reply.get('code')}]")
+        return reply.get("result")
+
+    # -- state ----------------------------------------------------------------------------
+    def latest_state(self, timeout_s: float = 1.0) -> RobotState:
+        """The newest streamed state (waits up to `timeout_s` for the first one)."""
+        deadline = time.monotonic() + timeout_s
+        while self._latest is None:
+            self.check()
+            if time.monotonic() > deadline:
+                raise self._err("no state received (is the state stream subscribed?)")
+            time.sleep(0.002)
+        self.check()
+        return P.state_from_message(self._latest)
+
+    def latest_status(self) -> dict[str, Any]:
+        """Mode, e-stop, acting safety limits and stop reason from the newest state."""
+        self.latest_state()
+        msg = self._latest or {}
+        return {k: msg.get(k) for k in ("mode", "estop", "acted", "stop_reason", "seq", "t")}
+
+    def stream(self, duration_s: float) -> Trajectory:
+        """Record the state stream for `duration_s` seconds into a Trajectory (source real)."""
+        rec: list[dict[str, Any]] = []
+        self._recorders.append(rec)
+        try:
+            end = time.monotonic() + duration_s
+            while time.monotonic() < end:
+                self.check()
+                time.sleep(min(0.02, max(0.0, end - time.monotonic())))
+        finally:
+            self._recorders.remove(rec)
+        self.check()
+        return self.states_to_trajectory(rec)
+
+    def states_to_trajectory(self, msgs: list[dict[str, Any]]) -> Trajectory:
+        """State messages -> Trajectory; repeated timestamps are dropped (and counted)."""
+        assert self.info is not None
+        n = len(self.info.joint_names)
+        keep, last_t = [], -np.inf
+        for m in msgs:
+            if m["t"] > last_t:
+                keep.append(m)
+                last_t = m["t"]
+        seqs = np.array([m["seq"] for m in msgs], dtype=np.int64)
+        dropped = int(np.sum(np.diff(seqs) - 1)) if seqs.size > 1 else 0
+        nan = [np.nan] * n
+        t = np.array([m["t"] for m in keep], dtype=float)
+        rate = float((len(keep) - 1) / (t[-1] - t[0])) if len(keep) > 1 else 0.0
+        chans = {
+            "robot/joint_pos": np.array([m["joint_pos"] for m in keep]).reshape(-1, n),
+            "robot/joint_vel": np.array([m["joint_vel"] for m in keep]).reshape(-1, n),
+            "robot/joint_effort": np.array([m["joint_effort"] for m in keep]).reshape(-1, n),
+            "robot/command": np.array([m["command"] if m.get("command") is not None else nan
+                                       for m in keep], dtype=float).reshape(-1, n),
+        }
+        meta = {"robot": self.info.name, "joint_names": list(self.info.joint_names),
+                "control_rate_hz": self.info.control_rate_hz, "device": self.address,
+                "rate_hz": rate, "dropped_states": dropped,
+                "repeated_timestamps": len(msgs) - len(keep),
+                "modes": sorted({str(m.get("mode")) for m in keep})}
+        return Trajectory(t=t, channels=chans, units=UNITS, source="real", meta=meta)
+
+    # -- commands ----------------------------------------------------------------------
+    def command(self, mode: str, values: ArrayLike) -> None:
+        """Stream one joint command (no reply; the safety envelope reports via events)."""
+        self.send("command", mode=mode, values=np.asarray(values, dtype=float).tolist())
+
+    def command_position(self, joint_pos: ArrayLike) -> None:
+        self.command("position", joint_pos)
+
+    def command_velocity(self, joint_vel: ArrayLike) -> None:
+        self.command("velocity", joint_vel)
+
+    def upload_policy(self, onnx: bytes | Path, spec: dict[str, Any],
+                      safety: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Upload an ONNX policy + observation/action spec (+ tighter safety settings)."""
+        data = Path(onnx).read_bytes() if isinstance(onnx, (str, Path)) else bytes(onnx)
+        result: dict[str, Any] = self.request("policy_upload", onnx=data, spec=spec, safety=safety)
+        return result
+
+    def run_policy(self, ramp_s: float = 1.0) -> None:
+        self.request("policy_run", ramp_s=ramp_s)
+
+    def stop_policy(self) -> None:
+        self.request("policy_stop")
+
+    def stop(self, reason: str | None = None) -> None:
+        self.request("stop", reason=reason)
+
+    def estop(self, reason: str | None = None) -> None:
+        self.request("estop", reason=reason)
+
+    def reset(self) -> None:
+        self.request("reset")
+
+    def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("get_status")
+        return result
+
+    def get_log(self, last: int | None = None) -> dict[str, np.ndarray]:
+        """The agent's log (raw command, command sent, measured state, limits that acted)."""
+        wire = self.request("get_log", last=last)
+        return {k: P.array_from_wire(v, k) for k, v in wire.items()}
+
+    def camera_frames(self, camera: str, timeout_s: float = 5.0) -> Iterator[RGBDFrame]:
+        """Frames streamed from `camera` until the iterator is closed; raises DeviceError
+        when no frame arrives within `timeout_s`."""
+        q: queue.Queue[RGBDFrame] = queue.Queue(maxsize=4)
+        self._frames[camera] = q
+        try:
+            self.request("camera_subscribe", camera=camera)
+            while True:
+                try:
+                    yield q.get(timeout=timeout_s)
+                except queue.Empty:
+                    self.check()
+                    raise self._err(f"no frame from camera '{camera}' in {timeout_s:.1f} s") from None
+        finally:
+            self._frames.pop(camera, None)
+            if self.connected:
+                try:
+                    self.request("camera_unsubscribe", camera=camera)
+                except DeviceError:
+                    pass
