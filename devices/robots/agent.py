@@ -62,6 +62,7 @@ class Agent:
         self._ramp = (0.0, 0.0)        # start time, duration (s)
         self._ramp_from: Vec = np.zeros(self.n)
         self._seq = 0
+        self._last_driver_seq = -1
         self._acted: tuple[str, ...] = ()
         self._state_listeners: list[StateListener] = []
         self._event_listeners: list[EventListener] = []
@@ -239,8 +240,8 @@ class Agent:
     def tick(self) -> None:
         """One control period: read, check deadlines, decide, apply the envelope, write."""
         t_start = time.perf_counter()
+        state = self._fresh_state()
         with self._lock:
-            state = self.driver.read_state()
             now = time.monotonic()
             raw: Vec | None = None
             sent: Vec | None = None
@@ -282,6 +283,16 @@ class Agent:
             fn(seq, state, sent, mode_now, status)
         self.tick_work_s[seq % self.tick_work_s.size] = time.perf_counter() - t_start
 
+    def _fresh_state(self) -> RobotState:
+        # A driver with `wait_state(after_seq, timeout)` (the lab) can tell us when a newer
+        # measurement exists: wait a little for it rather than act twice on the same one.
+        wait = getattr(self.driver, "wait_state", None)
+        if wait is None:
+            return self.driver.read_state()
+        state: RobotState = wait(self._last_driver_seq, 0.25 * self.dt)
+        self._last_driver_seq = state.seq
+        return state
+
     def _policy_step(self, state: RobotState, now: float) -> Vec | None:
         worker = self._worker
         assert worker is not None
@@ -314,8 +325,11 @@ class Agent:
         return a * cmd
 
     # -- queries ------------------------------------------------------------------------
-    def status(self) -> dict[str, Any]:
+    def status(self, jitter_window_s: float | None = None) -> dict[str, Any]:
+        """Mode, owner, stop reason, safety and watchdog config, loop jitter (ms) over the
+        last `jitter_window_s` seconds (default: the whole history)."""
+        last = int(jitter_window_s * self.info.control_rate_hz) if jitter_window_s else None
         return {"mode": self.mode, "estop": self.mode == "estop", "owner": self.owner,
                 "stop_reason": self.stop_reason, "policy_loaded": self._policy_fn is not None,
                 "safety": self.envelope.config.to_dict(),
-                "watchdog": self.watchdog.config.to_dict(), "jitter_ms": self.loop.jitter_ms()}
+                "watchdog": self.watchdog.config.to_dict(), "jitter_ms": self.loop.jitter_ms(last)}

@@ -332,8 +332,9 @@ class RobotClient:
     def reset(self) -> None:
         self.request("reset")
 
-    def status(self) -> dict[str, Any]:
-        result: dict[str, Any] = self.request("get_status")
+    def status(self, jitter_window_s: float | None = None) -> dict[str, Any]:
+        """The agent's status (mode, owner, safety/watchdog config, loop jitter in ms)."""
+        result: dict[str, Any] = self.request("get_status", jitter_window_s=jitter_window_s)
         return result
 
     def get_log(self, last: int | None = None) -> dict[str, np.ndarray]:

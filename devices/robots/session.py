@@ -177,7 +177,8 @@ class Session:
             elif kind == "get_info":
                 result = agent.info.to_dict()
             elif kind == "get_status":
-                result = agent.status()
+                window = msg.get("jitter_window_s")
+                result = agent.status(float(window) if window else None)
             elif kind == "get_log":
                 log = agent.log.snapshot(msg.get("last"))
                 result = {k: P.array_to_wire(v) for k, v in log.items()}

@@ -51,12 +51,14 @@ class RateLoop:
         self._n += 1
         return due
 
-    def jitter_ms(self) -> dict[str, float]:
-        """Wake-up lateness statistics (ms) over the recent history."""
-        m = min(self._n, self._lateness.size)
+    def jitter_ms(self, last: int | None = None) -> dict[str, float]:
+        """Wake-up lateness statistics (ms) over the recent history (the newest `last`
+        ticks if given)."""
+        m = min(self._n, self._lateness.size, last if last else self._lateness.size)
         if m == 0:
-            return {"p50": 0.0, "p99": 0.0, "max": 0.0, "ticks": 0}
-        lat = self._lateness[:m] * 1e3
+            return {"p50": 0.0, "p99": 0.0, "max": 0.0, "ticks": 0.0, "skipped": 0.0}
+        idx = np.arange(self._n - m, self._n) % self._lateness.size
+        lat = self._lateness[idx] * 1e3
         return {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)),
                 "max": float(lat.max()), "ticks": float(self._n), "skipped": float(self.skipped)}
 

@@ -1,0 +1,119 @@
+"""`python main.py lab serve --scene NAME --config FILE --port P --token-file F`.
+
+Runs the virtual lab exactly like a robot: the MuJoCo lab driver, the robot agent (safety
+envelope, watchdog, policy runner) and the protocol server, plus the lab cameras streamed at
+the requested resolution and rate. Runs until Ctrl-C / SIGTERM and leaves the robot held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from devices.errors import DeviceError
+from devices.frames import RGBDFrame
+from devices.robots.agent import Agent
+from devices.robots.auth import TOKEN_ENV, load_token
+from devices.robots.safety import SafetyConfig, default_config
+from devices.robots.server import CameraFeed, RobotServer
+from devices.robots.watchdog import WatchdogConfig
+
+HELP = "Run the virtual lab (MuJoCo) as a robot + camera server speaking the robot protocol."
+# Where the end effector may go in the panda_table scene when the lab does not say: above the
+# table top, within its extent (base frame, m).
+LAB_WORKSPACE = {"lower": (-0.3, -0.65, 0.0), "upper": (1.0, 0.65, 1.3)}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", required=True)
+    s = sub.add_parser("serve", help="serve a lab scene until Ctrl-C / SIGTERM")
+    s.add_argument("--scene", default="panda_table", help="lab scene name (devices.lab.scenes)")
+    s.add_argument("--config", type=Path, default=None,
+                   help="lab config JSON with the hidden truth (default: the scene's)")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    s.add_argument("--port", type=int, default=7700, help="TCP port (0: any free port)")
+    s.add_argument("--token-file", type=Path, default=None,
+                   help=f"file holding the access token (default: ${TOKEN_ENV})")
+    s.add_argument("--camera-size", default="424x240", help="lab camera resolution WxH")
+    s.add_argument("--camera-fps", type=int, default=15, help="lab camera frame rate")
+    s.add_argument("--no-cameras", action="store_true", help="serve no cameras")
+    s.add_argument("--heartbeat-timeout", type=float, default=0.25,
+                   help="watchdog: stop when the controlling client is silent this long (s)")
+
+
+def camera_feed(driver: Any, name: str, width: int, height: int, fps: float) -> CameraFeed:
+    """A paced frame iterator factory for one lab camera (rendered on the calling thread)."""
+    def frames() -> Iterator[RGBDFrame]:
+        cam = driver.camera(name, width, height)
+        try:
+            period, t0, k = 1.0 / fps, time.perf_counter(), 0
+            while True:
+                yield cam.grab()
+                k += 1
+                due = t0 + k * period
+                now = time.perf_counter()
+                if due > now:
+                    time.sleep(due - now)
+                elif now - due > 5 * period:
+                    t0, k = now, 0
+        finally:
+            cam.close()
+    return frames
+
+
+def build(args: argparse.Namespace) -> tuple[Agent, RobotServer]:
+    """The lab driver, agent and server described by `args` (not yet started)."""
+    from devices.lab.driver import make_driver  # MuJoCo is imported only here
+
+    token = load_token(args.token_file)
+    driver = make_driver(args.scene, args.config, start=False)
+    info = driver.info()
+    safety = default_config(info)
+    if safety.workspace_lower is None and len(info.joint_names) == 7:
+        safety = SafetyConfig(workspace_lower=LAB_WORKSPACE["lower"],
+                              workspace_upper=LAB_WORKSPACE["upper"])
+    agent = Agent(driver, safety=safety,
+                  watchdog=WatchdogConfig(heartbeat_timeout_s=args.heartbeat_timeout))
+    cameras: dict[str, CameraFeed] = {}
+    if not args.no_cameras and info.cameras:
+        try:
+            w, h = (int(v) for v in args.camera_size.lower().split("x"))
+        except ValueError:
+            raise DeviceError(f"--camera-size {args.camera_size!r}: expected WxH, e.g. 424x240") from None
+        cameras = {name: camera_feed(driver, name, w, h, args.camera_fps) for name in info.cameras}
+    return agent, RobotServer(agent, token, host=args.host, port=args.port, cameras=cameras)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Short GIL switch interval: the 250 Hz control thread must not wait 5 ms behind the
+    # physics, camera and network threads.
+    sys.setswitchinterval(0.0005)
+    agent, server = build(args)
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    agent.start()
+    try:
+        server.start()
+        info = agent.info
+        print(f"lab {args.scene}: {info.name}, {len(info.joint_names)} joints at "
+              f"{info.control_rate_hz:g} Hz, cameras: {', '.join(server.cameras) or 'none'}",
+              flush=True)
+        print(f"lab serve: listening on {server.host}:{server.port}", flush=True)
+        while not done.wait(0.5):
+            pass
+    finally:
+        server.close()
+        agent.close()
+        print("lab serve: stopped (robot held)", flush=True)
+    return 0

@@ -1,0 +1,116 @@
+"""Start the virtual lab as its own process (`python main.py lab serve …`) and wait until it
+accepts connections. The demo, tests and benchmarks use this; like a real robot, the lab is
+then reached only through the protocol.
+
+    with start_lab_process("panda_table") as lab:
+        with RobotClient(lab.host, lab.port, lab.token) as robot: ...
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from devices.errors import DeviceError
+from devices.robots.auth import new_token, write_token_file
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+READY = re.compile(r"listening on ([0-9.]+):(\d+)")
+
+
+class LabProcess:
+    """A running `lab serve` subprocess: `host`, `port`, `token`, `terminate()`."""
+
+    def __init__(self, proc: subprocess.Popen[str], token: str, token_dir: tempfile.TemporaryDirectory[str]) -> None:
+        self.proc, self.token, self._token_dir = proc, token, token_dir
+        self.host, self.port = "127.0.0.1", 0
+        self.output: deque[str] = deque(maxlen=200)
+        self._ready = threading.Event()
+        self._reader = threading.Thread(target=self._read, name="lab-output", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line.rstrip())
+            m = READY.search(line)
+            if m and not self._ready.is_set():
+                self.host, self.port = m.group(1), int(m.group(2))
+                self._ready.set()
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self._ready.wait(0.05):
+            if self.proc.poll() is not None:
+                raise DeviceError("lab process exited with code "
+                                  f"{self.proc.returncode} before serving:\n" + self.tail())
+            if time.monotonic() > deadline:
+                self.terminate()
+                raise DeviceError(f"lab process did not start serving within {timeout_s:.0f} s:\n"
+                                  + self.tail())
+
+    def tail(self, lines: int = 20) -> str:
+        return "\n".join(list(self.output)[-lines:])
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def terminate(self, timeout_s: float = 10.0) -> int | None:
+        """SIGTERM (the lab holds the robot and exits), SIGKILL if it does not."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5.0)
+        self._reader.join(timeout=2.0)
+        self._token_dir.cleanup()
+        return self.proc.returncode
+
+    def __enter__(self) -> LabProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.terminate()
+
+
+def start_lab_process(scene: str = "panda_table", config: Path | None = None, *,
+                      port: int = 0, host: str = "127.0.0.1", token: str | None = None,
+                      camera_size: str | None = None, camera_fps: int | None = None,
+                      extra_args: list[str] | None = None, timeout_s: float = 60.0) -> LabProcess:
+    """Start `python main.py lab serve` and return once it listens (port 0: any free port).
+
+    Raises DeviceError with the process output if it fails to start.
+    """
+    token = token or new_token()
+    tdir = tempfile.TemporaryDirectory(prefix="twinbench-lab-")
+    token_file = Path(tdir.name) / "token"
+    write_token_file(token_file, token)
+    cmd = [sys.executable, str(REPO_ROOT / "main.py"), "lab", "serve", "--scene", scene,
+           "--port", str(port), "--host", host, "--token-file", str(token_file)]
+    if config is not None:
+        cmd += ["--config", str(config)]
+    if camera_size:
+        cmd += ["--camera-size", camera_size]
+    if camera_fps:
+        cmd += ["--camera-fps", str(camera_fps)]
+    cmd += extra_args or []
+    env = dict(os.environ)
+    env.setdefault("MUJOCO_GL", "egl")
+    env.setdefault("PYOPENGL_PLATFORM", "egl")
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    lab = LabProcess(proc, token, tdir)
+    lab.wait_ready(timeout_s)
+    return lab
