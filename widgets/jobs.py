@@ -2,7 +2,7 @@
 
 ```
 runner = JobRunner()
-task = runner.start("Fit twin", fit_job(...))
+task = runner.start("Fit twin", fit_job(...))      # the worker starts from the event loop
 task.sig_progress.connect(...); task.sig_finished.connect(...); task.sig_failed.connect(...)
 task.cancel()          # takes effect at the job's next yield (gen.close() on the worker)
 ```
@@ -128,17 +128,27 @@ class JobRunner(QtCore.QObject):
         self.pool = QtCore.QThreadPool(self)
         self.pool.setMaxThreadCount(max_threads)
         self._tasks: dict[int, JobTask] = {}
+        self._pending: list[JobTask] = []
         self._ids = itertools.count(1)
 
     def start(self, title: str, job: Job[Any]) -> JobTask:
-        """Start `job` on a worker thread; connect to the returned task's signals."""
+        """Start `job` on a worker thread; connect to the returned task's signals.
+
+        The worker is started from the event loop, right after the caller returns, so
+        connections made just after `start()` never miss a fast job's signals.
+        """
         task = JobTask(title, job, next(self._ids))
         self._tasks[task.job_id] = task
         task.sig_done.connect(lambda t=task: self._finish(t))
-        task.sig_failed.connect(lambda msg, t=task: log.debug("%s: %s", t.title, msg))
+        self._pending.append(task)
+        QtCore.QTimer.singleShot(0, self, self._flush)
         self.sig_job_started.emit(task)
-        self.pool.start(_Worker(task))
         return task
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for task in pending:
+            self.pool.start(_Worker(task))
 
     def run_request(self, req: JobRequest) -> JobTask:
         """Adapter for `AppController.job_executor`: run a request, call its callbacks."""
@@ -163,6 +173,7 @@ class JobRunner(QtCore.QObject):
     def shutdown(self, timeout_ms: int = 5000) -> bool:
         """Cancel every job and wait for the pool; True when all threads have finished."""
         self.cancel_all()
+        self._flush()  # cancelled before starting: their workers only close the generator
         ok = bool(self.pool.waitForDone(timeout_ms))
         QtCore.QCoreApplication.sendPostedEvents()
         return ok

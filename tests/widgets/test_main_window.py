@@ -1,0 +1,157 @@
+"""Main window: pages and empty states, page switching, File menu with real project folders,
+errors for bad projects (nothing on disk changes), log panel colours."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+from PySide6 import QtWidgets
+
+from app import workflows
+from app.project import MANIFEST, Project
+
+pytestmark = pytest.mark.gui
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, int]]:
+    """Every file under root with its content hash and mtime (ns)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            out[str(p.relative_to(root))] = (hashlib.sha256(p.read_bytes()).hexdigest(),
+                                              p.stat().st_mtime_ns)
+    return out
+
+
+def test_window_has_all_pages_with_empty_states(window) -> None:
+    titles = [window.steps.item(i).text() for i in range(window.steps.count())]
+    assert titles == ["1  Scan", "2  Twin", "3  Calibrate", "4  Policies", "5  Deploy"]
+    assert list(window.pages) == [s.key for s in workflows.STEPS]
+    for key, page in window.pages.items():
+        window.show_step(key)
+        assert window.stack.currentWidget() is page
+        assert page.showing_empty_state()
+        assert page.empty.isVisible()
+        text = page.empty.text()
+        st = workflows.step(key)
+        assert st.does in text and "Needs first" in text
+        for need in st.needs:
+            assert need.label in text
+    assert "Compare simulated and real trajectories" in window.pages["calibrate"].empty.text()
+    assert "No project is open" in window.pages["twin"].empty.text()
+
+
+def test_switching_pages_by_clicking_sidebar(window, qtbot) -> None:
+    from PySide6 import QtCore
+
+    for row in (3, 1, 4, 0):
+        item = window.steps.item(row)
+        rect = window.steps.visualItemRect(item)
+        qtbot.mouseClick(window.steps.viewport(), QtCore.Qt.MouseButton.LeftButton,
+                         pos=rect.center())
+        assert window.stack.currentIndex() == row
+        assert window.current_step() == workflows.STEPS[row].key
+
+
+def test_needs_are_ticked_from_the_open_project(window, controller, tmp_path, qtbot) -> None:
+    proj = Project.create(tmp_path / "p")
+    with proj.new_artifact("scan") as f:
+        (f / "scan.json").write_text("{}")
+    with proj.new_artifact("twin", inputs=[proj.latest("scan").id]) as f:
+        (f / "twin.json").write_text("{}")
+    controller.open_project(proj.root)
+    page = window.pages["calibrate"]
+    qtbot.waitUntil(lambda: "✔" in page.empty.needs.text())
+    html = page.empty.needs.text()
+    twin_line = [ln for ln in html.split("<br>") if "a twin" in ln][0]
+    traj_line = [ln for ln in html.split("<br>") if "trajectory" in ln][0]
+    assert "✔" in twin_line and "✘" in traj_line
+    qtbot.waitUntil(lambda: "Twinbench — p" == window.windowTitle())
+    assert "2 artifacts" in window.project_label.text()
+
+
+def test_file_new_open_recent_save(window, controller, tmp_path, monkeypatch, qtbot) -> None:
+    p1 = tmp_path / "first"
+    monkeypatch.setattr(QtWidgets.QFileDialog, "getSaveFileName",
+                        staticmethod(lambda *a, **k: (str(p1), "")))
+    window.act_new.trigger()
+    assert controller.project is not None and controller.project.root == p1.resolve()
+    assert (p1 / MANIFEST).is_file()
+    qtbot.waitUntil(lambda: window.windowTitle() == "Twinbench — first")
+
+    p2 = tmp_path / "second"
+    Project.create(p2)
+    monkeypatch.setattr(QtWidgets.QFileDialog, "getExistingDirectory",
+                        staticmethod(lambda *a, **k: str(p2)))
+    window.act_open.trigger()
+    assert controller.project.root == p2.resolve()
+    assert controller.recent_projects() == [p2.resolve(), p1.resolve()]
+    qtbot.waitUntil(lambda: [a.text() for a in window.recent_menu.actions()]
+                    == [str(p2.resolve()), str(p1.resolve())])
+
+    window.recent_menu.actions()[1].trigger()  # Open recent ▸ first
+    assert controller.project.root == p1.resolve()
+
+    before = (p1 / MANIFEST).stat().st_mtime_ns
+    window.act_save.trigger()
+    assert (p1 / MANIFEST).stat().st_mtime_ns >= before
+    assert Project.open(p1).name == "first"
+    assert window.last_error is None
+
+
+@pytest.mark.parametrize("problem", ["corrupt", "newer", "not_project"])
+def test_bad_project_shows_error_naming_path_and_changes_nothing(
+        window, controller, tmp_path, monkeypatch, qtbot, problem) -> None:
+    good = tmp_path / "good"
+    controller.new_project(good)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "notes.txt").write_text("keep me")
+    if problem == "corrupt":
+        (bad / MANIFEST).write_text('{"format": "twinbench-project", "format_ver')
+    elif problem == "newer":
+        (bad / MANIFEST).write_text('{"format": "twinbench-project", "format_version": 99}')
+    before = snapshot(tmp_path)
+    recent_before = controller.recent_projects()
+    monkeypatch.setattr(QtWidgets.QFileDialog, "getExistingDirectory",
+                        staticmethod(lambda *a, **k: str(bad)))
+    window.act_open.trigger()
+
+    assert window.error_box is not None and window.error_box.isVisible()
+    text = window.error_box.text()
+    assert str(bad) in text
+    assert {"corrupt": "corrupt manifest", "newer": "newer",
+            "not_project": "not a Twinbench project"}[problem] in text
+    assert controller.project is not None and controller.project.root == good.resolve()
+    assert controller.recent_projects() == recent_before
+    assert snapshot(tmp_path) == before  # nothing written, not even the recent list
+    qtbot.waitUntil(lambda: any(str(bad) in t and c.name() == "#c62828"
+                                for t, c in window.log_panel.rows()))
+    window.error_box.close()
+
+
+def test_log_panel_shows_records_from_threads_errors_red(window, qtbot) -> None:
+    lg = logging.getLogger("tests.widgets")
+    th = threading.Thread(target=lambda: lg.error("camera %s dropped", "D435"))
+    th.start()
+    th.join()
+    lg.warning("latency high")
+    qtbot.waitUntil(lambda: any("latency high" in t for t, _ in window.log_panel.rows()))
+    rows = dict(window.log_panel.rows())
+    err = [t for t in rows if "camera D435 dropped" in t][0]
+    assert rows[err].name() == "#c62828"
+    window.log_panel.level.setCurrentIndex(2)  # errors only
+    texts = [t for t, _ in window.log_panel.rows()]
+    assert any("D435" in t for t in texts) and not any("latency" in t for t in texts)
+
+
+def test_devices_panel_shows_disconnected_state(window, controller, qtbot) -> None:
+    panel = window.devices_panel
+    assert "disconnected" in panel.rows["robot"].label.text()
+    assert panel.no_robot.isVisible() and not panel.table.isVisible()
+    controller.set_device_status("camera", "unavailable", "lab not available: test")
+    qtbot.waitUntil(lambda: "lab not available: test" in panel.rows["camera"].label.text())
