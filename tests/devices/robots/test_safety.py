@@ -1,0 +1,154 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from devices.errors import DeviceError
+from devices.robots.driver import RobotState
+from devices.robots.drivers.ideal import HOME, IdealDriver, panda_like_info
+from devices.robots.safety import SafetyConfig, SafetyEnvelope
+
+INFO = panda_like_info(250.0)
+FK = IdealDriver(INFO).forward_kinematics
+LIM = INFO.limits
+DT = 1 / 250
+
+
+def _state(q=HOME, effort=None) -> RobotState:
+    q = np.asarray(q, float)
+    return RobotState(0.0, 0, q, np.zeros(7), np.zeros(7) if effort is None else effort)
+
+
+def _env(**cfg) -> SafetyEnvelope:
+    base = dict(workspace_lower=(-0.6, -0.6, 0.0), workspace_upper=(0.6, 0.6, 0.9))
+    base.update(cfg)
+    return SafetyEnvelope(INFO, SafetyConfig(**base), fk=FK)
+
+
+def test_position_limit_clamps_and_reports() -> None:
+    env = _env()
+    prev = np.asarray(LIM.upper) - 1e-3
+    prev[3] = -0.5
+    cmd = prev + 1.0
+    res = env.apply("position", cmd, _state(prev), prev)
+    assert res.stop is None and "position" in res.acted
+    assert np.all(res.command <= LIM.upper + 1e-12)
+
+
+def test_step_is_capped_at_velocity_limit_times_dt() -> None:
+    env = _env()
+    prev = np.asarray(HOME, float)
+    cmd = prev.copy()
+    cmd[0] += 0.5
+    res = env.apply("position", cmd, _state(), prev)
+    assert res.acted == ("velocity",)
+    assert res.command[0] - prev[0] == pytest.approx(LIM.velocity[0] * DT, rel=1e-9)
+    narrow = _env(max_step=tuple([0.001] * 7)).apply("position", cmd, _state(), prev)
+    assert narrow.acted == ("max_step",) and narrow.command[0] - prev[0] == pytest.approx(0.001)
+
+
+def test_workspace_box_holds_previous_command() -> None:
+    env = _env(workspace_upper=(0.6, 0.6, FK(np.asarray(HOME))[2] + 1e-4))
+    prev = np.asarray(HOME, float)
+    cmd = prev.copy()
+    cmd[3] += 0.005         # straightens the elbow: the end effector rises above the box
+    assert FK(cmd)[2] > FK(prev)[2]
+    res = env.apply("position", cmd, _state(), prev)
+    assert "workspace" in res.acted and res.stop is None
+    np.testing.assert_array_equal(res.command, prev)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nonfinite_always_stops(bad: float) -> None:
+    prev = np.asarray(HOME, float)
+    cmd = prev.copy()
+    cmd[5] = bad
+    for mode in ("position", "velocity", "torque"):
+        res = _env().apply(mode, cmd, _state(), prev)
+        assert res.stop is not None and res.acted == ("nonfinite",) and "joint6" in res.stop
+
+
+def test_stop_mode_stops_instead_of_clamping() -> None:
+    prev = np.asarray(HOME, float)
+    res = _env(on_violation="stop").apply("position", prev + 0.3, _state(), prev)
+    assert res.stop is not None and "velocity" in res.stop
+
+
+def test_velocity_mode_limits() -> None:
+    env = _env(velocity_ramp_s=0.1)
+    prev = np.zeros(7)
+    res = env.apply("velocity", np.full(7, 100.0), _state(), prev)
+    assert "velocity" in res.acted and "max_step" in res.acted
+    np.testing.assert_allclose(res.command, LIM.velocity * DT / 0.1)
+    # at the upper limit a velocity pushing outwards becomes zero, inwards passes
+    q = np.asarray(LIM.upper) - 1e-4
+    q[3] = -0.5
+    v = np.where(np.arange(7) == 0, 0.05, 0.0)
+    res = env.apply("velocity", v, _state(q), v)
+    assert "position" in res.acted and res.command[0] == 0.0
+    res = env.apply("velocity", -v, _state(q), -v)
+    assert res.command[0] == pytest.approx(-0.05)
+
+
+def test_effort_limits() -> None:
+    env = _env()
+    res = env.apply("torque", np.full(7, 1e3), _state(), np.zeros(7))
+    assert "effort" in res.acted and np.all(res.command <= LIM.effort)
+    hot = np.zeros(7)
+    hot[1] = 2.0 * LIM.effort[1]
+    res = env.apply("position", np.asarray(HOME, float), _state(effort=hot), np.asarray(HOME))
+    assert res.stop is not None and "joint2" in res.stop
+
+
+def test_uploaded_config_only_tightens() -> None:
+    base = SafetyConfig(workspace_lower=(-0.6, -0.6, 0.0), workspace_upper=(0.6, 0.6, 0.9))
+    loose = SafetyConfig.from_dict({"velocity_scale": 1.0, "workspace_lower": [-5, -5, -5],
+                                    "workspace_upper": [5, 5, 5], "on_violation": "clamp",
+                                    "measured_effort_factor": 10.0})
+    t = base.tightened(loose)
+    assert t.workspace_lower == (-0.6, -0.6, 0.0) and t.workspace_upper == (0.6, 0.6, 0.9)
+    assert t.measured_effort_factor == 1.5
+    tight = base.tightened(SafetyConfig.from_dict({"velocity_scale": 0.2,
+                                                   "on_violation": "stop",
+                                                   "workspace_upper": [0.5, 0.7, 0.8]}))
+    assert tight.velocity_scale == 0.2 and tight.on_violation == "stop"
+    assert tight.workspace_upper == (0.5, 0.6, 0.8)
+    with pytest.raises(DeviceError, match="unknown"):
+        SafetyConfig.from_dict({"velocty_scale": 0.5})
+    with pytest.raises(DeviceError, match="velocity_scale"):
+        SafetyConfig.from_dict({"velocity_scale": 2.0})
+
+
+def test_fuzzed_position_commands_never_leave_the_envelope() -> None:
+    """Independent check of every command the envelope lets through."""
+    env = _env()
+    rng = np.random.default_rng(42)
+    prev = np.asarray(HOME, float)
+    lo, hi = np.asarray(LIM.lower), np.asarray(LIM.upper)
+    step = np.asarray(LIM.velocity) * DT
+    passed = 0
+    for _ in range(3000):
+        kind = rng.integers(5)
+        if kind == 0:
+            cmd = prev + rng.normal(0, 0.005, 7)
+        elif kind == 1:
+            cmd = rng.uniform(lo - 1, hi + 1)
+        elif kind == 2:
+            cmd = rng.normal(0, 1e6, 7)
+        elif kind == 3:
+            cmd = prev.copy()
+            cmd[rng.integers(7)] = rng.choice([np.nan, np.inf, -np.inf])
+        else:
+            cmd = prev + rng.normal(0, 0.05, 7)
+        res = env.apply("position", cmd, _state(prev), prev)
+        if res.stop is not None:
+            continue
+        out = res.command
+        assert np.all(np.isfinite(out))
+        assert np.all(out >= lo - 1e-12) and np.all(out <= hi + 1e-12)
+        assert np.all(np.abs(out - prev) <= step + 1e-12)
+        p = FK(out)
+        assert np.all(p >= env.box[0]) and np.all(p <= env.box[1])
+        prev = out
+        passed += 1
+    assert passed > 2000
