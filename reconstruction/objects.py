@@ -1,0 +1,189 @@
+"""Per-object meshes cut from the scene mesh, closed at the table and cleaned up.
+
+The TSDF surface of an object on a table is open where it meets the table. We cut the
+object's faces out of the scene mesh, drop the walls' lowest ring onto the table plane, fill
+the holes (the bottom and anything unobserved), keep the largest piece, simplify to a triangle
+budget and report whether the result is watertight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import open3d as o3d
+import trimesh
+from numpy.typing import NDArray
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial import cKDTree
+
+from reconstruction.segment import Cluster, Plane
+
+
+@dataclass
+class ObjectMesh:
+    mesh: trimesh.Trimesh                 # in the object frame
+    T_world_object: NDArray[np.float64]   # origin on the table under the object, z = plane normal
+    watertight: bool
+    holes_filled: int
+    triangles_before: int
+    warnings: list[str]
+
+
+def object_frame(points: NDArray[np.float64], plane: Plane) -> NDArray[np.float64]:
+    """Origin: footprint centre on the plane; z: plane normal; x: the footprint's main axis."""
+    B = plane.basis()
+    uv = points @ B[:, :2]
+    mid = (uv.min(0) + uv.max(0)) / 2
+    cov = np.cov((uv - uv.mean(0)).T) if len(uv) > 2 else np.eye(2)
+    w, v = np.linalg.eigh(cov)
+    a = v[:, np.argmax(w)]
+    x = B[:, 0] * a[0] + B[:, 1] * a[1]
+    if x @ B[:, 0] < 0:
+        x = -x
+    z = plane.normal
+    T = np.eye(4)
+    T[:3, 0], T[:3, 1], T[:3, 2] = x, np.cross(z, x), z
+    T[:3, 3] = plane.project((B[:, :2] @ mid)[None])[0]
+    return T
+
+
+def cut_object(scene: trimesh.Trimesh, cluster: Cluster, plane: Plane, radius: float = 0.008,
+               cut_height: float = 0.004) -> trimesh.Trimesh:
+    """Faces of `scene` near the cluster's points and above `cut_height` (world frame)."""
+    v = scene.vertices
+    tree = cKDTree(cluster.points)
+    near, _ = tree.query(v, distance_upper_bound=radius)
+    near = np.isfinite(near) & (plane.height(v) > cut_height)
+    faces = scene.faces[near[scene.faces].all(axis=1)]
+    sub = trimesh.Trimesh(v, faces, vertex_colors=scene.visual.vertex_colors
+                          if scene.visual.kind == "vertex" else None, process=False)
+    sub.remove_unreferenced_vertices()
+    return sub
+
+
+def close_and_clean(part: trimesh.Trimesh, plane: Plane, triangle_budget: int = 5000,
+                    snap_height: float = 0.015) -> tuple[trimesh.Trimesh, int, list[str]]:
+    """Snap the open bottom ring onto the plane, fill holes, keep the largest piece, simplify."""
+    warnings: list[str] = []
+    m = part.copy()
+    if len(m.faces) == 0:
+        return m, 0, ["no surface for this object"]
+    m = _largest_piece(m)
+    boundary = trimesh.grouping.group_rows(m.edges_sorted, require_count=1)
+    bverts = np.unique(m.edges_sorted[boundary]) if len(boundary) else np.zeros(0, int)
+    low = bverts[plane.height(m.vertices[bverts]) < snap_height]
+    if len(low):
+        v = m.vertices.copy()
+        v[low] = plane.project(v[low])
+        m.vertices = v
+    holes = _count_holes(m)
+    filled = fill_holes_fan(m)
+    if len(filled.faces) > triangle_budget:
+        lm = _to_legacy(filled).simplify_quadric_decimation(
+            target_number_of_triangles=int(triangle_budget))
+        filled = trimesh.Trimesh(np.asarray(lm.vertices).copy(), np.asarray(lm.triangles).copy(),
+                                 process=True)
+    filled.merge_vertices()
+    filled = _largest_piece(filled)
+    if filled.is_watertight and filled.volume < 0:
+        filled = trimesh.Trimesh(filled.vertices.copy(), filled.faces[:, ::-1].copy(),
+                                 process=False)
+    if not filled.is_watertight:
+        warnings.append("mesh is not watertight after hole filling")
+    return filled, holes, warnings
+
+
+def extract_object(scene: trimesh.Trimesh, cluster: Cluster, plane: Plane,
+                   triangle_budget: int = 5000) -> ObjectMesh:
+    """Cut, close, clean and express one object in its own frame."""
+    part = cut_object(scene, cluster, plane)
+    tri_before = len(part.faces)
+    mesh, holes, warnings = close_and_clean(part, plane, triangle_budget)
+    T = object_frame(cluster.points, plane)
+    Tinv = np.linalg.inv(T)
+    mesh = trimesh.Trimesh(mesh.vertices @ Tinv[:3, :3].T + Tinv[:3, 3], mesh.faces.copy(),
+                           process=False)
+    return ObjectMesh(mesh, T, bool(mesh.is_watertight), holes, tri_before,
+                      [*cluster.warnings, *warnings])
+
+
+def _largest_piece(m: trimesh.Trimesh) -> trimesh.Trimesh:
+    """The connected piece with the most faces (scipy graph; no networkx needed)."""
+    if len(m.faces) == 0:
+        return m
+    adj = m.face_adjacency
+    n = len(m.faces)
+    g = coo_matrix((np.ones(len(adj)), (adj[:, 0], adj[:, 1])), shape=(n, n))
+    ncomp, labels = connected_components(g, directed=False)
+    if ncomp <= 1:
+        return m
+    keep = labels == np.bincount(labels).argmax()
+    out = trimesh.Trimesh(m.vertices, m.faces[keep], process=False)
+    out.remove_unreferenced_vertices()
+    return out
+
+
+def _count_holes(m: trimesh.Trimesh) -> int:
+    boundary = trimesh.grouping.group_rows(m.edges_sorted, require_count=1)
+    if not len(boundary):
+        return 0
+    e = m.edges_sorted[boundary]
+    n = len(m.vertices)
+    g = coo_matrix((np.ones(len(e)), (e[:, 0], e[:, 1])), shape=(n, n))
+    _, labels = connected_components(g, directed=False)
+    return len(np.unique(labels[np.unique(e)]))
+
+
+def fill_holes_fan(m: trimesh.Trimesh) -> trimesh.Trimesh:
+    """Close every boundary loop with a fan around its centroid (orientation kept).
+
+    Open3D 0.20's `t.geometry.TriangleMesh.fill_holes` returns vertex memory that is already
+    freed (garbage coordinates), so we triangulate the loops ourselves.
+    """
+    faces = np.asarray(m.faces)
+    if len(faces) == 0:
+        return m.copy()
+    directed = faces[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2)
+    key = directed[:, 0].astype(np.int64) * (len(m.vertices) + 1) + directed[:, 1]
+    rkey = directed[:, 1].astype(np.int64) * (len(m.vertices) + 1) + directed[:, 0]
+    open_edges = directed[~np.isin(key, rkey)]
+    nxt: dict[int, list[int]] = {}
+    for a, b in open_edges:
+        nxt.setdefault(int(a), []).append(int(b))
+    verts = [np.asarray(m.vertices, dtype=np.float64)]
+    new_faces = [faces]
+    n = len(m.vertices)
+    while nxt:
+        start = next(iter(nxt))
+        loop = [start]
+        cur = start
+        while True:
+            outs = nxt.get(cur)
+            if not outs:
+                break
+            b = outs.pop()
+            if not outs:
+                del nxt[cur]
+            if b == start:
+                break
+            loop.append(b)
+            cur = b
+            if len(loop) > len(open_edges):
+                break
+        if len(loop) < 3:
+            continue
+        centre = m.vertices[loop].mean(axis=0)
+        verts.append(centre[None])
+        ring = np.asarray(loop)
+        fan = np.column_stack([np.roll(ring, -1), ring, np.full(len(ring), n)])
+        new_faces.append(fan)
+        n += 1
+    return trimesh.Trimesh(np.vstack(verts), np.vstack(new_faces), process=False)
+
+
+def _to_legacy(m: trimesh.Trimesh) -> o3d.geometry.TriangleMesh:
+    return o3d.geometry.TriangleMesh(
+        o3d.utility.Vector3dVector(np.array(m.vertices, dtype=np.float64, copy=True)),
+        o3d.utility.Vector3iVector(np.array(m.faces, dtype=np.int32, copy=True)))
