@@ -9,11 +9,17 @@ disconnects and stops the lab process.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
 
 from app.jobs import Job, Progress
 from app.project import MANIFEST, Project
-from app.session import AppController, RobotLink, data_dir
+from app.session import AppController, data_dir
+from devices.robots.driver import RobotInfo, RobotState
 from resources.errors import TwinbenchError
 
 log = logging.getLogger(__name__)
@@ -44,29 +50,103 @@ def ensure_demo_project(root: Path | None = None) -> Project:
 def lab_problem() -> str | None:
     """Why the virtual lab cannot be started here, or None when it can."""
     try:
-        from devices.robots import launcher  # noqa: F401
+        from devices.robots import client, launch  # noqa: F401
     except ImportError as exc:
         return f"lab not available: this installation has no virtual lab launcher ({exc})"
     return None
 
 
-def lab_job(scene: str = DEMO_SCENE) -> Job[RobotLink]:
-    """Start the lab process, connect to it, and return a link (closing it stops the lab)."""
+# Franka Panda kinematics (modified DH, from Franka's documentation), only to draw the lab
+# arm as a stick figure: joints 1-7, then the flange, then the grasp point 0.105 m further.
+_PANDA_A = (0.0, 0.0, 0.0, 0.0825, -0.0825, 0.0, 0.088, 0.0)
+_PANDA_D = (0.333, 0.0, 0.316, 0.0, 0.384, 0.0, 0.0, 0.107)
+_PANDA_ALPHA = (0.0, -np.pi / 2, np.pi / 2, np.pi / 2, -np.pi / 2, np.pi / 2, np.pi / 2, 0.0)
+PANDA_TOOL_OFFSET_M = 0.105
+
+
+def panda_link_positions(joint_pos: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Points (10, 3) in the base frame, m: base, joint frames 1-7, flange, grasp point."""
+    q = np.asarray(joint_pos, dtype=float)
+    if q.shape != (7,):
+        raise ValueError(f"Panda has 7 joints, got joint_pos of shape {q.shape}")
+    T = np.eye(4)
+    pts = [T[:3, 3].copy()]
+    for i in range(8):
+        th = q[i] if i < 7 else 0.0
+        ca, sa = np.cos(_PANDA_ALPHA[i]), np.sin(_PANDA_ALPHA[i])
+        ct, st = np.cos(th), np.sin(th)
+        d, a = _PANDA_D[i], _PANDA_A[i]
+        T = T @ np.array([[ct, -st, 0, a], [st * ca, ct * ca, -sa, -sa * d],
+                          [st * sa, ct * sa, ca, ca * d], [0, 0, 0, 1]])
+        pts.append(T[:3, 3].copy())
+    pts.append(T[:3, 3] + PANDA_TOOL_OFFSET_M * T[:3, 2])
+    return np.array(pts)
+
+
+class LabLink:
+    """A lab process plus the RobotClient connected to it; `close()` disconnects and stops
+    the lab. Satisfies `app.session.RobotLink`."""
+
+    def __init__(self, lab: Any, client: Any, scene: str) -> None:
+        self.lab, self.client, self.scene = lab, client, scene
+
+    def info(self) -> RobotInfo:
+        info: RobotInfo = self.client.info
+        return info
+
+    @property
+    def cameras(self) -> list[str]:
+        return list(getattr(self.client, "cameras", []))
+
+    def latest_state(self) -> RobotState | None:
+        # The first state arrived during connect, so this never waits.
+        state: RobotState = self.client.latest_state(timeout_s=0.0)
+        return state
+
+    def link_positions(self, joint_pos: NDArray[np.float64]) -> NDArray[np.float64] | None:
+        """Stick-figure points of the arm for drawing (Panda only; None otherwise)."""
+        if len(self.info().joint_names) == 7 and "panda" in self.info().joint_names[0]:
+            return panda_link_positions(joint_pos)
+        return None
+
+    def command_position(self, joint_pos: NDArray[np.float64]) -> None:
+        self.client.command_position(joint_pos)
+
+    def stop(self, reason: str) -> None:
+        self.client.stop(reason)
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        finally:
+            code = self.lab.terminate()
+            log.info("virtual lab stopped (exit code %s)", code)
+
+
+def lab_job(scene: str = DEMO_SCENE) -> Job[LabLink]:
+    """Start the lab process, connect to it, wait for the first state; returns the link."""
     problem = lab_problem()
     if problem is not None:
         raise LabUnavailable(problem)
-    from devices.robots import launcher
+    from devices.robots.client import RobotClient
+    from devices.robots.launch import start_lab_process
 
     yield Progress(None, f"starting the virtual lab ({scene})…")
-    lab = launcher.start_lab(scene=scene)
+    lab = start_lab_process(scene)
     try:
-        yield Progress(0.5, "connecting to the lab robot…")
-        link = launcher.connect(lab)
-    except BaseException:
-        lab.stop()
+        yield Progress(0.6, f"connecting to the lab robot at {lab.host}:{lab.port}…")
+        client = RobotClient(lab.host, lab.port, lab.token, name="twinbench-gui")
+        client.connect()
+        try:
+            client.latest_state(timeout_s=5.0)
+        except BaseException:
+            client.close()
+            raise
+    except BaseException:  # includes cancel (GeneratorExit): never leave the lab running
+        lab.terminate()
         raise
     yield Progress(1.0, "connected")
-    return link
+    return LabLink(lab, client, scene)
 
 
 def start_lab(controller: AppController, scene: str = DEMO_SCENE) -> None:
@@ -78,13 +158,50 @@ def start_lab(controller: AppController, scene: str = DEMO_SCENE) -> None:
         return
     controller.set_device_status("robot", "connecting", f"starting the virtual lab ({scene})…")
 
-    def done(link: RobotLink) -> None:
-        controller.attach_robot(link, detail=f"virtual lab '{scene}': {link.info().name}")
+    def done(link: LabLink) -> None:
+        addr = f"{link.lab.host}:{link.lab.port}"
+        controller.attach_robot(link, detail=f"{link.info().name} (virtual lab) at {addr}")
+        if link.cameras:
+            controller.set_device_status(
+                "camera", "connected",
+                f"virtual lab cameras: {', '.join(link.cameras)} (served by the lab at {addr})")
 
     def failed(msg: str) -> None:
         controller.set_device_status("robot", "error", f"lab not available: {msg}")
 
     controller.submit_job("Start virtual lab", lab_job(scene), on_done=done, on_failed=failed)
+
+
+def motion_job(link: LabLink, duration_s: float = 12.0, rate_hz: float = 50.0,
+               amplitude_rad: float = 0.35) -> Job[int]:
+    """Move the lab arm gently (sinusoids on joints 1, 2 and 4 around the start pose) so the
+    live view has something to show; stops (holds) the robot when done or cancelled.
+    Returns the number of commands sent."""
+    start = np.asarray(link.latest_state().joint_pos, dtype=float)  # type: ignore[union-attr]
+    info = link.info()
+    lo = np.asarray(info.limits.lower, dtype=float) + 0.05
+    hi = np.asarray(info.limits.upper, dtype=float) - 0.05
+    weights = np.zeros(len(start))
+    weights[[i for i in (0, 1, 3) if i < len(start)]] = (1.0, 0.5, 0.6)[: min(3, len(start))]
+    sent = 0
+    t0 = time.monotonic()
+    try:
+        while (t := time.monotonic() - t0) < duration_s:
+            ramp = min(1.0, t / 1.5, (duration_s - t) / 1.5)  # ease in and out
+            q = start + ramp * amplitude_rad * weights * np.sin(2 * np.pi * t / 4.0)
+            link.command_position(np.clip(q, lo, hi))
+            sent += 1
+            if sent % 5 == 0:
+                yield Progress(t / duration_s, f"demo motion {t:.1f}/{duration_s:.0f} s")
+            time.sleep(max(0.0, t0 + sent / rate_hz - time.monotonic()))
+        link.command_position(start)
+        yield Progress(1.0, "back at the start pose")
+    finally:
+        try:
+            link.stop("demo motion finished")
+        except TwinbenchError as exc:
+            log.warning("could not stop the robot after the demo motion: %s", exc)
+    return sent
 
 
 class LabUnavailable(TwinbenchError):

@@ -324,6 +324,17 @@ class AppController:
             self.set_device_status("robot", "error", f"connection lost: {exc}")
             return None
 
+    def robot_links(self, joint_pos: Any) -> Any:
+        """Stick-figure points (K, 3) of the connected arm at joint_pos, if its link can
+        draw one (optional `link_positions` method); else None."""
+        fn = getattr(self._robot, "link_positions", None)
+        return fn(joint_pos) if callable(fn) else None
+
+    @property
+    def robot_link(self) -> RobotLink | None:
+        """The connected robot's link (for workflows that command it), or None."""
+        return self._robot
+
     # -- jobs ----------------------------------------------------------------------------
     def submit_job(
         self,

@@ -59,20 +59,27 @@ class DevicesPanel(QtWidgets.QWidget):
         for r in self.rows.values():
             lay.addWidget(r)
         self.rate = QtWidgets.QLabel("")
-        self.rate.setStyleSheet("color: palette(placeholder-text);")
+        self.rate.setStyleSheet("color: #6b6b6b;")
         lay.addWidget(self.rate)
+        self.move_button = QtWidgets.QPushButton("Move arm (demo motion, 12 s)")
+        self.move_button.setToolTip("Command a slow sine motion on three joints through the "
+                                    "robot protocol, then hold. Cancel it in the status bar.")
+        self.move_button.clicked.connect(self._demo_motion)
+        self.move_button.hide()
+        lay.addWidget(self.move_button)
         self.table = QtWidgets.QTableWidget(0, 4)
         self.table.setHorizontalHeaderLabels(["joint", "pos (rad)", "vel (rad/s)", "effort (N·m)"])
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.Stretch)
-        self.table.setMinimumHeight(120)
+        self.table.verticalHeader().setDefaultSectionSize(22)
+        self.table.setMinimumHeight(7 * 22 + 30)
         self.ee = QtWidgets.QLabel("")
         self.no_robot = QtWidgets.QLabel("Connect a robot to see its joint state and end "
                                          "effector here (python main.py demo starts the "
                                          "virtual lab).")
         self.no_robot.setWordWrap(True)
-        self.no_robot.setStyleSheet("color: palette(placeholder-text); padding: 8px;")
+        self.no_robot.setStyleSheet("color: #6b6b6b; padding: 8px;")
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
         top = QtWidgets.QWidget()
         tl = QtWidgets.QVBoxLayout(top)
@@ -122,17 +129,31 @@ class DevicesPanel(QtWidgets.QWidget):
             self._last_seq = None
             self.table.show()
             self.no_robot.hide()
+            self.move_button.setVisible(hasattr(self.controller.robot_link, "command_position"))
+            self.move_button.setEnabled(True)
             self.timer.start()
         else:
             self.timer.stop()
             self.table.setRowCount(0)
             self.table.hide()
             self.no_robot.show()
+            self.move_button.hide()
             self.ee.setText("")
             self.rate.setText("")
             if self.scene is not None:
-                self.scene.remove("ee")
-                self.scene.remove("ee_path")
+                for name in ("ee", "ee_path", "arm", "joints"):
+                    self.scene.remove(name)
+
+    def _demo_motion(self) -> None:
+        from app import demo
+
+        link = self.controller.robot_link
+        if not isinstance(link, demo.LabLink):
+            return
+        self.move_button.setEnabled(False)
+        enable = lambda *_: self.move_button.setEnabled(True)  # noqa: E731
+        self.controller.submit_job("Demo motion", demo.motion_job(link),
+                                   on_done=enable, on_failed=enable)
 
     def refresh_state(self) -> None:
         """Pull the newest robot state and draw it (called by the timer)."""
@@ -159,6 +180,11 @@ class DevicesPanel(QtWidgets.QWidget):
             (t0, s0), (t1, s1) = self._rate_window[0], self._rate_window[-1]
             hz = (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
             self.rate.setText(f"state stream {hz:.0f} Hz · seq {st.seq} · t = {st.t:.2f} s")
+        if self.scene is not None:
+            pts = self.controller.robot_links(st.joint_pos)
+            if pts is not None:
+                self.scene.set_polyline("arm", pts, color=(0.95, 0.6, 0.15, 1.0), width=5.0)
+                self.scene.set_points("joints", pts[:-1], (1.0, 0.85, 0.6, 1.0), size_px=8.0)
         if st.ee_pos is not None:
             p = np.asarray(st.ee_pos, dtype=float)
             self.ee.setText(f"end effector (base frame): x {p[0]:+.3f}  y {p[1]:+.3f}  z {p[2]:+.3f} m")

@@ -78,12 +78,12 @@ class MainWindow(QtWidgets.QMainWindow):
         cl.setContentsMargins(4, 4, 4, 4)
         side = QtWidgets.QVBoxLayout()
         caption = QtWidgets.QLabel("Workflow")
-        caption.setStyleSheet("font-weight: 600; color: palette(placeholder-text); padding: 4px 8px;")
+        caption.setStyleSheet("font-weight: 600; color: #6b6b6b; padding: 4px 8px;")
         side.addWidget(caption)
         side.addWidget(self.steps)
         self.project_label = QtWidgets.QLabel("")
         self.project_label.setWordWrap(True)
-        self.project_label.setStyleSheet("padding: 6px 8px; color: palette(placeholder-text);")
+        self.project_label.setStyleSheet("padding: 6px 8px; color: #6b6b6b;")
         self.project_label.setFixedWidth(190)
         side.addWidget(self.project_label)
         cl.addLayout(side)
@@ -245,10 +245,10 @@ class MainWindow(QtWidgets.QMainWindow):
         on_failed = req.on_failed
 
         def failed(msg: str) -> None:
+            if not req.meta.get("quiet"):
+                self.show_error(f"{req.title} failed", msg)
             if on_failed is not None:
                 on_failed(msg)
-            else:
-                self.show_error(f"{req.title} failed", msg)
 
         self.runner.run_request(JobRequest(req.title, req.job, req.on_done, failed, req.meta))
 

@@ -36,7 +36,7 @@ QFrame#emptyState { background: palette(base); border: 1px solid palette(mid); b
 QLabel#emptyTitle { font-size: 20px; font-weight: 600; }
 QLabel#emptyDoes { font-size: 13px; }
 QLabel#emptyNeeds { font-size: 13px; }
-QLabel#emptyCli { color: palette(placeholder-text); font-family: monospace; }
+QLabel#emptyCli { color: #6b6b6b; font-family: monospace; }
 """
 
 

@@ -100,8 +100,8 @@ class SceneView(QtWidgets.QWidget):
 
             self.gl_view = gl.GLViewWidget()
             self.gl_view.setBackgroundColor(BACKGROUND)
-            self.gl_view.setCameraPosition(distance=2.8, elevation=25, azimuth=-60)
-            self.gl_view.opts["center"] = QtGui.QVector3D(0.3, 0.0, 0.3)
+            self.gl_view.setCameraPosition(distance=2.0, elevation=22, azimuth=-55)
+            self.gl_view.opts["center"] = QtGui.QVector3D(0.25, 0.0, 0.3)
             grid = gl.GLGridItem()
             grid.setSize(grid_size_m, grid_size_m)
             grid.setSpacing(0.1, 0.1)
