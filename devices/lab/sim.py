@@ -1,0 +1,199 @@
+"""`LabSim`: one lab scene stepped deterministically, without threads.
+
+It is the lab's "reality": the joint controller runs with the TRUE gains and force limits
+(config.actuators), commands reach it after the TRUE latency (a delay queue on the lab
+clock), and measured states carry the TRUE sensor noise. Tests and benchmarks drive it
+directly; `LabDriver` runs it in real time on its own thread.
+
+The lab clock is simulated time in seconds since reset (monotonic).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+import mujoco
+import numpy as np
+from numpy.typing import NDArray
+
+from devices.lab.config import LabConfig, LabError
+from devices.lab.scenes import Scene, get_scene
+from devices.poses import matrix_to_pose
+from devices.robots.driver import CommandMode, RobotInfo, RobotState
+
+MODES = ("position", "velocity", "torque")
+
+
+class LabSim:
+    """A scene, its truth, and its joint controller. Not thread-safe (LabDriver locks)."""
+
+    def __init__(self, scene: str, config: LabConfig | Path | None = None) -> None:
+        self.scene: Scene = get_scene(scene)
+        if isinstance(config, (str, Path)):
+            config = LabConfig.load(Path(config))
+        self.config: LabConfig = config or self.scene.default_config()
+        if self.config.scene != scene:
+            raise LabError(f"lab config is for scene {self.config.scene!r}, not {scene!r}")
+        self.config.validate()
+        from devices.lab.scenes import build_model
+
+        self.model = build_model(scene, self.config)
+        self.data = mujoco.MjData(self.model)
+        self._scratch = mujoco.MjData(self.model)       # kinematics without touching data
+        names = self.scene.joint_names
+        self.n = len(names)
+        jids = [self.model.joint(n).id for n in names]
+        self._qadr = np.array([self.model.jnt_qposadr[j] for j in jids], dtype=int)
+        self._dadr = np.array([self.model.jnt_dofadr[j] for j in jids], dtype=int)
+        ac = self.config.actuators
+        self._kp = np.array(ac.kp if ac else (), float)
+        self._kv = np.array(ac.kv if ac else (), float)
+        self._flim = np.array(ac.force_limit if ac else (), float)
+        self._tool = (self.model.body(self.scene.tool_body).id
+                      if self.scene.tool_body else -1)
+        self.reset()
+
+    # --- time and state ----------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Back to the config's initial state, holding the initial joint positions."""
+        mujoco.mj_resetData(self.model, self.data)
+        if self.n and self.config.initial_joint_pos:
+            self.data.qpos[self._qadr] = self.config.initial_joint_pos
+        mujoco.mj_forward(self.model, self.data)
+        self._rng = np.random.default_rng(self.config.seed)
+        self._queue: deque[tuple[float, str, NDArray[np.float64]]] = deque()
+        self._mode: str = "position"
+        self._ref = self.data.qpos[self._qadr].copy()
+        self._tau = np.zeros(self.n)
+        self.seq = 0
+        self.state = self._measure()
+
+    @property
+    def time(self) -> float:
+        return float(self.data.time)
+
+    @property
+    def dt(self) -> float:
+        return float(self.model.opt.timestep)
+
+    def step(self, n: int = 1) -> None:
+        """Advance n physics steps (controller, physics, measurement each step)."""
+        for _ in range(n):
+            if self.n:
+                self._control()
+            mujoco.mj_step(self.model, self.data)
+            self.seq += 1
+        self.state = self._measure()
+
+    def run_for(self, seconds: float) -> None:
+        self.step(max(1, int(round(seconds / self.dt))))
+
+    def _control(self) -> None:
+        now = self.data.time + 1e-9
+        while self._queue and self._queue[0][0] <= now:
+            _, self._mode, self._ref = self._queue.popleft()
+        q = self.data.qpos[self._qadr]
+        qd = self.data.qvel[self._dadr]
+        if self._mode == "position":
+            tau = self._kp * (self._ref - q) - self._kv * qd
+        elif self._mode == "velocity":
+            tau = self._kv * (self._ref - qd)
+        else:
+            tau = self._ref
+        self._tau = np.clip(tau, -self._flim, self._flim)
+        self.data.ctrl[: self.n] = self._tau
+
+    def _measure(self) -> RobotState:
+        c, r, n = self.config, self._rng, self.n
+        return RobotState(
+            t=self.time, seq=self.seq,
+            joint_pos=self.data.qpos[self._qadr] + r.normal(0, c.joint_pos_noise, n),
+            joint_vel=self.data.qvel[self._dadr] + r.normal(0, c.joint_vel_noise, n),
+            joint_effort=self._tau + r.normal(0, c.effort_noise, n))
+
+    def read_state(self) -> RobotState:
+        """The newest measured state (noisy), with ee_pos from the measured joints."""
+        s = self.state
+        if s.ee_pos is None and self._tool >= 0:
+            s = RobotState(s.t, s.seq, s.joint_pos, s.joint_vel, s.joint_effort,
+                           self.forward_kinematics(s.joint_pos))
+            self.state = s
+        return s
+
+    # --- commands ----------------------------------------------------------------------
+
+    def write_command(self, mode: CommandMode, values: NDArray[np.float64]) -> None:
+        """Queue a command; the controller sees it `latency_s` later on the lab clock."""
+        if mode not in MODES:
+            raise LabError(f"lab {self.scene.name}: command mode {mode!r} not supported "
+                           f"(supports {MODES})")
+        v = np.array(values, dtype=float).reshape(-1)
+        if v.shape != (self.n,) or not np.all(np.isfinite(v)):
+            raise LabError(f"lab {self.scene.name}: {mode} command needs {self.n} finite "
+                           f"values, got {np.asarray(values).tolist()}")
+        self._queue.append((self.time + self.config.latency_s, mode, v))
+
+    def hold(self) -> None:
+        """Stop now (no latency: the controller's own brake): hold the true position."""
+        self._queue.clear()
+        self._mode = "position"
+        self._ref = self.data.qpos[self._qadr].copy()
+
+    # --- kinematics (nominal model, not truth) -----------------------------------------
+
+    def forward_kinematics(self, joint_pos: NDArray[np.float64]) -> NDArray[np.float64] | None:
+        """Tool (end-effector) position in the base frame for joint_pos, m."""
+        if self._tool < 0:
+            return None
+        return self.body_pose(self.scene.tool_body, joint_pos)[:3, 3].copy()
+
+    def body_pose(self, body: str, joint_pos: NDArray[np.float64]) -> NDArray[np.float64]:
+        """T_base_body (4x4) of a robot body (e.g. "panda_hand") at joint_pos."""
+        d = self._scratch
+        d.qpos[:] = self.data.qpos
+        d.qpos[self._qadr] = np.asarray(joint_pos, float)
+        mujoco.mj_kinematics(self.model, d)
+        try:
+            b = self.model.body(body).id
+        except KeyError:
+            raise LabError(f"lab {self.scene.name}: no body {body!r}") from None
+        T = np.eye(4)
+        T[:3, :3] = d.xmat[b].reshape(3, 3)
+        T[:3, 3] = d.xpos[b]
+        return T
+
+    def info(self) -> RobotInfo:
+        """What the lab robot says about itself: names, NOMINAL limits, rate. No truth."""
+        meta = {"simulator": "mujoco", "lab_scene": self.scene.name}
+        if self.config.actuators is not None:
+            meta["gravity_compensation"] = self.config.actuators.gravity_compensation
+        if self.scene.tool_body:
+            meta["ee_link"] = self.scene.tool_body
+        for c in self.config.cameras:
+            if c.kind == "wrist" and c.nominal_pose is not None:
+                meta[f"camera/{c.name}/mount_body"] = c.mount_body
+                meta[f"camera/{c.name}/nominal_T_mount_camera"] = list(c.nominal_pose)
+        return RobotInfo(
+            name=f"lab/{self.scene.name}", joint_names=self.scene.joint_names,
+            limits=self.scene.nominal_limits(), control_rate_hz=self.config.control_rate_hz,
+            command_modes=MODES if self.n else (),
+            cameras=tuple(c.name for c in self.config.cameras),
+            description=self.scene.robot_description, meta=meta)
+
+    # --- truth (benchmarks and tests only; never on the protocol) ----------------------
+
+    def truth_object_poses(self) -> dict[str, NDArray[np.float64]]:
+        """Current true pose (xyz + quat xyzw, world frame) of every free object."""
+        out = {}
+        for o in self.config.objects:
+            b = self.model.body(o.name).id
+            T = np.eye(4)
+            T[:3, :3] = self.data.xmat[b].reshape(3, 3)
+            T[:3, 3] = self.data.xpos[b]
+            out[o.name] = matrix_to_pose(T)
+        return out
+
+    def truth_joint_pos(self) -> NDArray[np.float64]:
+        return self.data.qpos[self._qadr].copy()

@@ -1,0 +1,146 @@
+"""Lab physics against analytic cases, and the unmodelled effects it promises."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from devices.lab.config import LabConfig, LabError
+from devices.lab.scenes import SCENES, pendulum_inertia
+from devices.lab.sim import LabSim
+
+
+def _quiet(cfg: LabConfig, **kw: object) -> LabConfig:
+    """The config without noise, latency (unless given) and passive friction/damping."""
+    j = cfg.joints
+    zero = tuple(0.0 for _ in j.damping)
+    base = dict(joint_pos_noise=0.0, joint_vel_noise=0.0, effort_noise=0.0, latency_s=0.0,
+                joints=dataclasses.replace(j, damping=zero, frictionloss=zero))
+    base.update(kw)
+    return dataclasses.replace(cfg, **base)
+
+
+def _crossings(t: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Times of upward zero crossings (linear interpolation)."""
+    i = np.nonzero((x[:-1] < 0) & (x[1:] >= 0))[0]
+    return t[i] - x[i] * (t[i + 1] - t[i]) / (x[i + 1] - x[i])
+
+
+def _swing(cfg: LabConfig, q0: float, seconds: float) -> tuple[np.ndarray, np.ndarray]:
+    cfg = dataclasses.replace(cfg, initial_joint_pos=(q0,))
+    sim = LabSim("pendulum", cfg)
+    sim.write_command("torque", np.zeros(1))
+    ts, qs = [], []
+    for _ in range(int(seconds / sim.dt)):
+        sim.step()
+        ts.append(sim.time)
+        qs.append(sim.truth_joint_pos()[0])
+    return np.array(ts), np.array(qs)
+
+
+def test_pendulum_small_angle_period_matches_analytic() -> None:
+    cfg = _quiet(SCENES["pendulum"].default_config())
+    p = cfg.pendulum
+    t, q = _swing(cfg, 0.05, 6.0)
+    period = np.diff(_crossings(t, q)).mean()
+    expected = 2 * math.pi * math.sqrt(pendulum_inertia(p) / (p.bob_mass * 9.81 * p.length))
+    assert period == pytest.approx(expected, rel=0.005)
+
+
+def test_pendulum_viscous_damping_decays_at_b_over_2i() -> None:
+    b = 0.02
+    cfg = _quiet(SCENES["pendulum"].default_config())
+    cfg = dataclasses.replace(cfg, joints=dataclasses.replace(cfg.joints, damping=(b,)))
+    t, q = _swing(cfg, 0.2, 8.0)
+    peaks = np.nonzero((q[1:-1] > q[:-2]) & (q[1:-1] >= q[2:]) & (q[1:-1] > 0))[0] + 1
+    rate = -np.polyfit(t[peaks], np.log(q[peaks]), 1)[0]
+    assert rate == pytest.approx(b / (2 * pendulum_inertia(cfg.pendulum)), rel=0.05)
+
+
+def test_command_latency_shows_up_as_delay() -> None:
+    latency = 0.03
+    cfg = _quiet(SCENES["pendulum"].default_config(), latency_s=latency)
+    sim = LabSim("pendulum", cfg)
+    sim.run_for(0.1)
+    t_cmd = sim.time
+    sim.write_command("torque", np.array([1.0]))
+    while sim.read_state().joint_effort[0] < 0.5:
+        sim.step()
+        assert sim.time < t_cmd + 1.0
+    # effort measured after step k reflects the command applied at the start of step k
+    delay = sim.time - sim.dt - t_cmd
+    assert delay == pytest.approx(latency, abs=1.5 * sim.dt)
+
+
+def test_object_resting_on_table_stays_put() -> None:
+    sim = LabSim("objects_table")
+    start = sim.truth_object_poses()
+    sim.run_for(2.0)
+    for name, p in sim.truth_object_poses().items():
+        assert np.linalg.norm(p[:3] - start[name][:3]) < 1e-3, name
+        assert abs(abs(np.dot(p[3:], start[name][3:])) - 1) < 1e-4, name
+
+
+def test_panda_tracks_position_and_force_limit_clamps() -> None:
+    sim = LabSim("panda_table")
+    q = np.array(sim.config.initial_joint_pos)
+    target = q + np.array([0.3, 0.2, -0.2, 0.25, 0.3, -0.2, 0.4])
+    sim.write_command("position", target)
+    sim.run_for(3.0)
+    assert np.abs(sim.truth_joint_pos() - target).max() < 0.02      # frictionloss leaves a bias
+    sim.write_command("torque", np.full(7, 500.0))
+    sim.run_for(0.05)
+    lim = np.array(sim.config.actuators.force_limit)
+    assert np.all(np.abs(sim._tau) <= lim + 1e-9)
+    assert np.allclose(np.abs(sim._tau), lim)
+
+
+def test_measured_state_has_configured_noise() -> None:
+    cfg = SCENES["pendulum"].default_config()
+    sim = LabSim("pendulum", cfg)
+    sim.run_for(1.0)                                   # settled, held at 0
+    err = []
+    for _ in range(2000):
+        sim.step()
+        err.append(sim.read_state().joint_pos[0] - sim.truth_joint_pos()[0])
+    assert np.std(err) == pytest.approx(cfg.joint_pos_noise, rel=0.1)
+
+
+def test_bad_commands_raise_named_errors() -> None:
+    sim = LabSim("panda_table")
+    with pytest.raises(LabError, match="voltage"):
+        sim.write_command("voltage", np.zeros(7))         # type: ignore[arg-type]
+    with pytest.raises(LabError, match="7 finite"):
+        sim.write_command("position", np.zeros(3))
+    with pytest.raises(LabError, match="7 finite"):
+        sim.write_command("position", np.full(7, np.nan))
+
+
+def _numbers(obj: object) -> set[float]:
+    return {round(float(x), 9) for x in re.findall(r"-?\d+\.?\d*(?:e-?\d+)?", json.dumps(obj))}
+
+
+@pytest.mark.parametrize("name", ["panda_table", "pendulum"])
+def test_truth_is_not_reachable_through_info_or_states(name: str) -> None:
+    sim = LabSim(name)
+    cfg = sim.config
+    hidden = [cfg.latency_s, cfg.joint_pos_noise, cfg.joint_vel_noise, cfg.effort_noise,
+              *cfg.actuators.kp, *cfg.actuators.kv, *cfg.actuators.force_limit,
+              *cfg.joints.damping, *cfg.joints.frictionloss, *cfg.joints.armature]
+    for o in cfg.objects:
+        hidden += [o.mass, o.friction, o.restitution, *o.com_offset]
+    for c in cfg.cameras:
+        hidden += list(c.pose)
+    hidden_set = {round(float(v), 9) for v in hidden if v != 0.0}
+    info = sim.info().to_dict()
+    assert not (_numbers(info) & hidden_set), _numbers(info) & hidden_set
+    state = sim.read_state()
+    assert set(vars(state)) == {"t", "seq", "joint_pos", "joint_vel", "joint_effort", "ee_pos"}
+    text = json.dumps(info).lower()
+    for word in ("kp", "damping", "friction", "latency", "mass", "restitution", "noise"):
+        assert word not in text
