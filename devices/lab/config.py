@@ -97,6 +97,24 @@ class CameraConfig:
 
 
 @dataclass(frozen=True)
+class BoardConfig:
+    """A printed ChArUco board lying on the table (OpenCV's CharucoBoard layout).
+
+    `pose` is T_world_board: origin at the outer corner of the first square (the
+    top-left of the printed pattern, inside the white margin), x along the `squares[0]`
+    columns, y along the rows, z = x cross y, i.e. into the table: OpenCV's board frame.
+    The layout is not secret (a user knows their board); the pose is truth.
+    """
+
+    pose: Pose
+    squares: tuple[int, int] = (7, 5)
+    square_length: float = 0.04         # m
+    marker_length: float = 0.03         # m
+    dictionary: str = "DICT_5X5_100"
+    margin: float = 0.02                # white border around the pattern, m
+
+
+@dataclass(frozen=True)
 class PendulumConfig:
     """Single torque-driven pendulum: point-like bob (sphere) on a massless rod."""
 
@@ -123,6 +141,7 @@ class LabConfig:
     objects: tuple[ObjectConfig, ...] = ()
     cameras: tuple[CameraConfig, ...] = ()
     pendulum: PendulumConfig | None = None
+    board: BoardConfig | None = None
     contact_timeconst: float = 0.01     # s, see module docstring
     table_friction: float = 0.3
     seed: int = 0
@@ -139,6 +158,8 @@ class LabConfig:
                 kw["joints"] = JointsConfig(**_tuples(kw["joints"]))
             if kw.get("actuators") is not None:
                 kw["actuators"] = ActuatorConfig(**_tuples(kw["actuators"]))
+            if kw.get("board") is not None:
+                kw["board"] = BoardConfig(**_tuples(kw["board"]))
             if kw.get("pendulum") is not None:
                 kw["pendulum"] = PendulumConfig(**kw["pendulum"])
             kw["objects"] = tuple(ObjectConfig(**_tuples(o)) for o in kw.get("objects", ()))

@@ -10,6 +10,7 @@ MjSpec; `build_model(name, config)` compiles it. Frames: the world is the robot 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,8 +21,10 @@ import trimesh
 from scipy.spatial.transform import Rotation
 
 from devices.lab import panda
+from devices.lab.board import add_board, default_board_pose
 from devices.lab.config import (
     ActuatorConfig,
+    BoardConfig,
     CameraConfig,
     JointsConfig,
     LabConfig,
@@ -259,8 +262,17 @@ def build_panda_table(cfg: LabConfig) -> mujoco.MjSpec:
     _add_table(spec, cfg)
     _add_joint_actuators(spec, cfg, panda.JOINT_NAMES)
     _add_objects(spec, cfg)
+    if cfg.board is not None:
+        add_board(spec, cfg.board)
     _add_cameras(spec, cfg)
     return spec
+
+
+def panda_calib_config() -> LabConfig:
+    """panda_table's robot and cameras (same truth), a ChArUco board instead of objects."""
+    base = panda_table_config()
+    board = BoardConfig(pose=default_board_pose((0.55, 0.02), yaw_deg=8.0))  # type: ignore[arg-type]
+    return dataclasses.replace(base, scene="panda_calib", objects=(), board=board, seed=4)
 
 
 # --- objects_table -----------------------------------------------------------------------
@@ -329,6 +341,10 @@ SCENES: dict[str, Scene] = {
     "panda_table": Scene("panda_table", "Franka Panda (closed gripper as pusher) over a table "
                          "with a box, a cylinder and a U-shaped block; fixed + wrist camera",
                          panda_table_config, build_panda_table, panda.JOINT_NAMES,
+                         panda.nominal_limits, panda.URDF_KEY, panda.TOOL_BODY),
+    "panda_calib": Scene("panda_calib", "panda_table's robot and cameras with a ChArUco "
+                         "board on the table (hand-eye / camera calibration)",
+                         panda_calib_config, build_panda_table, panda.JOINT_NAMES,
                          panda.nominal_limits, panda.URDF_KEY, panda.TOOL_BODY),
     "pendulum": Scene("pendulum", "torque-driven single pendulum (like the real simple "
                       "pendulum data set)", pendulum_config, build_pendulum,

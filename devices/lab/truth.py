@@ -52,7 +52,7 @@ def truth_meshes(config: LabConfig,
     `LabSim.truth_object_poses()`) or else at their config pose (where they rest).
     """
     out: dict[str, trimesh.Trimesh] = {}
-    if config.scene in ("panda_table", "objects_table"):
+    if config.scene in ("panda_table", "panda_calib", "objects_table"):
         out["table"] = table_mesh()
     for o in config.objects:
         m = object_mesh(o)
