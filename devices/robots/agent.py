@@ -60,6 +60,7 @@ class Agent:
         self._policy_mode = "position"
         self._worker: PolicyWorker | None = None
         self._ramp = (0.0, 0.0)        # start time, duration (s)
+        self._policy_last_output = 0.0
         self._ramp_from: Vec = np.zeros(self.n)
         self._seq = 0
         self._last_driver_seq = -1
@@ -200,6 +201,7 @@ class Agent:
             self.mode = "idle"
             self._activate(now, state)
             self._ramp, self._ramp_from = (now, max(0.0, ramp_s)), state.joint_pos.copy()
+            self._policy_last_output = now
             self.mode, self.stop_reason = "policy", None
             self._event("policy", "policy started", ramp_s=ramp_s)
 
@@ -294,23 +296,27 @@ class Agent:
         return state
 
     def _policy_step(self, state: RobotState, now: float) -> Vec | None:
+        """The policy's command for this tick, or None when its output is not ready yet (the
+        actuators keep the previous command). Stops when no fresh output has arrived for the
+        watchdog's policy deadline, or when the policy raises."""
         worker = self._worker
         assert worker is not None
-        if not worker.submit(state):
-            self._halt("watchdog: policy output late (previous inference still running)",
-                       "stopped")
-            return None
+        if not worker.busy:
+            worker.submit(state)
         try:
-            out = worker.result(self.watchdog.policy_timeout_s)
+            out = worker.result(0.5 * self.dt)
         except Exception as exc:
             self._halt(f"policy failed: {exc}", "stopped")
             return None
         if out is None:
-            reason = (f"watchdog: policy output late (> {self.watchdog.policy_timeout_s * 1e3:.1f}"
-                      " ms)")
-            self._halt(reason, "stopped")
-            self._event("watchdog", reason)
+            age = now - self._policy_last_output
+            if age > self.watchdog.policy_timeout_s:
+                reason = (f"watchdog: policy output late ({age * 1e3:.1f} ms without a new "
+                          f"output, limit {self.watchdog.policy_timeout_s * 1e3:.1f} ms)")
+                self._halt(reason, "stopped")
+                self._event("watchdog", reason, latency_s=age - self.watchdog.policy_timeout_s)
             return None
+        self._policy_last_output = now
         if self._policy is not None:
             return self._policy.to_command(out, state)
         return np.asarray(out, dtype=float)

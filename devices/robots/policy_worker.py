@@ -15,7 +15,8 @@ PolicyFn = Callable[[RobotState], NDArray[np.float64]]
 
 
 class PolicyWorker:
-    """`submit(state)` then `result(timeout)`: the output, or None when it is late."""
+    """`submit(state)` then `result(timeout)`: the output, or None while it is not ready
+    (call `result` again on a later tick; `busy` stays true until it is collected)."""
 
     def __init__(self, fn: PolicyFn, name: str = "policy") -> None:
         self.fn = fn
@@ -41,6 +42,10 @@ class PolicyWorker:
                 self._out, self._exc = None, exc
             self._busy = False
             self._done.set()
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
 
     def submit(self, state: RobotState) -> bool:
         """Start inference on `state`; False if the previous one has not finished."""

@@ -12,7 +12,8 @@ from devices.errors import DeviceError
 
 @dataclass(frozen=True)
 class WatchdogConfig:
-    """Deadlines in seconds. `policy_timeout_s` None means 0.75 control periods."""
+    """Deadlines in seconds. `policy_timeout_s`: longest time without a fresh policy output
+    (None: 5 control periods; a late output keeps the previous command until then)."""
 
     heartbeat_timeout_s: float = 0.25
     command_timeout_s: float = 0.1       # velocity/torque streams must refresh this often
@@ -43,7 +44,7 @@ class Watchdog:
         self.config = config
         self.dt = dt
         self.policy_timeout_s = (config.policy_timeout_s if config.policy_timeout_s is not None
-                                 else 0.75 * dt)
+                                 else 5.0 * dt)
         self.last_heartbeat = float("-inf")
         self.last_command = float("-inf")
         self.armed = False

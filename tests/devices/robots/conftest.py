@@ -38,7 +38,7 @@ def rig() -> Iterator[Rig]:
     """Ideal driver + agent + server on a free loopback port (a synthetic camera too)."""
     driver = IdealDriver()
     driver.record_commands = True
-    agent = Agent(driver, watchdog=WatchdogConfig(heartbeat_timeout_s=0.1))
+    agent = Agent(driver, watchdog=WatchdogConfig(heartbeat_timeout_s=0.2))
     agent.start()
     token = new_token()
     server = RobotServer(agent, token, cameras={"synthetic": synthetic_frames},

@@ -173,7 +173,7 @@ def test_heartbeat_stops(rig: Rig) -> None:
             c.heartbeat_enabled = False
             t0 = time.monotonic()
             assert wait_for(lambda: c.latest_status()["mode"] == "stopped", 1.0)
-            assert time.monotonic() - t0 < 0.1 + 0.05 + 0.1
+            assert time.monotonic() - t0 < 0.2 + 0.05 + 0.15   # timeout + heartbeat period + slack
             assert "no heartbeat" in c.latest_status()["stop_reason"]
         assert wait_for(lambda: any(e["kind"] == "watchdog" for e in events), 1.0)
         _still_served(rig, obs)
