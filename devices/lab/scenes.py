@@ -32,7 +32,7 @@ from devices.lab.config import (
     ObjectConfig,
     PendulumConfig,
     Pose,
-    restitution_to_dampratio,
+    contact_solref,
 )
 from devices.lab.meshes import mesh_files
 from devices.poses import matrix_to_pose, pose_to_matrix, quat_xyzw_to_wxyz
@@ -130,7 +130,7 @@ def _add_objects(spec: mujoco.MjSpec, cfg: LabConfig) -> None:
         pos, quat = _mj_pos_quat(o.pose)
         body = spec.worldbody.add_body(name=o.name, pos=pos, quat=quat)
         body.add_freejoint(name=f"{o.name}_free")
-        solref = (cfg.contact_timeconst, restitution_to_dampratio(o.restitution))
+        solref = contact_solref(o.restitution, cfg.contact_timeconst, cfg.timestep)
         common = dict(friction=(o.friction, 0.005, 0.0001), solref=solref, priority=1,
                       condim=4, contype=1, conaffinity=3)
         if o.shape == "box":

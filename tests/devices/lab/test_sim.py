@@ -144,3 +144,39 @@ def test_truth_is_not_reachable_through_info_or_states(name: str) -> None:
     text = json.dumps(info).lower()
     for word in ("kp", "damping", "friction", "latency", "mass", "restitution", "noise"):
         assert word not in text
+
+
+def _bounce(e: float, drop: float = 0.15) -> float:
+    """Drop the cylinder flat onto the table; return rebound / impact vertical speed."""
+    cfg = SCENES["objects_table"].default_config()
+    cyl = cfg.objects[1]
+    obj = dataclasses.replace(cyl, restitution=e, com_offset=(0.0, 0.0, 0.0),
+                              pose=(0.4, 0.0, cyl.pose[2] + drop, 0.0, 0.0, 0.0, 1.0))
+    sim = LabSim("objects_table", dataclasses.replace(cfg, objects=(obj,)))
+    dof = sim.model.jnt_dofadr[sim.model.joint(f"{obj.name}_free").id] + 2
+    vz = []
+    for _ in range(400):
+        sim.step()
+        vz.append(sim.data.qvel[dof])
+    v = np.array(vz)
+    up = int(np.argmax(v > 0))
+    return float(v[up:up + 100].max() / -v[:up].min())
+
+
+@pytest.mark.parametrize("e", [0.05, 0.3, 0.6])
+def test_restitution_is_realised_by_drop_test(e: float) -> None:
+    assert _bounce(e) == pytest.approx(e, abs=0.05)
+
+
+def test_velocity_mode_and_hold() -> None:
+    cfg = _quiet(SCENES["panda_table"].default_config())
+    sim = LabSim("panda_table", cfg)
+    v = np.array([0.2, 0, 0, 0, 0, 0, -0.3])
+    sim.write_command("velocity", v)
+    sim.run_for(1.0)
+    np.testing.assert_allclose(sim.data.qvel[:7], v, atol=0.02)
+    sim.hold()                                      # immediate: no latency on the brake
+    held = sim.truth_joint_pos()
+    sim.run_for(1.0)
+    assert np.abs(sim.truth_joint_pos() - held).max() < 0.02
+    assert np.abs(sim.data.qvel[:7]).max() < 1e-2
