@@ -117,7 +117,8 @@ def _add_table(spec: mujoco.MjSpec, cfg: LabConfig) -> None:
         name="table", type=mujoco.mjtGeom.mjGEOM_BOX,
         size=(sx, sy, TABLE_THICKNESS / 2),
         pos=(TABLE_X[0] + sx, TABLE_Y[0] + sy, -TABLE_THICKNESS / 2),
-        rgba=(0.72, 0.6, 0.45, 1), friction=(cfg.table_friction, 0.005, 0.0001))
+        rgba=(0.72, 0.6, 0.45, 1), friction=(cfg.table_friction, 0.005, 0.0001),
+        contype=1, conaffinity=3)          # objects and the robot (contype 2) land on it
 
 
 def _box_inertia(mass: float, ext: np.ndarray) -> np.ndarray:
