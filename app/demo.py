@@ -20,6 +20,7 @@ from app.jobs import Job, Progress
 from app.project import MANIFEST, Project
 from app.session import AppController, data_dir
 from devices.robots.driver import RobotInfo, RobotState
+from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
 
 log = logging.getLogger(__name__)
@@ -202,6 +203,22 @@ def motion_job(link: LabLink, duration_s: float = 12.0, rate_hz: float = 50.0,
         except TwinbenchError as exc:
             log.warning("could not stop the robot after the demo motion: %s", exc)
     return sent
+
+
+def record_job(link: LabLink, duration_s: float = 5.0) -> Job[Trajectory]:
+    """Record the robot's state stream for `duration_s` s into a real Trajectory.
+
+    (Stands in for the record workflow until app/workflows/record.py exists; the GUI saves
+    the result into the project with `AppController.save_trajectory`.)
+    """
+    yield Progress(None, f"recording {duration_s:.0f} s of robot state…")
+    traj: Trajectory = link.client.stream(duration_s)
+    # robot/command is NaN where nothing was commanded (by design); measured channels must be finite
+    measured = traj.with_channels(channels={k: v for k, v in traj.channels.items()
+                                            if k != "robot/command"})
+    measured.check_finite(f"recording from {link.info().name}")
+    yield Progress(1.0, f"recorded {len(traj)} states")
+    return traj
 
 
 class LabUnavailable(TwinbenchError):

@@ -25,6 +25,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from app.jobs import Job, Progress, run_to_end
 from app.project import Project, ProjectError
 from devices.robots.driver import RobotInfo, RobotState
+from devices.trajectory import Trajectory
 from resources import atomic
 
 log = logging.getLogger(__name__)
@@ -228,6 +229,26 @@ class AppController:
     def notify_project_changed(self) -> None:
         """Tell views the open project gained artifacts (call after a workflow wrote one)."""
         self.project_changed.emit(self.project)
+
+    def save_trajectory(self, traj: Trajectory, summary: str = "",
+                        settings: dict[str, Any] | None = None) -> str:
+        """Store a trajectory as a new artifact of the open project; returns its id."""
+        if self.project is None:
+            raise ProjectError("no project is open; create or open one before recording")
+        meta = {k: v for k, v in traj.meta.items() if isinstance(v, (str, int, float, bool))}
+        with self.project.new_artifact("trajectory", settings={**meta, **(settings or {})},
+                                       summary=summary) as folder:
+            traj.save(folder)
+        aid = self.project.artifacts("trajectory")[-1].id
+        log.info("saved trajectory %s (%d samples, %.1f s)", aid, len(traj), traj.duration)
+        self.notify_project_changed()
+        return aid
+
+    def load_trajectory(self, artifact_id: str) -> Trajectory:
+        """Load a trajectory artifact of the open project."""
+        if self.project is None:
+            raise ProjectError("no project is open")
+        return Trajectory.load(self.project.path_of(artifact_id))
 
     def _set_project(self, proj: Project) -> None:
         self.project = proj

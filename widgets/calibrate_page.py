@@ -1,17 +1,103 @@
-"""Calibrate page (workflow step: calibrate). Shows its empty state until the step's tools are built.
+"""Calibrate page (workflow step: calibrate): recorded trajectories of the project, drawn
+PlotJuggler style (real solid, sim dashed, residuals), ready for the fit.
 
-See widgets/pages.py for the page contract.
+Shows its empty state until the project holds a trajectory. The fit itself (twins.fit) plugs
+in here when it exists; until then the page says what is missing.
 """
 
 from __future__ import annotations
 
+import logging
+
+from PySide6 import QtCore, QtWidgets
+
+from app import workflows
+from resources.errors import TwinbenchError
 from widgets.pages import WorkflowPage, preview
+from widgets.trajectory_plot import TrajectoryPlot
+
+log = logging.getLogger(__name__)
 
 
 class CalibratePage(WorkflowPage):
-    """Workflow page for the 'calibrate' step; constructed as `CalibratePage(controller, parent=None)`."""
+    """Trajectory list (tick to plot) + trajectory plot; constructed as
+    `CalibratePage(controller, parent=None)`."""
 
     step = "calibrate"
+
+    def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
+        self.banner = QtWidgets.QLabel("")
+        self.banner.setWordWrap(True)
+        self.banner.setStyleSheet("background: #fff3cd; color: #5c4400; padding: 8px; "
+                                  "border-radius: 4px;")
+        layout.addWidget(self.banner)
+        split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
+        left = QtWidgets.QWidget()
+        ll = QtWidgets.QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        ll.addWidget(QtWidgets.QLabel("<b>Trajectories</b> (tick to plot)"))
+        self.traj_list = QtWidgets.QListWidget()
+        self.traj_list.itemChanged.connect(self._on_ticked)
+        ll.addWidget(self.traj_list)
+        self.plot = TrajectoryPlot()
+        split.addWidget(left)
+        split.addWidget(self.plot)
+        split.setSizes([260, 900])
+        layout.addWidget(split, 1)
+        self._loaded: dict[str, list[str]] = {}
+
+    def has_content(self) -> bool:
+        p = self.controller.project
+        return p is not None and bool(p.artifacts("trajectory"))
+
+    def refresh(self) -> None:
+        super().refresh()
+        if not hasattr(self, "traj_list"):
+            return  # called by the base constructor before the body exists
+        proj = self.controller.project
+        arts = proj.artifacts("trajectory") if proj is not None else []
+        ids = [a.id for a in arts]
+        current = [self.traj_list.item(i).data(QtCore.Qt.ItemDataRole.UserRole)
+                   for i in range(self.traj_list.count())]
+        if ids != current:
+            self.traj_list.blockSignals(True)
+            self.traj_list.clear()
+            self.plot.clear()
+            self._loaded.clear()
+            for a in arts:
+                item = QtWidgets.QListWidgetItem(a.summary or a.id)
+                item.setToolTip(f"{a.id}\n{a.settings.get('robot', '')}")
+                item.setData(QtCore.Qt.ItemDataRole.UserRole, a.id)
+                item.setFlags(item.flags() | QtCore.Qt.ItemFlag.ItemIsUserCheckable)
+                item.setCheckState(QtCore.Qt.CheckState.Unchecked)
+                self.traj_list.addItem(item)
+            self.traj_list.blockSignals(False)
+            if self.traj_list.count():
+                self.traj_list.item(self.traj_list.count() - 1).setCheckState(
+                    QtCore.Qt.CheckState.Checked)  # newest one plotted
+        missing = [n.label for n, ok in workflows.needs_met(self.step_info, proj, self.connected())
+                   if not ok]
+        self.banner.setVisible(bool(missing))
+        self.banner.setText("To fit parameters this step still needs: " + "; ".join(missing)
+                            + ". Meanwhile you can inspect the recordings.")
+
+    def _on_ticked(self, item: QtWidgets.QListWidgetItem) -> None:
+        aid = item.data(QtCore.Qt.ItemDataRole.UserRole)
+        if item.checkState() == QtCore.Qt.CheckState.Checked:
+            try:
+                traj = self.controller.load_trajectory(aid)
+            except TwinbenchError as exc:
+                log.error("cannot plot %s: %s", aid, exc)
+                item.setCheckState(QtCore.Qt.CheckState.Unchecked)
+                return
+            chans = [c for c in ("robot/joint_pos", "robot/command") if c in traj.channels]
+            before = set(self.plot.series())
+            label = "" if not self._loaded else aid.rsplit("-", 1)[-1]
+            self.plot.add_trajectory(traj, chans or None, label=label)
+            self._loaded[aid] = [n for n in self.plot.series() if n not in before]
+        else:
+            for name in self._loaded.pop(aid, []):
+                self.plot.remove_series(name)
 
 
 if __name__ == "__main__":

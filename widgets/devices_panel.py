@@ -7,6 +7,7 @@ frame and its recent path).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 
@@ -15,7 +16,10 @@ from PySide6 import QtCore, QtWidgets
 
 from app.session import AppController, DeviceStatus
 from devices.robots.driver import RobotState
+from resources.errors import TwinbenchError
 from widgets.scene_view import SceneView
+
+log = logging.getLogger(__name__)
 
 REFRESH_MS = 50
 TRAIL_S = 3.0
@@ -65,8 +69,17 @@ class DevicesPanel(QtWidgets.QWidget):
         self.move_button.setToolTip("Command a slow sine motion on three joints through the "
                                     "robot protocol, then hold. Cancel it in the status bar.")
         self.move_button.clicked.connect(self._demo_motion)
-        self.move_button.hide()
-        lay.addWidget(self.move_button)
+        self.record_seconds = 5.0
+        self.record_button = QtWidgets.QPushButton("Record 5 s")
+        self.record_button.setToolTip("Record 5 s of the robot's measured state into the open "
+                                      "project as a real trajectory (see the Calibrate page).")
+        self.record_button.clicked.connect(self._record)
+        buttons = QtWidgets.QHBoxLayout()
+        buttons.addWidget(self.move_button, 2)
+        buttons.addWidget(self.record_button, 1)
+        lay.addLayout(buttons)
+        for b in (self.move_button, self.record_button):
+            b.hide()
         self.table = QtWidgets.QTableWidget(0, 4)
         self.table.setHorizontalHeaderLabels(["joint", "pos (rad)", "vel (rad/s)", "effort (N·m)"])
         self.table.verticalHeader().setVisible(False)
@@ -129,8 +142,12 @@ class DevicesPanel(QtWidgets.QWidget):
             self._last_seq = None
             self.table.show()
             self.no_robot.hide()
-            self.move_button.setVisible(hasattr(self.controller.robot_link, "command_position"))
-            self.move_button.setEnabled(True)
+            from app.demo import LabLink
+
+            is_lab = isinstance(self.controller.robot_link, LabLink)
+            for b in (self.move_button, self.record_button):
+                b.setVisible(is_lab)
+                b.setEnabled(True)
             self.timer.start()
         else:
             self.timer.stop()
@@ -138,6 +155,7 @@ class DevicesPanel(QtWidgets.QWidget):
             self.table.hide()
             self.no_robot.show()
             self.move_button.hide()
+            self.record_button.hide()
             self.ee.setText("")
             self.rate.setText("")
             if self.scene is not None:
@@ -154,6 +172,25 @@ class DevicesPanel(QtWidgets.QWidget):
         enable = lambda *_: self.move_button.setEnabled(True)  # noqa: E731
         self.controller.submit_job("Demo motion", demo.motion_job(link),
                                    on_done=enable, on_failed=enable)
+
+    def _record(self) -> None:
+        from app import demo
+
+        link = self.controller.robot_link
+        if not isinstance(link, demo.LabLink):
+            return
+        self.record_button.setEnabled(False)
+
+        def done(traj: object) -> None:
+            self.record_button.setEnabled(True)
+            try:
+                self.controller.save_trajectory(  # type: ignore[arg-type]
+                    traj, summary=f"{self.record_seconds:g} s recorded from the virtual lab")
+            except TwinbenchError as exc:
+                log.error("could not save the recording: %s", exc)
+
+        self.controller.submit_job("Record", demo.record_job(link, self.record_seconds), on_done=done,
+                                   on_failed=lambda _: self.record_button.setEnabled(True))
 
     def refresh_state(self) -> None:
         """Pull the newest robot state and draw it (called by the timer)."""

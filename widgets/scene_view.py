@@ -62,6 +62,25 @@ class SceneItem:
     gl: list[Any]
 
 
+LIGHT_DIR = np.array([0.35, -0.45, 0.82]) / np.linalg.norm([0.35, -0.45, 0.82])
+
+
+def shade_faces(vertices: NDArray[np.float32], faces: NDArray[np.int32], rgba: Color,
+                R: NDArray[np.float64]) -> NDArray[np.float32]:
+    """Per-face colours lit by a fixed world light (two-sided Lambert + ambient), so
+    meshes read well whatever their winding; R rotates local normals into the world."""
+    if not len(faces):
+        return np.zeros((0, 4), np.float32)
+    tri = vertices[faces]
+    n = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]) @ R.T
+    n /= np.maximum(np.linalg.norm(n, axis=1, keepdims=True), 1e-12)
+    k = 0.38 + 0.62 * np.abs(n @ LIGHT_DIR)
+    out = np.empty((len(faces), 4), np.float32)
+    out[:, :3] = np.clip(np.asarray(rgba[:3])[None, :] * k[:, None], 0, 1)
+    out[:, 3] = rgba[3]
+    return out
+
+
 def _mat(T: ArrayLike | None) -> NDArray[np.float64]:
     M = np.eye(4) if T is None else np.asarray(T, dtype=float)
     if M.shape != (4, 4) or not np.all(np.isfinite(M)):
@@ -184,10 +203,9 @@ class SceneView(QtWidgets.QWidget):
         def make(existing: Any) -> list[Any]:
             import pyqtgraph.opengl as gl
 
-            m = gl.GLMeshItem(vertexes=v, faces=f, color=rgba, shader="shaded", smooth=False,
-                              drawEdges=edges, edgeColor=(0, 0, 0, 0.5))
-            if rgba[3] < 1.0:
-                m.setGLOptions("translucent")
+            m = gl.GLMeshItem(vertexes=v, faces=f, faceColors=shade_faces(v, f, rgba, T[:3, :3]),
+                              smooth=False, drawEdges=edges, edgeColor=(0, 0, 0, 0.5))
+            m.setGLOptions("opaque" if rgba[3] >= 1.0 else "translucent")
             m.setTransform(_qmat(T))
             return [m]
 
@@ -218,7 +236,9 @@ class SceneView(QtWidgets.QWidget):
             if existing:
                 existing[0].setData(pos=p, color=c, size=size_px)
                 return list(existing)
-            return [gl.GLScatterPlotItem(pos=p, color=c, size=size_px, pxMode=True)]
+            sc = gl.GLScatterPlotItem(pos=p, color=c, size=size_px, pxMode=True)
+            sc.setGLOptions("translucent")  # not additive: dense clouds keep their colour
+            return [sc]
 
         self._put(name, "points", {"xyz": p, "colors": c}, make)
 

@@ -35,7 +35,8 @@ class Series:
 
     @property
     def source(self) -> str:
-        return self.name.split("/", 1)[0]
+        """real / sim / residual (a label after '@' tells recordings apart)."""
+        return self.name.split("/", 1)[0].split("@", 1)[0]
 
     @property
     def key(self) -> str:
@@ -44,13 +45,16 @@ class Series:
         return self.name if src == "residual" else rest
 
 
-def series_from_trajectory(traj: Trajectory, channels: Iterable[str] | None = None) -> list[Series]:
-    """Split a Trajectory into `<source>/<channel>[k]` series with the channel's unit."""
+def series_from_trajectory(traj: Trajectory, channels: Iterable[str] | None = None,
+                           label: str = "") -> list[Series]:
+    """Split a Trajectory into `<source>/<channel>[k]` series with the channel's unit
+    (`<source>@<label>/…` when a label tells several recordings apart)."""
+    src = f"{traj.source}@{label}" if label else traj.source
     out = []
     for ch in channels or traj.channels:
         arr = traj[ch]
         for k in range(arr.shape[1]):
-            out.append(Series(f"{traj.source}/{ch}[{k}]", traj.t, arr[:, k], traj.units.get(ch, "")))
+            out.append(Series(f"{src}/{ch}[{k}]", traj.t, arr[:, k], traj.units.get(ch, "")))
     return out
 
 
@@ -120,12 +124,13 @@ class TrajectoryPlot(QtWidgets.QWidget):
         self.list.blockSignals(False)
         self._rebuild()
 
-    def add_trajectory(self, traj: Trajectory, channels: Iterable[str] | None = None) -> list[str]:
+    def add_trajectory(self, traj: Trajectory, channels: Iterable[str] | None = None,
+                       label: str = "") -> list[str]:
         """Add every component of the trajectory's channels as series; returns their names."""
         names = []
         self.setUpdatesEnabled(False)
         try:
-            for s in series_from_trajectory(traj, channels):
+            for s in series_from_trajectory(traj, channels, label):
                 self.set_series(s)
                 names.append(s.name)
         finally:
@@ -197,7 +202,7 @@ class TrajectoryPlot(QtWidgets.QWidget):
                 style = {"sim": QtCore.Qt.PenStyle.DashLine,
                          "residual": QtCore.Qt.PenStyle.DotLine}.get(s.source, QtCore.Qt.PenStyle.SolidLine)
                 pen = pg.mkPen(color, width=1.6, style=style)
-                p.plot(s.t, s.y, pen=pen, name=s.source)
+                p.plot(s.t, s.y, pen=pen, name=s.name.split("/", 1)[0], connect="finite")
             if first is None:
                 first = p
             else:

@@ -74,3 +74,19 @@ def test_closing_window_stops_lab(lab_window, controller, qtbot) -> None:
     assert link.lab.proc.returncode is not None
     assert controller.devices()["robot"].state == "disconnected"
     assert not lab_window.devices_panel.timer.isActive()
+
+
+def test_record_button_saves_trajectory_shown_on_calibrate(lab_window, controller, tmp_path,
+                                                           qtbot) -> None:
+    controller.new_project(tmp_path / "rec")
+    panel = lab_window.devices_panel
+    panel.record_seconds = 0.5
+    assert panel.record_button.isVisible()
+    panel.record_button.click()
+    qtbot.waitUntil(lambda: bool(controller.project.artifacts("trajectory")), timeout=10000)
+    traj = controller.load_trajectory(controller.project.artifacts("trajectory")[0].id)
+    assert traj.source == "real" and 0.4 < traj.duration < 0.6
+    assert traj.meta["rate_hz"] == pytest.approx(250.0, rel=0.1)
+    page = lab_window.show_step("calibrate")
+    qtbot.waitUntil(lambda: not page.showing_empty_state())
+    assert "real/robot/joint_pos[0]" in page.plot.series()

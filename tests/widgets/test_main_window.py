@@ -155,3 +155,38 @@ def test_devices_panel_shows_disconnected_state(window, controller, qtbot) -> No
     assert panel.no_robot.isVisible() and not panel.table.isVisible()
     controller.set_device_status("camera", "unavailable", "lab not available: test")
     qtbot.waitUntil(lambda: "lab not available: test" in panel.rows["camera"].label.text())
+
+
+def _save_traj(controller, scale: float, summary: str) -> str:  # type: ignore[no-untyped-def]
+    import numpy as np
+
+    from devices.trajectory import Trajectory
+
+    t = np.linspace(0, 1, 101)
+    q = np.stack([scale * np.sin(t), scale * np.cos(t)], 1)
+    return controller.save_trajectory(
+        Trajectory(t, {"robot/joint_pos": q}, {"robot/joint_pos": "rad"}, "real",
+                   {"robot": "arm2"}), summary=summary)
+
+
+def test_calibrate_page_plots_project_trajectories(window, controller, tmp_path, qtbot) -> None:
+    controller.new_project(tmp_path / "cal")
+    page = window.show_step("calibrate")
+    assert page.showing_empty_state()
+    first = _save_traj(controller, 1.0, "first run")
+    qtbot.waitUntil(lambda: not page.showing_empty_state())
+    assert page.traj_list.count() == 1
+    assert page.banner.isVisible() and "a twin (Twin page)" in page.banner.text()
+    assert sorted(page.plot.series()) == ["real/robot/joint_pos[0]", "real/robot/joint_pos[1]"]
+    second = _save_traj(controller, 0.5, "second run")
+    qtbot.waitUntil(lambda: page.traj_list.count() == 2)
+    assert [page.traj_list.item(i).text() for i in range(2)] == ["first run", "second run"]
+    # the newest is plotted; tick the first too: both recordings, told apart by a label
+    page.traj_list.item(0).setCheckState(
+        __import__("PySide6.QtCore", fromlist=["Qt"]).Qt.CheckState.Checked)
+    names = sorted(page.plot.series())
+    assert len(names) == 4 and any("@" in n for n in names)
+    s = page.plot.series()
+    vals = sorted(float(v.y[0]) for k, v in s.items() if k.endswith("joint_pos[1]"))
+    assert vals == pytest.approx([0.5, 1.0])
+    assert {first, second} == {a.id for a in controller.project.artifacts("trajectory")}
