@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Protocol
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -35,10 +35,6 @@ RESOLUTIONS = ((424, 240), (640, 480), (848, 480), (1280, 720))
 DEPTH_SCALE = 0.001
 
 
-class _Source(Protocol):
-    def snapshot(self) -> tuple[float, NDArray[np.float64]]: ...
-
-
 def d435_intrinsics(width: int, height: int, focal_px_720: float = 920.0) -> Intrinsics:
     """Colour intrinsics of a D435 at a supported resolution (square pixels, centred)."""
     if (width, height) not in RESOLUTIONS:
@@ -50,11 +46,15 @@ def d435_intrinsics(width: int, height: int, focal_px_720: float = 920.0) -> Int
 
 class LabCamera:
     """Renders one lab camera. `grab()` is thread-safe and may be called from any thread:
-    the EGL context is made current only for the duration of each render."""
+    the EGL context is made current only for the duration of each render.
+
+    `source` is a LabDriver, a LabSim, or any object with `.sim` (a LabSim) and
+    `snapshot() -> (lab time, qpos)`: the scene state to render.
+    """
 
     def __init__(self, source: object, name: str, width: int = 640, height: int = 480,
                  seed: int | None = None) -> None:
-        sim = getattr(source, "sim", source)          # LabDriver -> its LabSim
+        sim: Any = getattr(source, "sim", source)     # LabDriver -> its LabSim
         self._source = source
         self.config: LabConfig = sim.config
         self.cam: CameraConfig = self.config.camera(name)

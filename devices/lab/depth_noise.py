@@ -14,13 +14,13 @@
 from __future__ import annotations
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 
-def depth_sigma(z: NDArray[np.float64] | float, f_px: float, subpixel: float = 0.08,
-                baseline: float = 0.050) -> NDArray[np.float64] | float:
+def depth_sigma(z: ArrayLike, f_px: float, subpixel: float = 0.08,
+                baseline: float = 0.050) -> NDArray[np.float64]:
     """RMS depth error (m) at depth z (m) for focal length f_px (pixels)."""
-    return np.asarray(z) ** 2 * subpixel / (f_px * baseline)
+    return np.asarray(z, dtype=np.float64) ** 2 * subpixel / (f_px * baseline)
 
 
 def shadow_mask(z: NDArray[np.float32], f_px: float, baseline: float) -> NDArray[np.bool_]:

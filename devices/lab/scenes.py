@@ -157,6 +157,7 @@ def _add_objects(spec: mujoco.MjSpec, cfg: LabConfig) -> None:
                               meshname=f"{o.name}_part{i}", group=3, rgba=(0, 0, 0, 0),
                               **common)
             m = trimesh.load(full, force="mesh")
+            assert isinstance(m, trimesh.Trimesh)
             m.apply_scale(scale)
             # Uniform density about the bounding-box centre; the COM offset shifts the mass.
             inertia = np.diag(m.moment_inertia) * (o.mass / m.volume)

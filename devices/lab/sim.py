@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -166,7 +167,7 @@ class LabSim:
 
     def info(self) -> RobotInfo:
         """What the lab robot says about itself: names, NOMINAL limits, rate. No truth."""
-        meta = {"simulator": "mujoco", "lab_scene": self.scene.name}
+        meta: dict[str, Any] = {"simulator": "mujoco", "lab_scene": self.scene.name}
         if self.config.actuators is not None:
             meta["gravity_compensation"] = self.config.actuators.gravity_compensation
         if self.scene.tool_body:
