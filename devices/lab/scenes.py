@@ -217,7 +217,7 @@ def _tabletop_objects() -> tuple[ObjectConfig, ...]:
 
 
 def _fixed_camera() -> CameraConfig:
-    return CameraConfig("fixed", "fixed", look_at((1.05, 0.25, 0.50), (0.55, 0.0, 0.05)))
+    return CameraConfig("fixed", "fixed", look_at((1.0, 0.2, 0.45), (0.56, 0.0, 0.03)))
 
 
 def _wrist_camera() -> CameraConfig:
