@@ -136,7 +136,7 @@ def test_truth_is_not_reachable_through_info_or_states(name: str) -> None:
         hidden += [o.mass, o.friction, o.restitution, *o.com_offset]
     for c in cfg.cameras:
         hidden += list(c.pose)
-    hidden_set = {round(float(v), 9) for v in hidden if v != 0.0}
+    hidden_set = {round(float(v), 9) for v in hidden if abs(v) not in (0.0, 1.0)}  # not telling
     info = sim.info().to_dict()
     assert not (_numbers(info) & hidden_set), _numbers(info) & hidden_set
     state = sim.read_state()
