@@ -1,0 +1,179 @@
+"""Actuator models on top of the twin's joints.
+
+- "servo": PyBullet's own position servo (an implicit velocity constraint, force-limited):
+  each step it drives the joint velocity to `bandwidth * (q* - q)` (positionGain =
+  bandwidth * dt, capped at 1). Stable at any step and free of per-step Python, so it is the
+  default for position-controlled arms. It shares PyBullet's joint motor with friction, so
+  servo joints have no separate joint-friction parameter.
+- "pd": explicit tau = kp (q* - q) - kd qd, clipped to the effort limit, computed every step
+  (physical gains; stable only while kd dt / I and kp dt^2 / I stay small — the default
+  gains in twins/make.py are critically damped at wn = 0.3 / dt).
+- "torque": tau = gain * u + bias, clipped; re-applied every step (PyBullet clears torques).
+- "dc_motor": voltage u -> tau = N km (u - N km qd) / R. The back-EMF part is a viscous
+  damping N^2 km^2 / R added to the joint damping; the rest is a torque N km u / R.
+Joint friction (non-servo joints) is a zero-velocity motor whose force is the friction
+torque (Coulomb with stiction). PyBullet's PD_CONTROL plugin is not used: one call costs
+about 3 ms here. Latency shifts when a command takes effect (handled by the caller).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pybullet as pb
+
+from twins.errors import TwinError
+from twins.spec import COMMAND_UNITS
+
+if TYPE_CHECKING:
+    from twins.builder import TwinWorld
+
+
+def emf_damping(values: dict[str, float], joint: str) -> float:
+    pre = f"robot.actuators.{joint}"
+    n, k, r = values[f"{pre}.gear_ratio"], values[f"{pre}.k_emf"], values[f"{pre}.resistance"]
+    return n * n * k * k / r
+
+
+def configure_joints(world: TwinWorld) -> None:
+    """Joint damping (+ back-EMF) and friction motors for every twin joint."""
+    r, v, cid = world.spec.robot, world.values, world.cid
+    assert r is not None and world.robot_id is not None
+    ids, friction = [], []
+    for j in r.joints:
+        a = r.actuator(j.name)
+        damping = v[f"robot.joints.{j.name}.damping"]
+        if a is not None and a.model == "dc_motor":
+            damping += emf_damping(v, j.name)
+        pb.changeDynamics(world.robot_id, world.joint_index[j.name], jointDamping=damping,
+                          maxJointVelocity=1000.0, physicsClientId=cid)
+        if a is None or a.model != "servo":
+            ids.append(world.joint_index[j.name])
+            friction.append(v[f"robot.joints.{j.name}.friction"])
+    if ids:
+        pb.setJointMotorControlArray(world.robot_id, ids, pb.VELOCITY_CONTROL,
+                                     targetVelocities=[0.0] * len(ids), forces=friction,
+                                     physicsClientId=cid)
+
+
+def hold_initial(world: TwinWorld) -> None:
+    """Robot at its initial joint positions, servos holding them, no torques."""
+    r = world.spec.robot
+    if r is None or world.robot_id is None:
+        return
+    q0 = np.asarray(r.initial_joint_pos or [0.0] * len(r.joints), float)
+    names = [j.name for j in r.joints]
+    world.set_joint_state(q0, None, names)
+    acted = [a.joint for a in r.actuators]
+    if acted:
+        bank = Actuators(world, acted)
+        bank.apply(bank.hold_command(q0[[names.index(a) for a in acted]]))
+
+
+class Actuators:
+    """Applies a command vector for `joints` (the command's columns) through their models.
+
+    `apply(u)` takes a new command into effect (servo targets are set at once);
+    `before_step()` must run before every physics step when `needs_per_step` (PD and
+    torque-like joints: PyBullet clears applied torques after each step).
+    """
+
+    def __init__(self, world: TwinWorld, joints: list[str]) -> None:
+        r = world.spec.robot
+        if r is None or world.robot_id is None:
+            raise TwinError("the twin has no robot to command")
+        self.world, self.cid, self.rid = world, world.cid, world.robot_id
+        self.joints = list(joints)
+        v = world.values
+        self.models: list[str] = []
+        for j in joints:
+            a = r.actuator(j)
+            if a is None:
+                raise TwinError(f"joint '{j}' has no actuator in the twin; it cannot be commanded")
+            self.models.append(a.model)
+        m = np.array(self.models)
+        self.sv = np.flatnonzero(m == "servo")
+        self.pd = np.flatnonzero(m == "pd")
+        self.tq = np.flatnonzero((m == "torque") | (m == "dc_motor"))
+        ids = np.array(world.joint_ids(self.joints), dtype=int)
+        self.sv_ids, self.pd_ids, self.tq_ids = (ids[g].tolist() for g in (self.sv, self.pd, self.tq))
+        self.step_ids = self.pd_ids + self.tq_ids
+
+        def arr(idx: np.ndarray, key: str, default: float = 0.0) -> np.ndarray:
+            return np.array([v.get(f"robot.actuators.{joints[i]}.{key}", default) for i in idx])
+
+        dt = world.dt
+        self.sv_kp = np.minimum(arr(self.sv, "bandwidth") * dt, 1.0).tolist()
+        self.sv_kd = arr(self.sv, "velocity_gain").tolist()
+        self.sv_force = arr(self.sv, "effort_limit").tolist()
+        self.kp, self.kd = arr(self.pd, "kp"), arr(self.pd, "kd")
+        self.pd_force = arr(self.pd, "effort_limit")
+        # torque-like models: tau = a * clip(u, -ulim, ulim) + b, then clip(tau, -e, e)
+        is_dc = np.array([self.models[i] == "dc_motor" for i in self.tq], dtype=bool)
+        kt = arr(self.tq, "gear_ratio", 1.0) * arr(self.tq, "k_emf", 1.0) / arr(self.tq, "resistance", 1.0)
+        self.tq_a = np.where(is_dc, kt, arr(self.tq, "gain", 1.0))
+        self.tq_b = np.where(is_dc, 0.0, arr(self.tq, "bias"))
+        self.tq_ulim = np.where(is_dc, arr(self.tq, "voltage_limit", np.inf), np.inf)
+        self.tq_elim = np.where(is_dc, np.inf, arr(self.tq, "effort_limit", np.inf))
+        self.emf = np.array([emf_damping(v, joints[i]) if self.models[i] == "dc_motor" else 0.0
+                             for i in self.tq])
+        self.latency = np.array([v.get(f"robot.actuators.{j}.latency", 0.0) for j in joints])
+        self.needs_per_step = bool(len(self.step_ids))
+        self._pd_target = np.zeros(len(self.pd))
+        self._tau: list[float] = [0.0] * len(self.tq)
+
+    def units_ok(self, unit: str) -> None:
+        """TwinError unless `unit` is what every commanded joint's model accepts."""
+        for j, model in zip(self.joints, self.models, strict=True):
+            if unit not in COMMAND_UNITS[model]:
+                raise TwinError(f"command unit '{unit}' does not fit joint '{j}', whose "
+                                f"'{model}' actuator takes {' or '.join(COMMAND_UNITS[model])}")
+
+    def hold_command(self, q: np.ndarray) -> np.ndarray:
+        """Command that holds position `q` for servos and applies nothing elsewhere."""
+        u = np.zeros(len(self.joints))
+        for g in (self.sv, self.pd):
+            u[g] = np.asarray(q)[g]
+        return u
+
+    def torques(self, u: np.ndarray) -> np.ndarray:
+        """Torques of the torque-like joints for command `u` (vectorised over leading axes)."""
+        uu = np.clip(np.asarray(u)[..., self.tq], -self.tq_ulim, self.tq_ulim)
+        return np.clip(self.tq_a * uu + self.tq_b, -self.tq_elim, self.tq_elim)
+
+    def apply(self, u: np.ndarray, tau: np.ndarray | None = None) -> None:
+        """Take command `u` (and optionally its precomputed torques) into effect now."""
+        u = np.asarray(u)
+        if len(self.sv):
+            pb.setJointMotorControlArray(
+                self.rid, self.sv_ids, pb.POSITION_CONTROL, targetPositions=u[self.sv].tolist(),
+                targetVelocities=[0.0] * len(self.sv), positionGains=self.sv_kp,
+                velocityGains=self.sv_kd, forces=self.sv_force, physicsClientId=self.cid)
+        if len(self.pd):
+            self._pd_target = u[self.pd]
+        if len(self.tq):
+            self._tau = (self.torques(u) if tau is None else tau).tolist()
+
+    def before_step(self) -> None:
+        if len(self.pd):
+            st = pb.getJointStates(self.rid, self.pd_ids, physicsClientId=self.cid)
+            q = np.array([s[0] for s in st])
+            qd = np.array([s[1] for s in st])
+            tau = np.clip(self.kp * (self._pd_target - q) - self.kd * qd,
+                          -self.pd_force, self.pd_force).tolist() + self._tau
+        else:
+            tau = self._tau
+        pb.setJointMotorControlArray(self.rid, self.step_ids, pb.TORQUE_CONTROL, forces=tau,
+                                     physicsClientId=self.cid)
+
+    def effort(self, u: np.ndarray, q: np.ndarray, qd: np.ndarray) -> np.ndarray:
+        """Joint torque the models produce for command u at state (q, qd); servo joints
+        report NaN (PyBullet does not expose the constraint force cheaply)."""
+        out = np.full(len(self.joints), np.nan)
+        if len(self.pd):
+            tau = self.kp * (u[self.pd] - q[self.pd]) - self.kd * qd[self.pd]
+            out[self.pd] = np.clip(tau, -self.pd_force, self.pd_force)
+        if len(self.tq):
+            out[self.tq] = self.torques(u) - self.emf * qd[self.tq]
+        return out

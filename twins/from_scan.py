@@ -1,0 +1,122 @@
+"""Scan (+ robot description) -> a twin folder: twin.json, meshes, hulls, URDF exports."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from twins.errors import TwinError
+from twins.export import export_urdfs
+from twins.make import assemble, mesh_object, robot_from_urdf, sim_params, table_box
+from twins.scan_input import ScanInput, load_scan
+from twins.spec import IDENTITY_POSE, TwinSpec
+from twins.urdf import loadable_urdf
+
+Progress = Callable[[float | None, str], None]
+PANDA = "pybullet_data:franka_panda/panda.urdf"
+PANDA_HOME = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785, 0.02, 0.02)
+
+
+def resolve_robot_ref(ref: str) -> Path:
+    """Absolute path of `pybullet_data:`, `resources:` or file references."""
+    if ref.startswith("pybullet_data:"):
+        import pybullet_data
+
+        return Path(pybullet_data.getDataPath()) / ref.split(":", 1)[1]
+    if ref.startswith("resources:"):
+        from resources import path
+
+        return path(*ref.split(":", 1)[1].split("/"))
+    return Path(ref).expanduser().resolve()
+
+
+def robot_into(folder: Path, ref: str, base_pose: Sequence[float] = IDENTITY_POSE,
+               actuator: str = "servo", initial_joint_pos: Sequence[float] = (),
+               time_step: float = 1 / 240) -> tuple[Any, list[Any], list[str]]:
+    """A robot spec for `ref`. Bundled descriptions stay references; a user file is copied
+    into `folder/robot/` (repaired if needed) so the twin folder is self-contained."""
+    src = resolve_robot_ref(ref)
+    if ref.startswith(("pybullet_data:", "resources:")):
+        path, notes, spec_ref = src, [], ref
+        _, notes = loadable_urdf(src)
+    else:
+        out = folder / "robot"
+        loadable, notes = loadable_urdf(src, out)
+        if loadable == src:
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, out / src.name)
+            loadable = out / src.name
+            notes.append(f"{src.name}: copied into the twin; meshes resolved from {src.parent}")
+            _, _ = loadable_urdf(loadable, out)
+        path, spec_ref = loadable, str(loadable.relative_to(folder))
+    robot, params = robot_from_urdf(spec_ref, path, base_pose, actuator,
+                                    initial_joint_pos=initial_joint_pos, notes=notes,
+                                    time_step=time_step)
+    return robot, params, notes
+
+
+def table_from_plane(scan: ScanInput) -> Any:
+    if scan.table_plane is None:
+        return None
+    a, b, c, d = scan.table_plane
+    n = np.array([a, b, c], float)
+    if np.linalg.norm(n) < 1e-9:
+        raise TwinError("scan table plane has a zero normal")
+    if abs(n[2]) < 0.9 * np.linalg.norm(n):
+        raise TwinError(f"scan table plane normal {n.round(3).tolist()} is far from vertical; "
+                        "is the camera-to-robot calibration applied?")
+    n = n / np.linalg.norm(n)
+    x0, x1, y0, y1 = scan.table_extent
+    cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+    cz = -(d + n[0] * cx + n[1] * cy) / n[2]
+    obj, params = table_box(((x1 - x0) / 2, (y1 - y0) / 2, 0.02), (cx, cy, cz))
+    return obj, params
+
+
+def build_twin(scan: Any, folder: Path, robot: str | None = PANDA,
+               base_pose: Sequence[float] = IDENTITY_POSE, name: str = "twin",
+               density: float = 500.0, meta: dict[str, Any] | None = None,
+               progress: Progress | None = None) -> TwinSpec:
+    """Build a twin into `folder` (must be empty or new) from a scan and a robot URDF
+    reference (or None for no robot). Returns the spec (already saved as twin.json)."""
+    say = progress or (lambda f, m: None)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    say(0.0, "reading scan")
+    sc = load_scan(scan)
+    notes = list(sc.notes)
+    objects = []
+    for i, o in enumerate(sc.objects):
+        say(0.1 + 0.6 * i / max(len(sc.objects), 1), f"object '{o.name}': mass, inertia, hulls")
+        obj, params, n = mesh_object(o.name, o.mesh, o.pose, folder, density=density,
+                                     source=sc.source)
+        objects.append((obj, params))
+        notes += n
+    rob = None
+    if robot:
+        say(0.75, f"robot {robot}")
+        q0 = PANDA_HOME if robot == PANDA else ()
+        r, rp, rn = robot_into(folder, robot, base_pose, initial_joint_pos=q0)
+        rob = (r, rp)
+        notes += rn
+    table = table_from_plane(sc)
+    spec = assemble(name, rob, objects, table, ground=table is None,
+                    sim=sim_params(), base_dir=folder,
+                    meta={**(meta or {}), "scan": sc.source, "notes": notes})
+    say(0.85, "checking the twin builds")
+    from twins.builder import TwinWorld
+
+    with TwinWorld(spec) as world:
+        world.step(10)
+        notes += [n for n in world.notes if n not in notes]
+    say(0.92, "exporting URDFs")
+    export_urdfs(spec, folder / "urdf")
+    spec.save(folder)
+    say(1.0, f"twin '{name}': {len(objects)} objects" + (f", robot {robot}" if robot else ""))
+    return spec
+
+

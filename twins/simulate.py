@@ -1,0 +1,255 @@
+"""Replay recorded commands in a twin, and run policies forward (DESIGN §3).
+
+`replay` starts from the recording's first robot and object state and drives the robot with
+its `robot/command` channel, open loop, through the twin's actuator and latency models. The
+loop is lean on purpose (a fit runs it thousands of times): commands are precomputed per
+physics step, PyBullet is called only when a command changes (servo targets) or every step
+for torque-like actuators, and states are read only at the recording's sample times.
+Samples fall on the nearest physics step (at most dt/2 away).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import pybullet as pb
+from scipy.spatial.transform import Rotation
+
+from devices.poses import POSE_UNIT
+from devices.trajectory import Trajectory
+from twins.actuators import Actuators
+from twins.builder import TwinWorld
+from twins.errors import TwinError
+from twins.spec import TwinSpec
+
+MAX_JOINT_VEL = 1e3      # rad/s (or m/s): beyond this a twin has exploded
+MAX_OBJECT_DIST = 1e2    # m from the origin
+
+
+def _names(meta: Mapping[str, Any], key: str, n: int, fallback: list[str], what: str) -> list[str]:
+    names = meta.get(key)
+    if names is not None:
+        names = [str(x) for x in names]
+        if len(names) != n:
+            raise TwinError(f"trajectory meta '{key}' lists {len(names)} joints but {what} has "
+                            f"{n} columns")
+        return names
+    if n > len(fallback):
+        raise TwinError(f"{what} has {n} columns but the twin has only {len(fallback)} "
+                        f"candidate joints ({', '.join(fallback)})")
+    return fallback[:n]
+
+
+def command_joints(spec: TwinSpec, traj: Trajectory) -> list[str]:
+    """Joint names of the `robot/command` columns (meta 'command_joints', else
+    'joint_names' when the widths agree, else the twin's actuated joints in order)."""
+    assert spec.robot is not None
+    n = traj["robot/command"].shape[1]
+    acted = [a.joint for a in spec.robot.actuators]
+    if "command_joints" in traj.meta:
+        return _names(traj.meta, "command_joints", n, acted, "robot/command")
+    jn = traj.meta.get("joint_names")
+    if jn is not None and len(jn) == n and all(str(j) in acted for j in jn):
+        return [str(j) for j in jn]
+    return _names({}, "", n, acted, "robot/command")
+
+
+def _com_to_body(pos: np.ndarray, quat: np.ndarray, T_com_body: np.ndarray) -> np.ndarray:
+    R = Rotation.from_quat(quat)
+    p = pos + R.apply(T_com_body[:3, 3])
+    q = (R * Rotation.from_matrix(T_com_body[:3, :3])).as_quat()
+    q[q[:, 3] < 0] *= -1
+    return np.concatenate([p, q], axis=1)
+
+
+def _check_finite(t: np.ndarray, q: np.ndarray, qd: np.ndarray, joints: list[str],
+                  objs: dict[str, np.ndarray], twin: str) -> None:
+    for i, name in enumerate(joints):
+        bad = ~np.isfinite(q[:, i]) | ~np.isfinite(qd[:, i]) | (np.abs(qd[:, i]) > MAX_JOINT_VEL)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise TwinError(f"twin '{twin}' exploded: joint '{name}' at t={t[k]:.4f} s "
+                            f"(q={q[k, i]:.4g}, qd={qd[k, i]:.4g}); lower sim.time_step, raise "
+                            "sim.substeps or soften the gains")
+    for name, P in objs.items():
+        bad = ~np.all(np.isfinite(P), axis=1) | (np.linalg.norm(P[:, :3], axis=1) > MAX_OBJECT_DIST)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise TwinError(f"twin '{twin}' exploded: object '{name}' at t={t[k]:.4f} s "
+                            f"(position {np.round(P[k, :3], 3).tolist()} m)")
+
+
+def replay(spec: TwinSpec, values: Mapping[str, float] | None, real: Trajectory) -> Trajectory:
+    """Build the twin, replay `real`'s commands from its initial state, return a sim
+    Trajectory on the same time base (TwinError on explosion or mismatched channels)."""
+    with TwinWorld(spec, values) as world:
+        return replay_in(world, real)
+
+
+def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
+    """`replay` in an already built world (reset first: every rollout starts the same)."""
+    spec, cid = world.spec, world.cid
+    real.check_finite(f"trajectory replayed in twin '{spec.name}'")
+    world.reset()
+    t = np.asarray(real.t)
+    dt = world.dt
+    rid = world.robot_id
+    joints = [j.name for j in spec.robot.joints] if spec.robot else []
+    jids = world.joint_ids(joints) if joints else []
+    # initial state
+    if joints and "robot/joint_pos" in real.channels:
+        st_names = _names(real.meta, "joint_names", real["robot/joint_pos"].shape[1], joints,
+                          "robot/joint_pos")
+        q0 = real["robot/joint_pos"][0]
+        qd0 = real["robot/joint_vel"][0] if "robot/joint_vel" in real.channels else None
+        world.set_joint_state(q0, qd0, st_names)
+    obj_names = [o.name for o in spec.objects]
+    for name in obj_names:
+        ch = f"objects/{name}/pose"
+        if ch in real.channels:
+            world.set_object_pose(name, real[ch][0])
+    # command schedule, one row per physics step
+    steps = int(round((t[-1] - t[0]) / dt))
+    rec_step = np.clip(np.rint((t - t[0]) / dt).astype(int), 0, steps)
+    bank = None
+    if "robot/command" in real.channels:
+        if spec.robot is None:
+            raise TwinError(f"twin '{spec.name}' has no robot but the trajectory has commands")
+        cj = command_joints(spec, real)
+        bank = Actuators(world, cj)
+        bank.units_ok(real.units.get("robot/command", ""))
+        U = real["robot/command"]
+        q_now, _ = world.joint_state(cj)
+        U_ext = np.vstack([bank.hold_command(q_now), U])
+        ts = t[0] + np.arange(steps) * dt + 1e-9
+        idx = np.stack([np.searchsorted(t + lat, ts, side="right") for lat in bank.latency], 1)
+        u_steps = U_ext[idx, np.arange(len(cj))]
+        changed = np.ones(steps, dtype=bool)
+        changed[1:] = np.any(u_steps[1:] != u_steps[:-1], axis=1)
+        tau_steps = bank.torques(u_steps)
+    # record buffers
+    K = len(t)
+    Q, QD = np.zeros((K, len(jids))), np.zeros((K, len(jids)))
+    com_pos = {n: np.zeros((K, 3)) for n in obj_names}
+    com_orn = {n: np.zeros((K, 4)) for n in obj_names}
+    bodies = {n: world.bodies[n].body_id for n in obj_names}
+    get_js, get_base, step = pb.getJointStates, pb.getBasePositionAndOrientation, pb.stepSimulation
+
+    def record(k: int) -> None:
+        if jids:
+            for i, s in enumerate(get_js(rid, jids, physicsClientId=cid)):
+                Q[k, i], QD[k, i] = s[0], s[1]
+        for n, b in bodies.items():
+            p, o = get_base(b, physicsClientId=cid)
+            com_pos[n][k], com_orn[n][k] = p, o
+
+    k = 0
+    while k < K and rec_step[k] == 0:
+        record(k)
+        k += 1
+    per_step = bank is not None and bank.needs_per_step
+    for s in range(steps):
+        if bank is not None and changed[s]:
+            bank.apply(u_steps[s], tau_steps[s])
+        if per_step:
+            bank.before_step()  # type: ignore[union-attr]
+        step(physicsClientId=cid)
+        while k < K and rec_step[k] == s + 1:
+            record(k)
+            k += 1
+    objs = {n: _com_to_body(com_pos[n], com_orn[n], world.bodies[n].T_com_body) for n in obj_names}
+    _check_finite(t, Q, QD, joints, objs, spec.name)
+    channels: dict[str, np.ndarray] = {}
+    units: dict[str, str] = {}
+    if jids:
+        channels["robot/joint_pos"], channels["robot/joint_vel"] = Q, QD
+        unit = {"prismatic": ("m", "m/s")}
+        units["robot/joint_pos"], units["robot/joint_vel"] = unit.get(
+            spec.robot.joints[0].kind, ("rad", "rad/s"))  # type: ignore[union-attr]
+    if bank is not None:
+        at = np.clip(rec_step - 1, 0, max(steps - 1, 0))
+        u_at = u_steps[at] if steps else U_ext[[0] * K]
+        sel = [joints.index(j) for j in bank.joints]
+        eff = np.stack([bank.effort(u_at[i], Q[i, sel], QD[i, sel]) for i in range(K)])
+        channels["robot/command"] = real["robot/command"]
+        units["robot/command"] = real.units.get("robot/command", "")
+        channels["robot/joint_effort"] = eff
+        units["robot/joint_effort"] = "N*m"
+    for n, P in objs.items():
+        channels[f"objects/{n}/pose"] = P
+        units[f"objects/{n}/pose"] = POSE_UNIT
+    meta = {"twin": spec.name, "replay_of": dict(real.meta).get("name", ""),
+            "joint_names": joints, "params": dict(world.values), "time_step": dt}
+    if bank is not None:
+        meta["command_joints"] = bank.joints
+    return Trajectory(t, channels, units, "sim", meta)
+
+
+Policy = Callable[[float, Mapping[str, np.ndarray]], np.ndarray]
+
+
+def rollout(world: TwinWorld, policy: Policy, duration: float, control_rate_hz: float,
+            unit: str = "rad", joints: list[str] | None = None, reset: bool = True) -> Trajectory:
+    """Run `policy(t, obs) -> command` in closed loop at `control_rate_hz` for `duration`
+    seconds. obs holds `robot/joint_pos`, `robot/joint_vel` and `objects/<name>/pose`.
+    Commands pass through the actuator models, each joint's latency included."""
+    spec = world.spec
+    if reset:
+        world.reset()
+    joints = joints or [a.joint for a in spec.robot.actuators] if spec.robot else []
+    bank = Actuators(world, joints)
+    bank.units_ok(unit)
+    per_ctrl = max(1, int(round(1.0 / (control_rate_hz * world.dt))))
+    n_ctrl = int(round(duration * control_rate_hz))
+    history_t: list[float] = []
+    history_u: list[np.ndarray] = []
+    T, Q, QD, U = [], [], [], []
+    P: dict[str, list[np.ndarray]] = {o.name: [] for o in spec.objects}
+    now = 0.0
+    q0, _ = world.joint_state(joints)
+    current = bank.hold_command(q0)
+    for c in range(n_ctrl):
+        q, qd = world.joint_state()
+        obs = {"robot/joint_pos": q, "robot/joint_vel": qd}
+        for name in P:
+            obs[f"objects/{name}/pose"] = world.object_pose(name)
+            P[name].append(obs[f"objects/{name}/pose"])
+        u = np.asarray(policy(now, obs), dtype=float).reshape(-1)
+        if u.shape != (len(joints),) or not np.all(np.isfinite(u)):
+            raise TwinError(f"policy returned {u.tolist()} at t={now:.3f} s; expected "
+                            f"{len(joints)} finite values for {joints}")
+        T.append(now)
+        Q.append(q)
+        QD.append(qd)
+        U.append(u)
+        history_t.append(now)
+        history_u.append(u)
+        for _ in range(per_ctrl):
+            eff = current.copy()
+            for j in range(len(joints)):
+                i = int(np.searchsorted(np.asarray(history_t) + bank.latency[j], now + 1e-9,
+                                        side="right")) - 1
+                if i >= 0:
+                    eff[j] = history_u[i][j]
+            if c == 0 or not np.array_equal(eff, current) or bank.needs_per_step:
+                bank.apply(eff)
+                current = eff
+            if bank.needs_per_step:
+                bank.before_step()
+            world.step()
+            now += world.dt
+    t = np.asarray(T)
+    objs = {n: np.asarray(v) for n, v in P.items()}
+    jn = [j.name for j in spec.robot.joints] if spec.robot else []
+    _check_finite(t, np.asarray(Q), np.asarray(QD), jn, objs, spec.name)
+    channels = {"robot/joint_pos": np.asarray(Q), "robot/joint_vel": np.asarray(QD),
+                "robot/command": np.asarray(U)}
+    units = {"robot/joint_pos": "rad", "robot/joint_vel": "rad/s", "robot/command": unit}
+    for n, arr in objs.items():
+        channels[f"objects/{n}/pose"] = arr
+        units[f"objects/{n}/pose"] = POSE_UNIT
+    return Trajectory(t, channels, units, "sim",
+                      {"twin": spec.name, "joint_names": jn, "command_joints": joints,
+                       "control_rate_hz": control_rate_hz})

@@ -1,0 +1,304 @@
+"""`TwinSpec`: robot, environment, objects, actuators, sim settings and their `ParamSet`.
+
+The spec holds structure (which bodies, joints, shapes, files) as plain data and every
+tunable number as a `Param` in `spec.params`, named by convention:
+
+```
+sim.time_step  sim.substeps  sim.solver_iterations  sim.gravity
+robot.links.<link>.mass            robot.material.friction  robot.material.restitution
+robot.joints.<joint>.damping|friction|armature
+robot.actuators.<joint>.bandwidth|velocity_gain|effort_limit|latency (model "servo")
+robot.actuators.<joint>.kp|kd|effort_limit|latency            (model "pd")
+robot.actuators.<joint>.gain|bias|effort_limit|latency        (model "torque")
+robot.actuators.<joint>.resistance|k_emf|gear_ratio|voltage_limit|latency  (model "dc_motor")
+objects.<name>.mass|density  objects.<name>.friction|rolling_friction|spinning_friction|
+    restitution|contact_stiffness|contact_damping             (same for env.table, env.ground)
+```
+
+File references (meshes, hulls, URDFs) are relative to the twin folder (`base_dir`),
+or `pybullet_data:<path>` / `resources:<path>` for bundled descriptions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from twins.errors import TwinError
+from twins.params import Param, ParamSet
+
+FORMAT = "twinbench-twin"
+FORMAT_VERSION = 1
+ACTUATOR_MODELS = ("servo", "pd", "torque", "dc_motor")
+SHAPE_KINDS = ("box", "cylinder", "sphere", "mesh")
+IDENTITY_POSE = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0)
+ACTUATOR_PARAMS = {
+    "servo": ("bandwidth", "velocity_gain", "effort_limit", "latency"),
+    "pd": ("kp", "kd", "effort_limit", "latency"),
+    "torque": ("gain", "bias", "effort_limit", "latency"),
+    "dc_motor": ("resistance", "k_emf", "gear_ratio", "voltage_limit", "latency"),
+}
+COMMAND_UNITS = {"servo": ("rad", "m"), "pd": ("rad", "m"), "torque": ("N*m", "N"), "dc_motor": ("V",)}
+MATERIAL_PARAMS = ("friction", "rolling_friction", "spinning_friction", "restitution",
+                   "contact_stiffness", "contact_damping")
+
+
+def _pose(p: Sequence[float], what: str) -> tuple[float, ...]:
+    a = np.asarray(p, dtype=float).reshape(-1)
+    if a.shape != (7,) or not np.all(np.isfinite(a)):
+        raise TwinError(f"{what}: pose must be 7 finite numbers (xyz + quat xyzw), got {list(p)}")
+    n = np.linalg.norm(a[3:])
+    if n < 1e-9:
+        raise TwinError(f"{what}: pose quaternion is zero")
+    a[3:] /= n
+    return tuple(float(x) for x in a)
+
+
+@dataclass(frozen=True)
+class JointSpec:
+    """A movable robot joint, by its URDF name. Limits in rad (or m); None = unlimited."""
+
+    name: str
+    kind: str = "revolute"            # revolute | prismatic | continuous
+    lower: float | None = None
+    upper: float | None = None
+
+
+@dataclass(frozen=True)
+class ActuatorSpec:
+    """Which model drives a joint (see twins/actuators.py): "servo" (PyBullet's implicit
+    position servo) or "pd" (explicit PD), both commanded in rad/m; "torque" (N*m/N);
+    "dc_motor" (V)."""
+
+    joint: str
+    model: str = "servo"
+
+    def __post_init__(self) -> None:
+        if self.model not in ACTUATOR_MODELS:
+            raise TwinError(f"actuator on joint '{self.joint}': model '{self.model}' is not one "
+                            f"of {ACTUATOR_MODELS}")
+
+
+@dataclass(frozen=True)
+class RobotSpec:
+    """A robot from any URDF. `urdf` is `pybullet_data:<path>`, `resources:<path>`, a path
+    relative to the twin folder, or an absolute path."""
+
+    urdf: str
+    name: str = "robot"
+    base_pose: tuple[float, ...] = IDENTITY_POSE
+    fixed_base: bool = True
+    joints: tuple[JointSpec, ...] = ()
+    actuators: tuple[ActuatorSpec, ...] = ()
+    links: tuple[str, ...] = ()        # links with a mass parameter
+    initial_joint_pos: tuple[float, ...] = ()
+    notes: tuple[str, ...] = ()       # what the loader had to fall back on, said once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_pose", _pose(self.base_pose, "robot base"))
+        names = [j.name for j in self.joints]
+        for a in self.actuators:
+            if a.joint not in names:
+                raise TwinError(f"actuator names joint '{a.joint}', which the robot lacks "
+                                f"(joints: {', '.join(names)})")
+        if self.initial_joint_pos and len(self.initial_joint_pos) != len(self.joints):
+            raise TwinError(f"robot: initial_joint_pos has {len(self.initial_joint_pos)} values "
+                            f"for {len(self.joints)} joints")
+
+    def actuator(self, joint: str) -> ActuatorSpec | None:
+        return next((a for a in self.actuators if a.joint == joint), None)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Collision geometry. box: size = half extents (3); cylinder: (radius, length along z);
+    sphere: (radius,); mesh: `hulls` = convex pieces (OBJ files). `mesh` is the visual mesh
+    file (optional for primitives); `collision_pose` places a primitive in the body frame."""
+
+    kind: str
+    size: tuple[float, ...] = ()
+    mesh: str | None = None
+    hulls: tuple[str, ...] = ()
+    collision_pose: tuple[float, ...] = IDENTITY_POSE
+
+    def __post_init__(self) -> None:
+        if self.kind not in SHAPE_KINDS:
+            raise TwinError(f"shape kind '{self.kind}' is not one of {SHAPE_KINDS}")
+        need = {"box": 3, "cylinder": 2, "sphere": 1, "mesh": 0}[self.kind]
+        size = tuple(float(s) for s in self.size)
+        if len(size) != need or any(not np.isfinite(s) or s <= 0 for s in size):
+            raise TwinError(f"{self.kind} shape needs {need} positive sizes, got {list(self.size)}")
+        if self.kind == "mesh" and (not self.mesh or not self.hulls):
+            raise TwinError("mesh shape needs a visual mesh file and at least one collision hull")
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "collision_pose", _pose(self.collision_pose, "collision shape"))
+
+
+@dataclass(frozen=True)
+class ObjectSpec:
+    """A rigid body. Inertia is `mass * inertia_per_kg` (3x3 about `com`, body frame), so a
+    mass or density change keeps the shape's mass distribution. `mass_from` is "mass" (the
+    mass is a parameter) or "density" (mass = density * volume)."""
+
+    name: str
+    shape: Shape
+    pose: tuple[float, ...] = IDENTITY_POSE
+    static: bool = False
+    mass_from: str = "mass"
+    volume: float = 0.0                               # m^3
+    com: tuple[float, ...] = (0.0, 0.0, 0.0)          # m, body frame
+    inertia_per_kg: tuple[float, ...] = (1e-4, 0, 0, 0, 1e-4, 0, 0, 0, 1e-4)  # m^2, row-major
+    rgba: tuple[float, ...] = (0.8, 0.5, 0.2, 1.0)
+    source: str = ""                                  # e.g. scan object id
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pose", _pose(self.pose, f"object '{self.name}'"))
+        if self.mass_from not in ("mass", "density"):
+            raise TwinError(f"object '{self.name}': mass_from must be 'mass' or 'density'")
+        if self.mass_from == "density" and not self.volume > 0:
+            raise TwinError(f"object '{self.name}': density needs a positive volume "
+                            f"(got {self.volume})")
+        Ib = np.asarray(self.inertia_per_kg, dtype=float).reshape(3, 3)
+        if not np.all(np.isfinite(Ib)) or np.any(np.linalg.eigvalsh((Ib + Ib.T) / 2) <= 0):
+            raise TwinError(f"object '{self.name}': inertia is not positive definite")
+        object.__setattr__(self, "inertia_per_kg", tuple(float(x) for x in Ib.reshape(-1)))
+        object.__setattr__(self, "com", tuple(float(x) for x in self.com))
+
+    @property
+    def prefix(self) -> str:
+        return f"objects.{self.name}"
+
+
+@dataclass(frozen=True)
+class EnvironmentSpec:
+    """Static surroundings: an infinite ground plane at `ground_z` and an optional table."""
+
+    ground: bool = True
+    table: ObjectSpec | None = None
+    ground_z: float = 0.0             # m, height of the ground plane
+
+
+@dataclass(frozen=True)
+class TwinSpec:
+    """The whole twin. `params` holds every number; `meta` lineage (scan id, parent twin)."""
+
+    name: str
+    params: ParamSet
+    robot: RobotSpec | None = None
+    environment: EnvironmentSpec = field(default_factory=EnvironmentSpec)
+    objects: tuple[ObjectSpec, ...] = ()
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    base_dir: Path | None = None      # folder the relative file references are relative to
+
+    def __post_init__(self) -> None:
+        names = [o.name for o in self.objects]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise TwinError(f"twin '{self.name}': object names must be unique ({sorted(dup)})")
+        missing = [n for n in self.required_params() if n not in self.params]
+        if missing:
+            raise TwinError(f"twin '{self.name}': missing parameters {missing[:6]}"
+                            f"{' ...' if len(missing) > 6 else ''}")
+
+    def required_params(self) -> list[str]:
+        """Names the builder will read; each must be in `params`."""
+        req = ["sim.time_step", "sim.substeps", "sim.solver_iterations", "sim.gravity"]
+        if self.robot is not None:
+            req += [f"robot.links.{ln}.mass" for ln in self.robot.links]
+            req += [f"robot.material.{k}" for k in ("friction", "restitution")]
+            for j in self.robot.joints:
+                a = self.robot.actuator(j.name)
+                keys = ("damping", "armature") if a is not None and a.model == "servo" else \
+                    ("damping", "friction", "armature")
+                req += [f"robot.joints.{j.name}.{k}" for k in keys]
+            for a in self.robot.actuators:
+                req += [f"robot.actuators.{a.joint}.{k}" for k in ACTUATOR_PARAMS[a.model]]
+        bodies = list(self.objects) + ([self.environment.table] if self.environment.table else [])
+        for o in bodies:
+            pre = "env.table" if o is self.environment.table else o.prefix
+            if not o.static:
+                req.append(f"{pre}.{o.mass_from}")
+            req += [f"{pre}.{k}" for k in MATERIAL_PARAMS]
+        if self.environment.ground:
+            req += [f"env.ground.{k}" for k in MATERIAL_PARAMS]
+        return req
+
+    def object(self, name: str) -> ObjectSpec:
+        for o in self.objects:
+            if o.name == name:
+                return o
+        raise TwinError(f"twin '{self.name}' has no object '{name}' "
+                        f"(objects: {', '.join(o.name for o in self.objects) or 'none'})")
+
+    def resolve(self, ref: str) -> Path:
+        """Absolute path of a file reference (see module docstring)."""
+        if ref.startswith("pybullet_data:"):
+            import pybullet_data
+
+            return Path(pybullet_data.getDataPath()) / ref.split(":", 1)[1]
+        if ref.startswith("resources:"):
+            from resources import path
+
+            return path(*ref.split(":", 1)[1].split("/"))
+        p = Path(ref)
+        if not p.is_absolute():
+            if self.base_dir is None:
+                raise TwinError(f"twin '{self.name}': relative file '{ref}' but no twin folder")
+            p = self.base_dir / p
+        return p
+
+    def with_values(self, values: Mapping[str, float]) -> TwinSpec:
+        """Copy whose nominals are `values` (checked against the bounds)."""
+        return replace(self, params=self.params.with_nominals(values))
+
+    def with_object_pose(self, name: str, pose: Sequence[float]) -> TwinSpec:
+        """Copy with one object moved (pose xyz + quat xyzw)."""
+        self.object(name)
+        objs = tuple(replace(o, pose=tuple(pose)) if o.name == name else o for o in self.objects)
+        return replace(self, objects=objs)
+
+    # -- JSON ------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        from twins.serialize import spec_to_json
+
+        return spec_to_json(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], base_dir: Path | None = None) -> TwinSpec:
+        from twins.serialize import spec_from_json
+
+        return spec_from_json(d, base_dir)
+
+    def save(self, folder: Path) -> Path:
+        """Write `twin.json` into `folder` (atomically); returns its path."""
+        from resources import atomic
+
+        path = Path(folder) / "twin.json"
+        atomic.write_json(path, self.to_json())
+        return path
+
+    @classmethod
+    def load(cls, folder: Path) -> TwinSpec:
+        """Read `folder/twin.json`; TwinError names the file and what is wrong."""
+        path = Path(folder) / "twin.json"
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise TwinError(f"{path}: no twin here") from None
+        except (OSError, ValueError) as exc:
+            raise TwinError(f"{path}: unreadable twin file ({exc})") from exc
+        try:
+            return cls.from_json(d, base_dir=Path(folder))
+        except TwinError as exc:
+            raise TwinError(f"{path}: {exc}") from exc
+
+
+def p_(name: str, unit: str, nominal: float, low: float, high: float, prior: str = "uniform",
+       integer: bool = False, doc: str = "") -> Param:
+    """Short constructor used by the spec factories."""
+    return Param(name, unit, nominal, low, high, prior, integer, doc)
