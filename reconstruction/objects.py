@@ -96,11 +96,13 @@ def close_and_clean(part: trimesh.Trimesh, plane: Plane, triangle_budget: int = 
 
 
 def extract_object(scene: trimesh.Trimesh, cluster: Cluster, plane: Plane,
-                   triangle_budget: int = 5000) -> ObjectMesh:
-    """Cut, close, clean and express one object in its own frame."""
-    part = cut_object(scene, cluster, plane)
+                   triangle_budget: int = 5000, voxel: float = 0.004) -> ObjectMesh:
+    """Cut, close, clean and express one object in its own frame. The cut sits 1.5 voxels
+    above the table, below which the TSDF blends the object into the table."""
+    part = cut_object(scene, cluster, plane, radius=2 * voxel, cut_height=1.5 * voxel)
     tri_before = len(part.faces)
-    mesh, holes, warnings = close_and_clean(part, plane, triangle_budget)
+    mesh, holes, warnings = close_and_clean(part, plane, triangle_budget,
+                                            snap_height=3.5 * voxel)
     T = object_frame(cluster.points, plane)
     Tinv = np.linalg.inv(T)
     mesh = trimesh.Trimesh(mesh.vertices @ Tinv[:3, :3].T + Tinv[:3, 3], mesh.faces.copy(),
@@ -174,13 +176,64 @@ def fill_holes_fan(m: trimesh.Trimesh) -> trimesh.Trimesh:
                 break
         if len(loop) < 3:
             continue
+        ring = np.asarray(loop[::-1])   # cap faces run against the open edges
+        tris = ear_clip(_plane_coords(m.vertices[ring]))
+        if tris is not None:
+            new_faces.append(ring[tris])
+            continue
         centre = m.vertices[loop].mean(axis=0)
         verts.append(centre[None])
-        ring = np.asarray(loop)
-        fan = np.column_stack([np.roll(ring, -1), ring, np.full(len(ring), n)])
+        fan = np.column_stack([ring, np.roll(ring, -1), np.full(len(ring), n)])
         new_faces.append(fan)
         n += 1
     return trimesh.Trimesh(np.vstack(verts), np.vstack(new_faces), process=False)
+
+
+def _plane_coords(p: NDArray[np.float64]) -> NDArray[np.float64]:
+    """2D coordinates of a 3D loop in its best-fit plane."""
+    c = p - p.mean(axis=0)
+    _, _, vt = np.linalg.svd(c, full_matrices=False)
+    return c @ vt[:2].T
+
+
+def ear_clip(poly: NDArray[np.float64]) -> NDArray[np.int64] | None:
+    """Triangulate a simple 2D polygon by ear clipping; triangles keep the polygon's winding.
+    Returns (n-2, 3) indices into `poly`, or None if the polygon is not simple enough."""
+    n = len(poly)
+    idx = list(range(n))
+    area2 = float(np.sum(poly[:, 0] * np.roll(poly[:, 1], -1) - np.roll(poly[:, 0], -1) * poly[:, 1]))
+    sign = 1.0 if area2 >= 0 else -1.0
+    out: list[tuple[int, int, int]] = []
+
+    def cross(o: NDArray[np.float64], a: NDArray[np.float64], b: NDArray[np.float64]) -> float:
+        return float((a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0]))
+
+    guard = 0
+    while len(idx) > 3 and guard < 4 * n * n:
+        found = False
+        for k in range(len(idx)):
+            guard += 1
+            i0, i1, i2 = idx[k - 1], idx[k], idx[(k + 1) % len(idx)]
+            a, b, c = poly[i0], poly[i1], poly[i2]
+            if sign * cross(a, b, c) <= 1e-14:
+                continue   # reflex or degenerate corner
+            others = [j for j in idx if j not in (i0, i1, i2)]
+            q = poly[others]
+            if len(q):
+                d1 = sign * ((b[0] - a[0]) * (q[:, 1] - a[1]) - (b[1] - a[1]) * (q[:, 0] - a[0]))
+                d2 = sign * ((c[0] - b[0]) * (q[:, 1] - b[1]) - (c[1] - b[1]) * (q[:, 0] - b[0]))
+                d3 = sign * ((a[0] - c[0]) * (q[:, 1] - c[1]) - (a[1] - c[1]) * (q[:, 0] - c[0]))
+                if np.any((d1 >= 0) & (d2 >= 0) & (d3 >= 0)):
+                    continue
+            out.append((i0, i1, i2))
+            idx.pop(k)
+            found = True
+            break
+        if not found:
+            return None
+    if len(idx) == 3:
+        out.append((idx[0], idx[1], idx[2]))
+    return np.asarray(out, dtype=np.int64)
 
 
 def _to_legacy(m: trimesh.Trimesh) -> o3d.geometry.TriangleMesh:

@@ -165,9 +165,10 @@ def _split_by_color(p: NDArray[np.float64], c: NDArray[np.uint8], eps: float,
     """Two touching objects of clearly different colour -> two clusters (None if not)."""
     if len(p) < 2 * min_cluster:
         return None
-    cf = c.astype(np.float64)
-    centers, lab = kmeans2(cf, 2, seed=np.random.default_rng(0), minit="++")
-    if np.linalg.norm(centers[0] - centers[1]) < 60 or min(np.bincount(lab, minlength=2)) < \
+    cf = c.astype(np.float64) + 1.0
+    chroma = cf / cf.sum(axis=1, keepdims=True)        # shading-invariant colour
+    centers, lab = kmeans2(chroma[:, :2], 2, seed=np.random.default_rng(0), minit="++")
+    if np.linalg.norm(centers[0] - centers[1]) < 0.12 or min(np.bincount(lab, minlength=2)) < \
             max(min_cluster, 0.1 * len(p)):
         return None
     out = []

@@ -26,7 +26,7 @@ class TSDFSettings:
     block_resolution: int = 8        # 8^3 voxels per block: fewer idle voxels than 16^3
     block_count: int = 150000
     depth_min: float = 0.1           # m, nearer depth is ignored
-    depth_max: float = 1.5           # m, farther depth is ignored
+    depth_max: float = 1.1           # m, farther depth is ignored (the floor, walls)
     trunc_voxels: float = 4.0        # truncation distance in voxels
     weight_threshold: float = 2.0    # frames a voxel needs before it appears in the mesh
 

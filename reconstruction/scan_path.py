@@ -1,0 +1,68 @@
+"""Camera view planning for a wrist-camera scan: orbit targets and numeric IK over any
+forward-kinematics function (the robot's own model; nothing robot-specific here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.optimize import least_squares
+from scipy.spatial.transform import Rotation
+
+from devices.poses import invert
+
+FK = Callable[[NDArray[np.float64]], NDArray[np.float64]]   # joint_pos -> T_base_hand
+
+
+def look_at(eye: NDArray[np.floating], target: NDArray[np.floating],
+            up: Sequence[float] = (0.0, 0.0, 1.0)) -> NDArray[np.float64]:
+    """T_base_camera of an OpenCV camera (z forward, y down) at `eye` looking at `target`."""
+    e, t = np.asarray(eye, float), np.asarray(target, float)
+    z = (t - e) / np.linalg.norm(t - e)
+    x = np.cross(z, np.asarray(up, float))
+    if np.linalg.norm(x) < 1e-6:
+        x = np.cross(z, [1.0, 0.0, 0.0])
+    x /= np.linalg.norm(x)
+    T = np.eye(4)
+    T[:3, 0], T[:3, 1], T[:3, 2], T[:3, 3] = x, np.cross(z, x), z, e
+    return T
+
+
+def orbit_targets(center: Sequence[float], distance: float, elevation_deg: float, n: int,
+                  azimuth_deg: tuple[float, float] = (-60.0, 60.0),
+                  base_azimuth_deg: float = 180.0) -> list[NDArray[np.float64]]:
+    """`n` camera poses on an arc around `center` at `distance` m, looking at it."""
+    c = np.asarray(center, float)
+    el = np.radians(elevation_deg)
+    out = []
+    for a in np.radians(base_azimuth_deg + np.linspace(*azimuth_deg, n)):
+        eye = c + distance * np.array([np.cos(el) * np.cos(a), np.cos(el) * np.sin(a),
+                                       np.sin(el)])
+        out.append(look_at(eye, c))
+    return out
+
+
+def solve_view(fk: FK, q0: NDArray[np.float64], T_base_camera: NDArray[np.float64],
+               T_hand_camera: NDArray[np.float64], lower: NDArray[np.float64],
+               upper: NDArray[np.float64], roll_free: bool = True
+               ) -> tuple[NDArray[np.float64], float, float]:
+    """Joint positions putting the camera at `T_base_camera` (roll about the optical axis
+    free if `roll_free`). Returns (q, position error m, viewing-axis error deg)."""
+    target_hand = T_base_camera @ invert(T_hand_camera)
+
+    def resid(q: NDArray[np.float64]) -> NDArray[np.float64]:
+        Tc = fk(q) @ T_hand_camera
+        dp = Tc[:3, 3] - T_base_camera[:3, 3]
+        if roll_free:
+            dz = Tc[:3, 2] - T_base_camera[:3, 2]
+            return np.concatenate([dp * 10, dz])
+        dr = Rotation.from_matrix(Tc[:3, :3] @ T_base_camera[:3, :3].T).as_rotvec()
+        return np.concatenate([dp * 10, dr])
+
+    del target_hand
+    sol = least_squares(resid, np.clip(q0, lower, upper), bounds=(lower, upper), xtol=1e-10)
+    Tc = fk(sol.x) @ T_hand_camera
+    pos_err = float(np.linalg.norm(Tc[:3, 3] - T_base_camera[:3, 3]))
+    ang = float(np.degrees(np.arccos(np.clip(Tc[:3, 2] @ T_base_camera[:3, 2], -1, 1))))
+    return sol.x, pos_err, ang

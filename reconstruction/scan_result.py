@@ -1,0 +1,170 @@
+"""`ScanResult`: what a scan produces, and its artifact folder.
+
+```
+scans/<id>/
+  scan.json          table plane, objects (name, pose, colour, stats), T_base_camera,
+                     calibration residuals, quality stats, capture info
+  mesh.ply           the fused scene mesh (base frame)
+  objects/<name>.obj each object's mesh in its own frame (pose in scan.json)
+  recording.db3      (when the scan was recorded; written by the workflow)
+```
+
+Values at the boundary are numpy arrays and trimesh meshes; Open3D stays inside this package.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import trimesh
+from numpy.typing import NDArray
+
+from devices.errors import DataFileError
+from resources import atomic
+
+FORMAT = "twinbench-scan"
+FORMAT_VERSION = 1
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class ScannedObject:
+    name: str
+    mesh: trimesh.Trimesh                  # object frame
+    T_base_object: NDArray[np.float64]     # 4x4
+    color: tuple[int, int, int] = (180, 180, 180)
+    watertight: bool = False
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def mesh_in_base(self) -> trimesh.Trimesh:
+        m = self.mesh.copy()
+        T = self.T_base_object
+        return trimesh.Trimesh(m.vertices @ T[:3, :3].T + T[:3, 3], m.faces, process=False)
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """A reconstructed workspace in the robot base frame."""
+
+    scene_mesh: trimesh.Trimesh
+    table_plane: NDArray[np.float64] | None          # (4,) n x, n y, n z, d (n.p + d = 0)
+    objects: tuple[ScannedObject, ...]
+    T_base_camera: NDArray[np.float64] | None        # fixed camera, or the hand-eye for wrist
+    calibration: dict[str, Any] = field(default_factory=dict)   # method, residuals, errors
+    quality: dict[str, Any] = field(default_factory=dict)       # frames, skipped, timings
+    warnings: tuple[str, ...] = ()
+    capture: dict[str, Any] = field(default_factory=dict)       # sdk version, intrinsics, ...
+
+    def object(self, name: str) -> ScannedObject:
+        for o in self.objects:
+            if o.name == name:
+                return o
+        raise KeyError(name)
+
+    def renamed(self, old: str, new: str) -> ScanResult:
+        if not _NAME_RE.match(new):
+            raise DataFileError(f"object name {new!r}: use letters, digits, '_', '.', '-'")
+        if any(o.name == new for o in self.objects):
+            raise DataFileError(f"object name {new!r} is already used in this scan")
+        objs = tuple(replace(o, name=new) if o.name == old else o for o in self.objects)
+        return replace(self, objects=objs)
+
+    def without(self, name: str) -> ScanResult:
+        return replace(self, objects=tuple(o for o in self.objects if o.name != name))
+
+    def recolored(self, name: str, color: tuple[int, int, int]) -> ScanResult:
+        objs = tuple(replace(o, color=tuple(int(c) for c in color)) if o.name == name else o
+                     for o in self.objects)
+        return replace(self, objects=objs)
+
+    # --- files -----------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        def mat(T: NDArray[np.float64] | None) -> list[list[float]] | None:
+            return None if T is None else np.asarray(T, float).tolist()
+
+        return {
+            "format": FORMAT, "format_version": FORMAT_VERSION,
+            "table_plane": None if self.table_plane is None else
+            [float(v) for v in self.table_plane],
+            "T_base_camera": mat(self.T_base_camera),
+            "objects": [{"name": o.name, "file": f"objects/{o.name}.obj",
+                         "T_base_object": mat(o.T_base_object), "color": list(o.color),
+                         "watertight": o.watertight, "triangles": int(len(o.mesh.faces)),
+                         "stats": o.stats} for o in self.objects],
+            "calibration": self.calibration, "quality": self.quality,
+            "warnings": list(self.warnings), "capture": self.capture,
+        }
+
+    def save(self, folder: Path) -> None:
+        """Write scan.json, mesh.ply and objects/*.obj into `folder` (atomic per file)."""
+        folder = Path(folder)
+        (folder / "objects").mkdir(parents=True, exist_ok=True)
+        atomic.write_bytes(folder / "mesh.ply", self.scene_mesh.export(file_type="ply"))
+        for o in self.objects:
+            data = o.mesh.export(file_type="obj")
+            atomic.write_text(folder / "objects" / f"{o.name}.obj",
+                              data if isinstance(data, str) else data.decode())
+        atomic.write_json(folder / "scan.json", _clean(self.to_json()))
+
+    @classmethod
+    def load(cls, folder: Path) -> ScanResult:
+        """Read a scan artifact folder; DataFileError names the broken file."""
+        folder = Path(folder)
+        jpath = folder / "scan.json"
+        try:
+            d = json.loads(jpath.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise DataFileError(f"{jpath}: cannot read scan ({exc})") from exc
+        if d.get("format") != FORMAT:
+            raise DataFileError(f"{jpath}: not a Twinbench scan (format field)")
+        if int(d.get("format_version", 0)) > FORMAT_VERSION:
+            raise DataFileError(f"{jpath}: scan format {d['format_version']} is newer than "
+                                f"this Twinbench supports ({FORMAT_VERSION})")
+        scene = _load_mesh(folder / "mesh.ply")
+        objs = []
+        for o in d.get("objects", []):
+            objs.append(ScannedObject(
+                str(o["name"]), _load_mesh(folder / o["file"]),
+                np.asarray(o["T_base_object"], float), tuple(o.get("color", (180,) * 3)),
+                bool(o.get("watertight", False)), dict(o.get("stats", {}))))
+        T = d.get("T_base_camera")
+        plane = d.get("table_plane")
+        return cls(scene, None if plane is None else np.asarray(plane, float), tuple(objs),
+                   None if T is None else np.asarray(T, float), dict(d.get("calibration", {})),
+                   dict(d.get("quality", {})), tuple(d.get("warnings", [])),
+                   dict(d.get("capture", {})))
+
+
+def _load_mesh(path: Path) -> trimesh.Trimesh:
+    if not path.is_file():
+        raise DataFileError(f"{path}: missing from the scan folder")
+    try:
+        m = trimesh.load(path, force="mesh", process=False)
+    except Exception as exc:  # trimesh raises many types for bad files
+        raise DataFileError(f"{path}: not a readable mesh ({exc})") from exc
+    if not isinstance(m, trimesh.Trimesh):
+        raise DataFileError(f"{path}: not a triangle mesh")
+    return m
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe copy: numpy scalars/arrays to Python, NaN/inf to None."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _clean(obj.tolist())
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return f if np.isfinite(f) else None
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
