@@ -23,6 +23,7 @@ from devices.robots.agent import Agent
 from devices.robots.auth import TOKEN_ENV, load_token
 from devices.robots.safety import SafetyConfig, default_config
 from devices.robots.server import CameraFeed, RobotServer
+from devices.robots.timing import set_realtime
 from devices.robots.watchdog import WatchdogConfig
 
 HELP = "Run the virtual lab (MuJoCo) as a robot + camera server speaking the robot protocol."
@@ -44,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--camera-size", default="424x240", help="lab camera resolution WxH")
     s.add_argument("--camera-fps", type=int, default=15, help="lab camera frame rate")
     s.add_argument("--no-cameras", action="store_true", help="serve no cameras")
+    s.add_argument("--rt-priority", type=int, default=20,
+                   help="SCHED_FIFO priority for the control and physics threads where the OS "
+                   "allows it (0: normal scheduling)")
     s.add_argument("--heartbeat-timeout", type=float, default=0.25,
                    help="watchdog: stop when the controlling client is silent this long (s)")
 
@@ -152,7 +156,8 @@ def build(args: argparse.Namespace) -> tuple[Agent, RobotServer]:
         safety = SafetyConfig(workspace_lower=LAB_WORKSPACE["lower"],
                               workspace_upper=LAB_WORKSPACE["upper"])
     agent = Agent(driver, safety=safety,
-                  watchdog=WatchdogConfig(heartbeat_timeout_s=args.heartbeat_timeout))
+                  watchdog=WatchdogConfig(heartbeat_timeout_s=args.heartbeat_timeout),
+                  realtime_priority=args.rt_priority or None)
     cameras: dict[str, CameraFeed] = {}
     if not args.no_cameras and info.cameras:
         try:
@@ -178,12 +183,19 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     agent.start()
     try:
+        if args.rt_priority:   # the lab's physics thread is as time-critical as the agent's
+            for t in threading.enumerate():
+                if t.name.startswith("lab-") and t.native_id is not None:
+                    set_realtime(args.rt_priority, t.native_id)
         server.start()
         info = agent.info
         print(f"lab {args.scene}: {info.name}, {len(info.joint_names)} joints at "
               f"{info.control_rate_hz:g} Hz, cameras: {', '.join(server.cameras) or 'none'}",
               flush=True)
-        print(f"lab serve: listening on {server.host}:{server.port}", flush=True)
+        time.sleep(0.05)
+        rt = "SCHED_FIFO" if agent.realtime else "normal scheduling"
+        print(f"lab serve: control loop {rt}; listening on {server.host}:{server.port}",
+              flush=True)
         while not done.wait(0.5):
             pass
     finally:

@@ -24,7 +24,7 @@ from devices.robots.driver import RobotDriver, RobotState
 from devices.robots.policy_runner import OnnxPolicy, PolicySpec
 from devices.robots.policy_worker import PolicyFn, PolicyWorker
 from devices.robots.safety import SafetyConfig, SafetyEnvelope, default_config
-from devices.robots.timing import RateLoop
+from devices.robots.timing import RateLoop, set_realtime
 from devices.robots.watchdog import Watchdog, WatchdogConfig
 
 Vec = NDArray[np.float64]
@@ -37,7 +37,8 @@ class Agent:
     """Wraps any RobotDriver. `start()` runs the control loop on its own thread."""
 
     def __init__(self, driver: RobotDriver, safety: SafetyConfig | None = None,
-                 watchdog: WatchdogConfig | None = None, log_seconds: float = 60.0) -> None:
+                 watchdog: WatchdogConfig | None = None, log_seconds: float = 60.0,
+                 realtime_priority: int | None = None) -> None:
         self.driver = driver
         self.info = driver.info()
         self.n = len(self.info.joint_names)
@@ -47,6 +48,8 @@ class Agent:
         self.watchdog = Watchdog(watchdog or WatchdogConfig(), self.dt)
         self.log = AgentLog(self.n, max(16, int(log_seconds * self.info.control_rate_hz)))
         self.loop = RateLoop(self.info.control_rate_hz)
+        self.realtime_priority = realtime_priority   # SCHED_FIFO for the loop thread, if allowed
+        self.realtime = False
         self.mode = "idle"
         self.stop_reason: str | None = None
         self.owner: str | None = None
@@ -92,6 +95,8 @@ class Agent:
         self.driver.close()
 
     def _run(self) -> None:
+        if self.realtime_priority:
+            self.realtime = set_realtime(self.realtime_priority)
         self.loop.restart()
         while self._running:
             self.loop.wait()
@@ -338,4 +343,5 @@ class Agent:
         return {"mode": self.mode, "estop": self.mode == "estop", "owner": self.owner,
                 "stop_reason": self.stop_reason, "policy_loaded": self._policy_fn is not None,
                 "safety": self.envelope.config.to_dict(),
-                "watchdog": self.watchdog.config.to_dict(), "jitter_ms": self.loop.jitter_ms(last)}
+                "watchdog": self.watchdog.config.to_dict(), "realtime": self.realtime,
+                "jitter_ms": self.loop.jitter_ms(last)}

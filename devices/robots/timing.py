@@ -8,9 +8,21 @@ restarts from now and the skipped ticks are counted.
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
+
+
+def set_realtime(priority: int, native_id: int = 0) -> bool:
+    """Give a thread (default: the calling one) SCHED_FIFO `priority`, as robot control
+    loops do. Returns False where the OS refuses (no CAP_SYS_NICE / rtprio limit), in which
+    case the thread keeps its normal priority."""
+    try:
+        os.sched_setscheduler(native_id, os.SCHED_FIFO, os.sched_param(priority))
+    except (OSError, AttributeError):
+        return False
+    return True
 
 
 class RateLoop:
