@@ -31,19 +31,13 @@ class CalibratePage(WorkflowPage):
         self.banner.setStyleSheet("background: #fff3cd; color: #5c4400; padding: 8px; "
                                   "border-radius: 4px;")
         layout.addWidget(self.banner)
-        split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
-        left = QtWidgets.QWidget()
-        ll = QtWidgets.QVBoxLayout(left)
-        ll.setContentsMargins(0, 0, 0, 0)
-        ll.addWidget(QtWidgets.QLabel("<b>Trajectories</b> (tick to plot)"))
-        self.traj_list = QtWidgets.QListWidget()
-        self.traj_list.itemChanged.connect(self._on_ticked)
-        ll.addWidget(self.traj_list)
         self.plot = TrajectoryPlot()
-        split.addWidget(left)
-        split.addWidget(self.plot)
-        split.setSizes([260, 900])
-        layout.addWidget(split, 1)
+        self.traj_list = QtWidgets.QListWidget()
+        self.traj_list.setMaximumHeight(140)
+        self.traj_list.itemChanged.connect(self._on_ticked)
+        self.plot.side_layout.insertWidget(0, QtWidgets.QLabel("<b>Recordings</b> (tick to plot)"))
+        self.plot.side_layout.insertWidget(1, self.traj_list)
+        layout.addWidget(self.plot, 1)
         self._loaded: dict[str, list[str]] = {}
 
     def has_content(self) -> bool:
@@ -96,8 +90,7 @@ class CalibratePage(WorkflowPage):
             self.plot.add_trajectory(traj, chans or None, label=label)
             self._loaded[aid] = [n for n in self.plot.series() if n not in before]
         else:
-            for name in self._loaded.pop(aid, []):
-                self.plot.remove_series(name)
+            self.plot.remove_series(*self._loaded.pop(aid, []))
 
 
 if __name__ == "__main__":

@@ -103,8 +103,17 @@ class DevicesPanel(QtWidgets.QWidget):
         split.addWidget(top)
         self.scene: SceneView | None = SceneView() if with_3d else None
         if self.scene is not None:
-            split.addWidget(self.scene)
-            split.setSizes([220, 260])
+            box = QtWidgets.QWidget()
+            bl = QtWidgets.QVBoxLayout(box)
+            bl.setContentsMargins(0, 4, 0, 0)
+            caption = QtWidgets.QLabel("<b>Robot, live 3D</b> <small>(base frame, 10 cm grid: "
+                                       "arm in orange, end effector path in yellow; drag to "
+                                       "orbit, wheel to zoom)</small>")
+            caption.setWordWrap(True)
+            bl.addWidget(caption)
+            bl.addWidget(self.scene, 1)
+            split.addWidget(box)
+            split.setSizes([220, 280])
         lay.addWidget(split, 1)
         self._trail: deque[tuple[float, np.ndarray]] = deque()
         self._last_seq: int | None = None

@@ -97,7 +97,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.log_panel = LogPanel(controller)
         self.log_dock = self._dock("Log", self.log_panel, QtCore.Qt.DockWidgetArea.BottomDockWidgetArea)
         self.resizeDocks([self.devices_dock], [380], QtCore.Qt.Orientation.Horizontal)
-        self.resizeDocks([self.log_dock], [170], QtCore.Qt.Orientation.Vertical)
+        self.resizeDocks([self.log_dock], [130], QtCore.Qt.Orientation.Vertical)
 
         # status bar
         self.job_widget = JobProgressWidget(self.runner)

@@ -79,10 +79,11 @@ class EmptyState(QtWidgets.QFrame):
         self.needs.setText("<b>Needs first:</b><br>" + "<br>".join(rows))
         if project is None:
             self.hint.setText("No project is open: use File ▸ New project… or Open project….")
-        elif all(ok for _, ok in workflows.needs_met(self.step, project, connected)):
-            self.hint.setText("Everything this step needs is here.")
         else:
-            self.hint.setText("")
+            missing = [n.label for n, ok in workflows.needs_met(self.step, project, connected)
+                       if not ok]
+            self.hint.setText(f"Start with: {missing[0]}." if missing
+                              else "Everything this step needs is here.")
 
     def text(self) -> str:
         """All visible text (for tests and accessibility)."""

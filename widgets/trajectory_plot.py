@@ -78,9 +78,14 @@ class TrajectoryPlot(QtWidgets.QWidget):
         self._time = 0.0
         self._syncing = False
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
+        side = QtWidgets.QWidget()
+        self.side_layout = QtWidgets.QVBoxLayout(side)  # pages may add widgets above the list
+        self.side_layout.setContentsMargins(0, 0, 0, 0)
+        self.side_layout.addWidget(QtWidgets.QLabel("<b>Series</b> (tick to show)"))
         self.list = QtWidgets.QListWidget()
         self.list.setMinimumWidth(170)
         self.list.itemChanged.connect(lambda _: self._rebuild())
+        self.side_layout.addWidget(self.list, 1)
         self.layout_widget = pg.GraphicsLayoutWidget()
         self.layout_widget.setBackground("w")
         self.hint = QtWidgets.QLabel("No series yet: load a trajectory to compare real and "
@@ -91,9 +96,10 @@ class TrajectoryPlot(QtWidgets.QWidget):
         rl.setContentsMargins(0, 0, 0, 0)
         rl.addWidget(self.hint)
         rl.addWidget(self.layout_widget)
-        split.addWidget(self.list)
+        split.addWidget(side)
         split.addWidget(right)
         split.setStretchFactor(1, 4)
+        split.setSizes([240, 800])
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(split)
@@ -103,7 +109,7 @@ class TrajectoryPlot(QtWidgets.QWidget):
     def series(self) -> dict[str, Series]:
         return dict(self._series)
 
-    def set_series(self, s: Series, visible: bool | None = None) -> None:
+    def set_series(self, s: Series, visible: bool | None = None, redraw: bool = True) -> None:
         """Add or replace one series. New series are shown while few plots are visible."""
         if len(s.t) != len(s.y):
             raise ValueError(f"series '{s.name}': {len(s.t)} times but {len(s.y)} values")
@@ -122,19 +128,17 @@ class TrajectoryPlot(QtWidgets.QWidget):
         if visible is not None:
             item.setCheckState(QtCore.Qt.CheckState.Checked if visible else QtCore.Qt.CheckState.Unchecked)
         self.list.blockSignals(False)
-        self._rebuild()
+        if redraw:
+            self._rebuild()
 
     def add_trajectory(self, traj: Trajectory, channels: Iterable[str] | None = None,
                        label: str = "") -> list[str]:
         """Add every component of the trajectory's channels as series; returns their names."""
         names = []
-        self.setUpdatesEnabled(False)
-        try:
-            for s in series_from_trajectory(traj, channels, label):
-                self.set_series(s)
-                names.append(s.name)
-        finally:
-            self.setUpdatesEnabled(True)
+        for s in series_from_trajectory(traj, channels, label):
+            self.set_series(s, redraw=False)
+            names.append(s.name)
+        self._rebuild()
         return names
 
     def add_residual(self, real_name: str, sim_name: str) -> str:
@@ -143,10 +147,11 @@ class TrajectoryPlot(QtWidgets.QWidget):
         self.set_series(r, visible=True)
         return r.name
 
-    def remove_series(self, name: str) -> None:
-        self._series.pop(name, None)
-        for item in self.list.findItems(name, QtCore.Qt.MatchFlag.MatchExactly):
-            self.list.takeItem(self.list.row(item))
+    def remove_series(self, *names: str) -> None:
+        for name in names:
+            self._series.pop(name, None)
+            for item in self.list.findItems(name, QtCore.Qt.MatchFlag.MatchExactly):
+                self.list.takeItem(self.list.row(item))
         self._rebuild()
 
     def clear(self) -> None:
@@ -187,6 +192,11 @@ class TrajectoryPlot(QtWidgets.QWidget):
             groups.setdefault(s.key, []).append(s)
         self.hint.setVisible(not groups)
         self.layout_widget.setVisible(bool(groups))
+        ts = [s.t for g in groups.values() for s in g if len(s.t)]
+        if ts:  # keep the cursor on the data (recordings often start at t > 0)
+            t_lo, t_hi = min(float(t[0]) for t in ts), max(float(t[-1]) for t in ts)
+            if not t_lo <= self._time <= t_hi:
+                self._time = t_lo
         first: pg.PlotItem | None = None
         for row, (key, members) in enumerate(groups.items()):
             p = self.layout_widget.addPlot(row=row, col=0)
@@ -196,7 +206,8 @@ class TrajectoryPlot(QtWidgets.QWidget):
             legend = p.addLegend(offset=(-10, 5), labelTextSize="8pt")
             legend.setBrush(pg.mkBrush(255, 255, 255, 200))
             unit = members[0].unit
-            p.setLabel("left", key if len(key) < 28 else "…" + key[-27:], units=_si(unit))
+            p.setTitle(f"<span style='color:#333'>{key}</span>", size="9pt", justify="left")
+            p.setLabel("left", units=_si(unit))
             for s in members:
                 color = COLORS[zlib.crc32(s.key.encode()) % len(COLORS)] if s.source != "residual" else "#444"
                 style = {"sim": QtCore.Qt.PenStyle.DashLine,

@@ -97,3 +97,13 @@ def test_bad_series_rejected(plot) -> None:
 
     with pytest.raises(ValueError, match="series 'x': 3 times but 2 values"):
         plot.set_series(Series("x", np.arange(3.0), np.arange(2.0)))
+
+
+def test_cursor_starts_on_the_data_and_empty_series_are_fine(plot) -> None:
+    from widgets.trajectory_plot import Series
+
+    t = np.linspace(3.0, 5.0, 21)
+    plot.set_series(Series("real/x[0]", t, t * 2, "m"))
+    assert plot.time() == pytest.approx(3.0)
+    plot.set_series(Series("sim/x[0]", np.zeros(0), np.zeros(0), "m"))
+    assert list(plot.plots()) == ["x[0]"]
