@@ -62,3 +62,20 @@ def test_u_block_is_non_convex_and_parts_tile_it() -> None:
     parts = u_block_parts()
     assert all(p.is_convex for p in parts)
     assert sum(p.volume for p in parts) == pytest.approx(m.volume, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(SCENES))
+def test_randomized_truth_differs_builds_and_round_trips(name: str, tmp_path) -> None:
+    from devices.lab.randomize import randomized_config
+
+    base = SCENES[name].default_config()
+    cfg = randomized_config(name, np.random.default_rng(3), rel=0.2)
+    if base.actuators is not None:
+        ratio = np.array(cfg.actuators.kp) / np.array(base.actuators.kp)
+        assert np.all((ratio >= 0.8) & (ratio <= 1.2)) and np.all(ratio != 1.0)
+    for a, b in zip(cfg.objects, base.objects, strict=True):
+        assert 0.8 <= a.mass / b.mass <= 1.2 and a.mass != b.mass
+    cfg.save(tmp_path / "r.json")
+    sim = LabSim(name, tmp_path / "r.json")
+    sim.run_for(0.1)
+    assert np.all(np.isfinite(sim.data.qpos))
