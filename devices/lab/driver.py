@@ -104,6 +104,19 @@ class LabDriver:
         with self._lock:
             return self.sim.time
 
+    def reset(self) -> None:
+        """Back to the config's initial state (robot held at its initial joints). The lab
+        clock and the state sequence keep counting: they stay monotonic."""
+        with self._lock:
+            self.sim.reset(keep_clock=True)
+
+    def set_object(self, name: str, pose: NDArray[np.float64] | None = None,
+                   lin_vel: NDArray[np.float64] | None = None,
+                   ang_vel: NDArray[np.float64] | None = None) -> None:
+        """Place or throw an object now (see LabSim.set_object). Not on the protocol."""
+        with self._lock:
+            self.sim.set_object(name, pose, lin_vel, ang_vel)
+
     def snapshot(self) -> tuple[float, NDArray[np.float64]]:
         """(lab time, full qpos copy): what a camera needs to render the current scene."""
         with self._lock:

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from devices.lab.config import LabConfig, LabError
 from devices.lab.scenes import Scene, get_scene
-from devices.poses import matrix_to_pose
+from devices.poses import matrix_to_pose, quat_xyzw_to_wxyz
 from devices.robots.driver import CommandMode, RobotInfo, RobotState
 
 MODES = ("position", "velocity", "torque")
@@ -53,13 +53,20 @@ class LabSim:
         self._flim = np.array(ac.force_limit if ac else (), float)
         self._tool = (self.model.body(self.scene.tool_body).id
                       if self.scene.tool_body else -1)
+        self.seq = 0                 # physics steps since reset: the state sequence number
         self.reset()
 
     # --- time and state ----------------------------------------------------------------
 
-    def reset(self) -> None:
-        """Back to the config's initial state, holding the initial joint positions."""
+    def reset(self, keep_clock: bool = False) -> None:
+        """Back to the config's initial state, holding the initial joint positions.
+
+        keep_clock: keep the lab time and state sequence counting (a running lab's clock
+        must stay monotonic); otherwise both restart at 0.
+        """
+        t, seq = (self.data.time, self.seq) if keep_clock else (0.0, 0)
         mujoco.mj_resetData(self.model, self.data)
+        self.data.time = t
         if self.n and self.config.initial_joint_pos:
             self.data.qpos[self._qadr] = self.config.initial_joint_pos
         mujoco.mj_forward(self.model, self.data)
@@ -68,7 +75,7 @@ class LabSim:
         self._mode: str = "position"
         self._ref = self.data.qpos[self._qadr].copy()
         self._tau = np.zeros(self.n)
-        self.seq = 0
+        self.seq = seq
         self.state = self._measure()
 
     @property
@@ -195,6 +202,29 @@ class LabSim:
             T[:3, 3] = self.data.xpos[b]
             out[o.name] = matrix_to_pose(T)
         return out
+
+    def set_object(self, name: str, pose: NDArray[np.float64] | None = None,
+                   lin_vel: NDArray[np.float64] | None = None,
+                   ang_vel: NDArray[np.float64] | None = None) -> None:
+        """Place / throw a free object (the experimenter's hand): pose xyz + quat xyzw in
+        the world, velocities in m/s and rad/s (world frame)."""
+        try:
+            j = self.model.joint(f"{name}_free").id
+        except KeyError:
+            raise LabError(f"lab {self.scene.name}: no free object {name!r} "
+                           f"(has {[o.name for o in self.config.objects]})") from None
+        qa, da = self.model.jnt_qposadr[j], self.model.jnt_dofadr[j]
+        if pose is not None:
+            p = np.asarray(pose, float)
+            self.data.qpos[qa:qa + 3] = p[:3]
+            self.data.qpos[qa + 3:qa + 7] = quat_xyzw_to_wxyz(p[3:7])
+        if lin_vel is not None:
+            self.data.qvel[da:da + 3] = np.asarray(lin_vel, float)
+        if ang_vel is not None:
+            # MuJoCo's free-joint angular velocity is in the body frame
+            R = self.data.xmat[self.model.body(name).id].reshape(3, 3)
+            self.data.qvel[da + 3:da + 6] = R.T @ np.asarray(ang_vel, float)
+        mujoco.mj_forward(self.model, self.data)
 
     def truth_joint_pos(self) -> NDArray[np.float64]:
         return self.data.qpos[self._qadr].copy()

@@ -180,3 +180,30 @@ def test_velocity_mode_and_hold() -> None:
     sim.run_for(1.0)
     assert np.abs(sim.truth_joint_pos() - held).max() < 0.02
     assert np.abs(sim.data.qvel[:7]).max() < 1e-2
+
+
+def test_thrown_object_flies_a_parabola_then_lands() -> None:
+    sim = LabSim("objects_table")
+    start = np.array([0.3, 0.0, 0.3, 0.0, 0.0, 0.0, 1.0])
+    sim.set_object("cylinder", start, lin_vel=np.array([0.5, 0.0, 1.0]))
+    sim.run_for(0.1)
+    p = sim.truth_object_poses()["cylinder"][:3]
+    t = sim.time
+    np.testing.assert_allclose(p, [0.3 + 0.5 * t, 0.0, 0.3 + 1.0 * t - 9.81 * t * t / 2],
+                               atol=2e-3)
+    sim.run_for(2.0)
+    assert sim.truth_object_poses()["cylinder"][2] < 0.1        # back on the table
+    with pytest.raises(LabError, match="no free object"):
+        sim.set_object("ghost", start)
+
+
+def test_reset_keeps_a_running_clock_monotonic() -> None:
+    sim = LabSim("pendulum")
+    sim.write_command("torque", np.array([1.0]))
+    sim.run_for(0.5)
+    t, seq = sim.time, sim.seq
+    sim.reset(keep_clock=True)
+    assert sim.time == t and sim.seq == seq
+    assert sim.truth_joint_pos()[0] == 0.0
+    sim.reset()
+    assert sim.time == 0.0 and sim.seq == 0
