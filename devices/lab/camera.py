@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 from devices.frames import Intrinsics, RGBDFrame
 from devices.lab.config import CameraConfig, LabConfig, LabError
 from devices.lab.depth_noise import apply_depth_noise
-from devices.lab.scenes import R_CV_MJ
+from devices.lab.parts import R_CV_MJ
 
 RESOLUTIONS = ((424, 240), (640, 480), (848, 480), (1280, 720))
 DEPTH_SCALE = 0.001

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import mujoco
 import numpy as np
-import trimesh
 from scipy.spatial.transform import Rotation
 
 from devices.lab import panda
@@ -31,20 +30,19 @@ from devices.lab.config import (
     LabError,
     ObjectConfig,
     PendulumConfig,
-    Pose,
-    contact_solref,
 )
-from devices.lab.meshes import mesh_files
-from devices.poses import matrix_to_pose, pose_to_matrix, quat_xyzw_to_wxyz
+from devices.lab.parts import (
+    add_cameras,
+    add_joint_actuators,
+    add_objects,
+    add_table,
+    as_pose,
+    base_spec,
+    look_at,
+    yaw_pose,
+)
+from devices.poses import matrix_to_pose
 from devices.robots.driver import JointLimits
-
-TABLE_X = (-0.25, 0.95)       # table top extent in the base frame, m
-TABLE_Y = (-0.6, 0.6)
-TABLE_THICKNESS = 0.04
-FLOOR_Z = -0.75
-# OpenCV camera (z forward, y down) -> MuJoCo camera (looks along -z, y up).
-R_CV_MJ = np.diag([1.0, -1.0, -1.0])
-FOVY_DEG = math.degrees(2 * math.atan(360.0 / 920.0))   # D435 colour, 1280x720, fy = 920
 
 
 @dataclass(frozen=True)
@@ -61,156 +59,18 @@ class Scene:
     tool_body: str = ""                  # forward_kinematics() reports this body's origin
 
 
-def look_at(eye: tuple[float, float, float], target: tuple[float, float, float]) -> Pose:
-    """OpenCV camera pose (z towards target, y down-ish) at `eye`, as xyz + quat xyzw."""
-    e, t = np.asarray(eye, float), np.asarray(target, float)
-    z = (t - e) / np.linalg.norm(t - e)
-    x = np.cross(z, (0.0, 0.0, 1.0))
-    x /= np.linalg.norm(x)
-    T = np.eye(4)
-    T[:3, :3] = np.column_stack([x, np.cross(z, x), z])
-    T[:3, 3] = e
-    return _pose(matrix_to_pose(T))
-
-
-def _pose(a: np.ndarray) -> Pose:
-    return tuple(float(v) for v in a)  # type: ignore[return-value]
-
-
-def _yaw_pose(x: float, y: float, z: float, yaw_deg: float) -> Pose:
-    q = Rotation.from_euler("z", yaw_deg, degrees=True).as_quat()
-    return (x, y, z, *(float(v) for v in q))  # type: ignore[return-value]
-
-
-def _mj_pos_quat(pose: Pose) -> tuple[np.ndarray, np.ndarray]:
-    return np.asarray(pose[:3]), quat_xyzw_to_wxyz(pose[3:7])
-
-
-# --- scene pieces ------------------------------------------------------------------------
-
-
-def _base_spec(cfg: LabConfig, spec: mujoco.MjSpec | None = None) -> mujoco.MjSpec:
-    spec = spec or mujoco.MjSpec()
-    spec.option.timestep = cfg.timestep
-    spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
-    spec.visual.global_.offwidth = 1280
-    spec.visual.global_.offheight = 720
-    # No MSAA: resolved depth would come from sample 0, ~0.4 px off the pixel centre.
-    spec.visual.quality.offsamples = 0
-    spec.visual.map.znear = 0.01
-    spec.visual.map.zfar = 50.0
-    spec.visual.headlight.ambient = (0.35, 0.35, 0.35)
-    spec.visual.headlight.diffuse = (0.4, 0.4, 0.4)
-    spec.stat.extent = 1.5
-    spec.stat.center = (0.4, 0.0, 0.0)
-    wb = spec.worldbody
-    wb.add_light(name="key", pos=(0.4, -0.5, 2.0), dir=(0.0, 0.25, -1.0),
-                 diffuse=(0.6, 0.6, 0.6), castshadow=False)
-    wb.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=(3, 3, 0.1),
-                pos=(0, 0, FLOOR_Z), rgba=(0.45, 0.47, 0.5, 1))
-    return spec
-
-
-def _add_table(spec: mujoco.MjSpec, cfg: LabConfig) -> None:
-    sx, sy = (TABLE_X[1] - TABLE_X[0]) / 2, (TABLE_Y[1] - TABLE_Y[0]) / 2
-    spec.worldbody.add_geom(
-        name="table", type=mujoco.mjtGeom.mjGEOM_BOX,
-        size=(sx, sy, TABLE_THICKNESS / 2),
-        pos=(TABLE_X[0] + sx, TABLE_Y[0] + sy, -TABLE_THICKNESS / 2),
-        rgba=(0.72, 0.6, 0.45, 1), friction=(cfg.table_friction, 0.005, 0.0001),
-        contype=1, conaffinity=3)          # objects and the robot (contype 2) land on it
-
-
-def _box_inertia(mass: float, ext: np.ndarray) -> np.ndarray:
-    a, b, c = ext**2
-    return mass / 12.0 * np.array([b + c, a + c, a + b])
-
-
-def _add_objects(spec: mujoco.MjSpec, cfg: LabConfig) -> None:
-    for o in cfg.objects:
-        pos, quat = _mj_pos_quat(o.pose)
-        body = spec.worldbody.add_body(name=o.name, pos=pos, quat=quat)
-        body.add_freejoint(name=f"{o.name}_free")
-        solref = contact_solref(o.restitution, cfg.contact_timeconst, cfg.timestep)
-        common = dict(friction=(o.friction, 0.005, 0.0001), solref=solref, priority=1,
-                      condim=4, contype=1, conaffinity=3)
-        if o.shape == "box":
-            ext = np.asarray(o.size, float)
-            body.add_geom(name=o.name, type=mujoco.mjtGeom.mjGEOM_BOX, size=ext / 2,
-                          rgba=o.rgba, **common)
-            inertia = _box_inertia(o.mass, ext)
-        elif o.shape == "cylinder":
-            r, h = o.size
-            body.add_geom(name=o.name, type=mujoco.mjtGeom.mjGEOM_CYLINDER, size=(r, h / 2, 0),
-                          rgba=o.rgba, **common)
-            inertia = o.mass * np.array([(3 * r * r + h * h) / 12] * 2 + [r * r / 2])
-        else:
-            scale = float(o.size[0]) if o.size else 1.0
-            full, parts = mesh_files(o.mesh)
-            spec.add_mesh(name=f"{o.name}_visual", file=str(full), scale=(scale,) * 3)
-            body.add_geom(name=o.name, type=mujoco.mjtGeom.mjGEOM_MESH,
-                          meshname=f"{o.name}_visual", rgba=o.rgba, contype=0,
-                          conaffinity=0, group=1)
-            for i, p in enumerate(parts):
-                spec.add_mesh(name=f"{o.name}_part{i}", file=str(p), scale=(scale,) * 3)
-                body.add_geom(name=f"{o.name}_col{i}", type=mujoco.mjtGeom.mjGEOM_MESH,
-                              meshname=f"{o.name}_part{i}", group=3, rgba=(0, 0, 0, 0),
-                              **common)
-            m = trimesh.load(full, force="mesh")
-            assert isinstance(m, trimesh.Trimesh)
-            m.apply_scale(scale)
-            # Uniform density about the bounding-box centre; the COM offset shifts the mass.
-            inertia = np.diag(m.moment_inertia) * (o.mass / m.volume)
-        body.explicitinertial = True
-        body.mass = o.mass
-        body.ipos = np.asarray(o.com_offset, float)
-        body.inertia = inertia
-
-
-def _add_cameras(spec: mujoco.MjSpec, cfg: LabConfig) -> None:
-    for c in cfg.cameras:
-        parent = spec.worldbody if c.kind == "fixed" else spec.body(c.mount_body)
-        if parent is None:
-            raise LabError(f"lab camera {c.name!r}: mount body {c.mount_body!r} not in scene")
-        T = pose_to_matrix(c.pose)
-        T[:3, :3] = T[:3, :3] @ R_CV_MJ
-        p = matrix_to_pose(T)
-        parent.add_camera(name=c.name, pos=p[:3], quat=quat_xyzw_to_wxyz(p[3:]),
-                          fovy=FOVY_DEG)
-
-
-def _add_joint_actuators(spec: mujoco.MjSpec, cfg: LabConfig, joints: tuple[str, ...]) -> None:
-    jc, ac = cfg.joints, cfg.actuators
-    if jc is None or ac is None:
-        raise LabError(f"lab scene {cfg.scene!r}: config needs 'joints' and 'actuators'")
-    for arr in (jc.damping, jc.frictionloss, jc.armature, ac.kp, ac.kv, ac.force_limit):
-        if len(arr) != len(joints):
-            raise LabError(f"lab scene {cfg.scene!r}: per-joint arrays need {len(joints)} "
-                           f"values, got {len(arr)}")
-    for i, name in enumerate(joints):
-        j = spec.joint(name)
-        j.damping = (jc.damping[i], 0.0, 0.0)   # MuJoCo 4: polynomial, linear term first
-        j.frictionloss = jc.frictionloss[i]
-        j.armature = jc.armature[i]
-        a = spec.add_actuator(name=f"{name}_motor", target=name,
-                              trntype=mujoco.mjtTrn.mjTRN_JOINT)
-        a.set_to_motor()
-        a.ctrllimited = True
-        a.ctrlrange = (-ac.force_limit[i], ac.force_limit[i])
-
-
 # --- panda_table -------------------------------------------------------------------------
 
 
 def _tabletop_objects() -> tuple[ObjectConfig, ...]:
     return (
-        ObjectConfig("box", "box", (0.08, 0.05, 0.05), _yaw_pose(0.56, -0.2, 0.025, 20.0),
+        ObjectConfig("box", "box", (0.08, 0.05, 0.05), yaw_pose(0.56, -0.2, 0.025, 20.0),
                      mass=0.25, friction=0.45, restitution=0.1, com_offset=(0.006, -0.003, 0.0),
                      rgba=(0.85, 0.25, 0.2, 1.0)),
-        ObjectConfig("cylinder", "cylinder", (0.035, 0.09), _yaw_pose(0.48, 0.2, 0.045, 0.0),
+        ObjectConfig("cylinder", "cylinder", (0.035, 0.09), yaw_pose(0.48, 0.2, 0.045, 0.0),
                      mass=0.3, friction=0.6, restitution=0.2, com_offset=(0.0, 0.0, -0.01),
                      rgba=(0.2, 0.4, 0.85, 1.0)),
-        ObjectConfig("u_block", "mesh", (1.0,), _yaw_pose(0.66, 0.02, 0.025, -30.0),
+        ObjectConfig("u_block", "mesh", (1.0,), yaw_pose(0.66, 0.02, 0.025, -30.0),
                      mass=0.4, friction=0.35, restitution=0.05, com_offset=(0.01, 0.0, 0.0),
                      rgba=(0.25, 0.7, 0.3, 1.0), mesh="u_block"),
     )
@@ -227,11 +87,11 @@ def _wrist_camera() -> CameraConfig:
     T = np.eye(4)
     T[:3, :3] = R
     T[:3, 3] = (0.06, 0.0, 0.035)
-    nominal = _pose(matrix_to_pose(T))
+    nominal = as_pose(matrix_to_pose(T))
     dT = np.eye(4)     # the real mount is off by a few mm and about a degree
     dT[:3, :3] = Rotation.from_euler("xyz", (0.6, -0.5, 0.4), degrees=True).as_matrix()
     dT[:3, 3] = (0.0015, -0.002, 0.001)
-    true = _pose(matrix_to_pose(T @ dT))
+    true = as_pose(matrix_to_pose(T @ dT))
     return CameraConfig("wrist", "wrist", true, mount_body=panda.HAND_BODY, nominal_pose=nominal)
 
 
@@ -251,7 +111,7 @@ def panda_table_config() -> LabConfig:
 
 
 def build_panda_table(cfg: LabConfig) -> mujoco.MjSpec:
-    spec = _base_spec(cfg, panda.panda_spec())
+    spec = base_spec(cfg, panda.panda_spec())
     spec.compiler.discardvisual = False     # keep our visual-only geoms (the U-block mesh)
     for b in spec.bodies:
         if b.name in panda.ROBOT_BODIES:
@@ -261,12 +121,12 @@ def build_panda_table(cfg: LabConfig) -> mujoco.MjSpec:
             g.contype, g.conaffinity = 2, 0
             g.rgba = (0.92, 0.92, 0.92, 1.0) if "finger" not in g.parent.name else (
                 0.2, 0.2, 0.2, 1.0)
-    _add_table(spec, cfg)
-    _add_joint_actuators(spec, cfg, panda.JOINT_NAMES)
-    _add_objects(spec, cfg)
+    add_table(spec, cfg)
+    add_joint_actuators(spec, cfg, panda.JOINT_NAMES)
+    add_objects(spec, cfg)
     if cfg.board is not None:
         add_board(spec, cfg.board)
-    _add_cameras(spec, cfg)
+    add_cameras(spec, cfg)
     return spec
 
 
@@ -286,10 +146,10 @@ def objects_table_config() -> LabConfig:
 
 
 def build_objects_table(cfg: LabConfig) -> mujoco.MjSpec:
-    spec = _base_spec(cfg)
-    _add_table(spec, cfg)
-    _add_objects(spec, cfg)
-    _add_cameras(spec, cfg)
+    spec = base_spec(cfg)
+    add_table(spec, cfg)
+    add_objects(spec, cfg)
+    add_cameras(spec, cfg)
     return spec
 
 
@@ -314,7 +174,7 @@ def pendulum_inertia(p: PendulumConfig) -> float:
 
 def build_pendulum(cfg: LabConfig) -> mujoco.MjSpec:
     p = cfg.pendulum or PendulumConfig()
-    spec = _base_spec(cfg)
+    spec = base_spec(cfg)
     spec.worldbody.add_geom(name="support", type=mujoco.mjtGeom.mjGEOM_BOX,
                             size=(0.03, 0.05, 0.03), pos=(0, -0.08, p.pivot_height),
                             rgba=(0.3, 0.3, 0.3, 1), contype=0, conaffinity=0)
@@ -330,8 +190,8 @@ def build_pendulum(cfg: LabConfig) -> mujoco.MjSpec:
     body.mass = p.bob_mass
     body.ipos = (0, 0, -p.length)
     body.inertia = (0.4 * p.bob_mass * p.bob_radius**2,) * 3
-    _add_joint_actuators(spec, cfg, (PENDULUM_JOINT,))
-    _add_cameras(spec, cfg)
+    add_joint_actuators(spec, cfg, (PENDULUM_JOINT,))
+    add_cameras(spec, cfg)
     return spec
 
 

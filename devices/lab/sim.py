@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from devices.lab.config import LabConfig, LabError
-from devices.lab.scenes import Scene, get_scene
+from devices.lab.scenes import Scene, build_model, get_scene
 from devices.poses import matrix_to_pose, quat_xyzw_to_wxyz
 from devices.robots.driver import CommandMode, RobotInfo, RobotState
 
@@ -37,8 +37,6 @@ class LabSim:
         if self.config.scene != scene:
             raise LabError(f"lab config is for scene {self.config.scene!r}, not {scene!r}")
         self.config.validate()
-        from devices.lab.scenes import build_model
-
         self.model = build_model(scene, self.config)
         self.data = mujoco.MjData(self.model)
         self._scratch = mujoco.MjData(self.model)       # kinematics without touching data

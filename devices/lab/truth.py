@@ -20,7 +20,8 @@ from numpy.typing import ArrayLike, NDArray
 
 from devices.lab.config import LabConfig, ObjectConfig
 from devices.lab.meshes import load_mesh
-from devices.lab.scenes import TABLE_THICKNESS, TABLE_X, TABLE_Y, get_scene
+from devices.lab.parts import TABLE_THICKNESS, TABLE_X, TABLE_Y
+from devices.lab.scenes import build_model, get_scene
 from devices.poses import pose_to_matrix
 
 
@@ -64,8 +65,6 @@ def truth_meshes(config: LabConfig,
 
 @functools.lru_cache(maxsize=4)
 def _kinematic_model(config_json: str) -> tuple[mujoco.MjModel, mujoco.MjData]:
-    from devices.lab.scenes import build_model
-
     config = LabConfig.from_dict(json.loads(config_json))
     model = build_model(config.scene, config)
     return model, mujoco.MjData(model)
