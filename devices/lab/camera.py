@@ -77,6 +77,14 @@ class LabCamera:
         self._zbuf = np.empty((height, width), np.float32)
         self._index = 0
         self._truth = np.eye(4)
+        self._override: NDArray[np.float64] | None = None
+
+    def set_pose(self, T_world_camera: NDArray[np.float64] | None) -> None:
+        """Hold this camera somewhere else (a handheld camera; OpenCV axes, world frame),
+        or None to put it back on its mount. The pose is truth: frames still carry None."""
+        with self._lock:
+            self._override = None if T_world_camera is None else np.array(T_world_camera,
+                                                                           dtype=float)
 
     def _snapshot(self) -> tuple[float, NDArray[np.float64]]:
         snap = getattr(self._source, "snapshot", None)
@@ -117,6 +125,9 @@ class LabCamera:
             d.qpos[:] = qpos
             mujoco.mj_kinematics(self._model, d)
             mujoco.mj_camlight(self._model, d)
+            if self._override is not None:
+                d.cam_xpos[self._cam_id] = self._override[:3, 3]
+                d.cam_xmat[self._cam_id] = (self._override[:3, :3] @ R_CV_MJ).ravel()
             T = np.eye(4)
             T[:3, :3] = d.cam_xmat[self._cam_id].reshape(3, 3) @ R_CV_MJ
             T[:3, 3] = d.cam_xpos[self._cam_id]

@@ -76,13 +76,37 @@ def base_spec(cfg: LabConfig, spec: mujoco.MjSpec | None = None) -> mujoco.MjSpe
     return spec
 
 
+def wood_texture(size: int = 512, seed: int = 11) -> np.ndarray:
+    """A procedural light-wood texture (RGB uint8): grain along x plus blotches, so colour
+    based tracking (RGB-D odometry, feature matching) has something to hold on to."""
+    rng = np.random.default_rng(seed)
+    y = np.linspace(0, 1, size)[:, None]
+    x = np.linspace(0, 1, size)[None, :]
+    low = np.zeros((size, size))
+    for k in (3, 7, 15):      # smooth value noise at a few scales, tileable by construction
+        a, b = rng.uniform(0, 2 * np.pi, 2)
+        low += np.sin(2 * np.pi * k * x + a) * np.cos(2 * np.pi * k * y + b) / k
+    grain = np.sin(2 * np.pi * (40 * y + 2.5 * low + 0.3 * np.sin(2 * np.pi * 2 * x)))
+    speck = rng.normal(0, 1, (size, size))
+    shade = 0.82 + 0.07 * grain + 0.12 * low + 0.03 * speck
+    base = np.array([0.78, 0.63, 0.45])
+    return np.clip(shade[..., None] * base * 255, 0, 255).astype(np.uint8)
+
+
 def add_table(spec: mujoco.MjSpec, cfg: LabConfig) -> None:
+    img = wood_texture()
+    tex = spec.add_texture(name="wood", type=mujoco.mjtTexture.mjTEXTURE_2D,
+                           width=img.shape[1], height=img.shape[0], nchannel=3)
+    tex.data = img.tobytes()
+    mat = spec.add_material(name="wood", texuniform=True, texrepeat=(2.0, 2.0))
+    mat.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = "wood"
+    mat.specular, mat.shininess = 0.1, 0.1
     sx, sy = (TABLE_X[1] - TABLE_X[0]) / 2, (TABLE_Y[1] - TABLE_Y[0]) / 2
     spec.worldbody.add_geom(
         name="table", type=mujoco.mjtGeom.mjGEOM_BOX,
         size=(sx, sy, TABLE_THICKNESS / 2),
         pos=(TABLE_X[0] + sx, TABLE_Y[0] + sy, -TABLE_THICKNESS / 2),
-        rgba=(0.72, 0.6, 0.45, 1), friction=(cfg.table_friction, 0.005, 0.0001),
+        material="wood", friction=(cfg.table_friction, 0.005, 0.0001),
         contype=1, conaffinity=3)          # objects and the robot (contype 2) land on it
 
 

@@ -71,6 +71,23 @@ def test_table_plane_from_oblique_camera_within_mm() -> None:
     assert abs(np.mean(noisy[ok] - z_plane[ok])) < 2e-3
 
 
+def test_handheld_pose_override_is_rendered() -> None:
+    sim = LabSim("objects_table", dataclasses.replace(
+        SCENES["objects_table"].default_config(), objects=()))
+    T = np.eye(4)
+    T[:3, :3] = np.column_stack([(0, -1, 0), (-1, 0, 0), (0, 0, -1)])   # looking down
+    T[:3, 3] = (0.35, 0.1, 0.6)
+    with LabCamera(sim, "fixed", 640, 480) as cam:
+        cam.set_pose(T)
+        _, _, z = cam.render_true()
+        np.testing.assert_allclose(cam.truth_pose(), T, atol=1e-12)
+        cam.set_pose(None)
+        cam.render_true()
+        np.testing.assert_allclose(cam.truth_pose(), truth_camera_pose(sim.config, "fixed"),
+                                   atol=1e-12)
+    assert np.abs(z - 0.6).max() < 1e-4
+
+
 def test_missing_depth_at_edges_and_shadows_only() -> None:
     sim = LabSim("objects_table")
     with LabCamera(sim, "fixed", 640, 480) as cam:
