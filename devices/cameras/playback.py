@@ -159,3 +159,6 @@ class PlaybackSource:
                 writer.close()
         if self.frames_read == 0:
             raise DataFileError(f"{self.path}: the recording holds no depth + colour frames")
+        if self.info is not None and self.frames_read + len(self.dropped) < self.info.frames:
+            self.warnings.append(f"read {self.frames_read} frames but the capture sidecar "
+                                 f"lists {self.info.frames}; the recording may be truncated")

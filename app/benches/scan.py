@@ -1,0 +1,97 @@
+"""Scan benchmark: the virtual lab scanned end to end and compared with its truth.
+
+The lab is scanned by the same workflow the CLI and GUI use (calibration on the ChArUco
+board, guided wrist scan, fixed camera), recorded to .db3 through the SDK; the recording is
+then replayed end to end for `scan_fps`. Truth (camera poses, object meshes) is read from the
+lab config only here.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DESCRIPTION = ("virtual-lab scan: calibration, TSDF integration, objects vs true geometry, "
+               "recording replay speed")
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    from app.jobs import run_to_end
+    from app.workflows.scan import ScanOptions, scan_lab, scan_recording
+    from devices.cameras.playback import PlaybackSource
+    from devices.lab.config import LabConfig
+    from devices.lab.scenes import default_config_path
+    from devices.lab.truth import truth_camera_pose, truth_meshes
+    from devices.poses import pose_to_matrix, rotation_angle_deg
+    from reconstruction.metrics import chamfer_fscore, match_objects
+    from reconstruction.tsdf import TSDFIntegrator, TSDFSettings
+
+    cfg = LabConfig.load(default_config_path("panda_table"))
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        rec = Path(tmp) / "lab.db3"
+        t0 = time.perf_counter()
+        res = run_to_end(scan_lab(ScanOptions(), record=rec, quick=quick))
+        out["lab_scan_s"] = round(time.perf_counter() - t0, 1)
+        cal = res.calibration
+        X_true = pose_to_matrix(cfg.camera("wrist").pose)
+        X = np.asarray(cal["T_hand_camera"])
+        out["calib_err_mm"] = round(float(np.linalg.norm(X[:3, 3] - X_true[:3, 3]) * 1000), 3)
+        out["calib_err_deg"] = round(rotation_angle_deg(X, X_true), 4)
+        Tf_true = truth_camera_pose(cfg, "fixed")
+        Tf = np.asarray(cal["T_base_fixed"])
+        out["fixed_calib_err_mm"] = round(float(np.linalg.norm(Tf[:3, 3] - Tf_true[:3, 3]) * 1000), 3)
+        out["fixed_calib_err_deg"] = round(rotation_angle_deg(Tf, Tf_true), 4)
+        truth = {k: v for k, v in truth_meshes(cfg).items() if k != "table"}
+        found = [o.mesh_in_base() for o in res.objects]
+        pairs = match_objects(found, truth)
+        ch, fs = [], []
+        for i, name in pairs:
+            c, f = chamfer_fscore(found[i], truth[name])
+            ch.append(c * 1000)
+            fs.append(f)
+            out[f"chamfer_mm/{name}"] = round(c * 1000, 3)
+            out[f"fscore_5mm/{name}"] = round(f, 4)
+        out["chamfer_mm"] = round(float(np.mean(ch)), 3) if ch else None
+        out["fscore_5mm"] = round(float(np.mean(fs)), 4) if fs else 0.0
+        out["objects_found"] = len(pairs)
+        out["objects_detected"] = len(res.objects)
+        out["objects_true"] = len(truth)
+        out["watertight"] = sum(o.watertight for o in res.objects)
+        # integration speed on the recorded 640x480 frames, poses from the sidecar
+        with PlaybackSource(rec) as src:
+            frames = list(src.frames())
+        ig = TSDFIntegrator(TSDFSettings(voxel_size=0.004, depth_max=1.1))
+        ig.integrate(frames[0], frames[0].T_world_camera)
+        times = []
+        for f in frames[1:]:
+            t = time.perf_counter()
+            ig.integrate(f, f.T_world_camera)
+            times.append(time.perf_counter() - t)
+        out["integrate_ms_per_frame"] = round(float(np.median(times)) * 1000, 2)
+        out["frames"] = len(frames)
+        out["resolution"] = f"{frames[0].intrinsics.width}x{frames[0].intrinsics.height}"
+        # end to end: decode, pose, integrate, 10 Hz preview, segmentation excluded
+        t = time.perf_counter()
+        n = [0]
+
+        def count(p: Any) -> None:
+            n[0] += 1
+        from app.workflows.scan import reconstruct_frames
+        with PlaybackSource(rec) as src:
+            run_to_end(reconstruct_frames(src.frames(), None, ScanOptions(), finish=False),
+                       count)
+            read = src.frames_read
+        dt = time.perf_counter() - t
+        out["scan_fps"] = round(read / dt, 2)
+        out["preview_updates"] = n[0]
+        t = time.perf_counter()
+        res2 = run_to_end(scan_recording(rec))
+        out["replay_scan_s"] = round(time.perf_counter() - t, 2)
+        out["replay_objects"] = len(res2.objects)
+        out["recording_mb"] = round(rec.stat().st_size / 1e6, 2)
+    return out
