@@ -134,19 +134,18 @@ def lab_job(scene: str = DEMO_SCENE) -> Job[LabLink]:
 
     yield Progress(None, f"starting the virtual lab ({scene})…")
     lab = start_lab_process(scene)
+    client = None
     try:
         yield Progress(0.6, f"connecting to the lab robot at {lab.host}:{lab.port}…")
         client = RobotClient(lab.host, lab.port, lab.token, name="twinbench-gui")
         client.connect()
-        try:
-            client.latest_state(timeout_s=5.0)
-        except BaseException:
-            client.close()
-            raise
+        client.latest_state(timeout_s=5.0)
+        yield Progress(1.0, "connected")
     except BaseException:  # includes cancel (GeneratorExit): never leave the lab running
+        if client is not None:
+            client.close()
         lab.terminate()
         raise
-    yield Progress(1.0, "connected")
     return LabLink(lab, client, scene)
 
 

@@ -8,11 +8,13 @@ import ctypes.util
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 # Qt platforms that need no display server.
+SCREENSHOT_MAX_WAIT_S = 60.0
 HEADLESS_PLATFORMS = ("offscreen", "minimal", "vnc", "eglfs", "linuxfb", "vkkhrdisplay")
 
 
@@ -57,8 +59,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "(default: the last one; with 'demo', the demo project)")
     p.add_argument("--no-lab", action="store_true", help="demo: do not start the virtual lab")
     p.add_argument("--screenshot", type=Path, default=None,
-                   help="save a screenshot of the window to this PNG after --screenshot-delay "
-                   "seconds, then quit (for docs and tests)")
+                   help="save a screenshot of the window to this PNG once --screenshot-delay "
+                   "seconds have passed and no job is running, then quit (docs and tests)")
     p.add_argument("--screenshot-delay", type=float, default=2.0)
     p.add_argument("--page", default=None, help="workflow page to show first (scan, twin, …)")
     return p.parse_known_args(argv)[0]
@@ -108,13 +110,24 @@ def run_gui(demo: bool, argv: list[str]) -> int:
         win.show_step(args.page)
     win.show()
     if args.screenshot is not None:
-        def _shoot() -> None:
+        # Shoot once the delay has passed and no job (e.g. the lab start) is still running,
+        # or after SCREENSHOT_MAX_WAIT_S whatever happens.
+        t_start = time.monotonic()
+        poll = QtCore.QTimer(win)
+
+        def _maybe_shoot() -> None:
+            waited = time.monotonic() - t_start
+            if waited < args.screenshot_delay or (win.runner.running()
+                                                 and waited < SCREENSHOT_MAX_WAIT_S):
+                return
+            poll.stop()
             args.screenshot.parent.mkdir(parents=True, exist_ok=True)
             ok = win.grab().save(str(args.screenshot))
             log.info("screenshot %s: %s", "saved" if ok else "FAILED", args.screenshot)
             win.close()
 
-        QtCore.QTimer.singleShot(int(args.screenshot_delay * 1000), _shoot)
+        poll.timeout.connect(_maybe_shoot)
+        poll.start(100)
     code = int(qapp.exec())
     win.shutdown()
     return code

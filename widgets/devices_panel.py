@@ -16,6 +16,7 @@ from PySide6 import QtCore, QtWidgets
 
 from app.session import AppController, DeviceStatus
 from devices.robots.driver import RobotState
+from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
 from widgets.scene_view import SceneView
 
@@ -190,10 +191,10 @@ class DevicesPanel(QtWidgets.QWidget):
             return
         self.record_button.setEnabled(False)
 
-        def done(traj: object) -> None:
+        def done(traj: Trajectory) -> None:
             self.record_button.setEnabled(True)
             try:
-                self.controller.save_trajectory(  # type: ignore[arg-type]
+                self.controller.save_trajectory(
                     traj, summary=f"{self.record_seconds:g} s recorded from the virtual lab")
             except TwinbenchError as exc:
                 log.error("could not save the recording: %s", exc)

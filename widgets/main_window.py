@@ -5,6 +5,7 @@ menu; status bar with the running job.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from widgets.twin_page import TwinPage
 
 log = logging.getLogger(__name__)
 
-PAGE_CLASSES: dict[str, type[QtWidgets.QWidget]] = {
+PAGE_CLASSES: dict[str, Callable[[AppController], QtWidgets.QWidget]] = {
     "scan": ScanPage,
     "twin": TwinPage,
     "calibrate": CalibratePage,
@@ -69,7 +70,7 @@ class MainWindow(QtWidgets.QMainWindow):
             item.setToolTip(st.does)
             item.setData(QtCore.Qt.ItemDataRole.UserRole, st.key)
             self.steps.addItem(item)
-            page = PAGE_CLASSES[st.key](controller)  # type: ignore[call-arg]
+            page = PAGE_CLASSES[st.key](controller)
             self.pages[st.key] = page
             self.stack.addWidget(page)
         self.steps.currentRowChanged.connect(self._on_step)

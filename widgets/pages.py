@@ -23,6 +23,8 @@ policies_page.PoliciesPage, deploy_page.DeployPage):
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from PySide6 import QtCore, QtWidgets
@@ -159,18 +161,19 @@ class WorkflowPage(QtWidgets.QWidget):
         super().closeEvent(event)
 
 
-def preview(page_cls: type[QtWidgets.QWidget], argv: list[str] | None = None) -> int:
+def preview(page_cls: Callable[[AppController], QtWidgets.QWidget],
+            argv: list[str] | None = None) -> int:
     """Open one page alone (`python -m widgets.<page> [PROJECT]`), with the last project."""
     argv = list(sys.argv if argv is None else argv)
     qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication(argv[:1])
     controller = AppController()
     controller.install_log_handler()
     if len(argv) > 1:
-        controller.open_project(argv[1])  # type: ignore[arg-type]
+        controller.open_project(Path(argv[1]))
     else:
         controller.open_last()
-    page = page_cls(controller)  # type: ignore[call-arg]
-    page.setWindowTitle(f"Twinbench preview — {page_cls.__name__}")
+    page = page_cls(controller)
+    page.setWindowTitle(f"Twinbench preview — {type(page).__name__}")
     page.resize(900, 600)
     page.show()
     try:

@@ -90,3 +90,33 @@ def test_record_button_saves_trajectory_shown_on_calibrate(lab_window, controlle
     page = lab_window.show_step("calibrate")
     qtbot.waitUntil(lambda: not page.showing_empty_state())
     assert "real/robot/joint_pos[0]" in page.plot.series()
+
+
+def _lab_children() -> list[int]:
+    """PIDs of `lab serve` processes started by this test process."""
+    import os
+    from pathlib import Path
+
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and b"lab serve" in cmd:
+            out.append(int(d.name))
+    return out
+
+
+def test_cancelling_lab_start_leaves_no_lab_process(window, qtbot) -> None:
+    assert _lab_children() == []
+    task = window.runner.start("Start virtual lab", demo.lab_job())
+    with qtbot.waitSignal(task.sig_progress, timeout=5000):
+        pass
+    task.cancel()  # lands while the lab is starting, or at its next yield
+    qtbot.waitUntil(lambda: task.done, timeout=60000)
+    assert task.state == "cancelled"
+    qtbot.waitUntil(lambda: _lab_children() == [], timeout=5000)

@@ -106,7 +106,7 @@ def test_scene_view_draws_with_opengl(xdisplay: str, tmp_path: Path) -> None:
 def test_demo_with_lab_screenshot_and_lab_stopped(xdisplay: str, tmp_path: Path) -> None:
     shot = tmp_path / "demo.png"
     res = subprocess.run([sys.executable, "main.py", "demo", "--screenshot", str(shot),
-                          "--screenshot-delay", "6"], cwd=REPO,
+                          "--screenshot-delay", "2"], cwd=REPO,
                          env=gui_env(xdisplay, tmp_path), capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0, res.stderr
