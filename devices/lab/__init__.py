@@ -15,6 +15,7 @@ The only package that imports mujoco. Public API (import from the submodules):
     drv.write_command("position", q); s = drv.read_state(); drv.realtime_factor()
     T_base_hand = drv.body_pose("panda_hand", s.joint_pos)  # nominal kinematics
     cam = drv.camera("fixed", 424, 240)                     # or "wrist"; 640x480 too
+    cam.set_pose(T_world_camera)                            # optional: handheld camera
     frame = cam.grab()                                      # devices.frames.RGBDFrame
     cam.close(); drv.close()                                # close() holds the arm
 

@@ -17,8 +17,8 @@ from numpy.typing import NDArray
 from devices.lab.config import BoardConfig, LabError
 from devices.poses import matrix_to_pose, pose_to_matrix, quat_xyzw_to_wxyz
 
-PX_PER_M = 4000          # texture resolution: 4 px per mm
-PRINT_LIFT = 0.0003      # the sheet's surface above the table top, m
+PX_PER_M = 5000          # texture resolution: 5 px per mm
+PRINT_LIFT = 0.0005      # the sheet's surface above the table top, m
 
 
 def charuco_board(b: BoardConfig) -> cv2.aruco.CharucoBoard:

@@ -131,9 +131,14 @@ def build_panda_table(cfg: LabConfig) -> mujoco.MjSpec:
 
 
 def panda_calib_config() -> LabConfig:
-    """panda_table's robot and cameras (same truth), a ChArUco board instead of objects."""
+    """panda_table's robot and cameras (same truth), a ChArUco board instead of objects.
+
+    The board (7x5, 30 mm squares, 22 mm markers, DICT_5X5_100) lies where
+    reconstruction's calibration expects it: corner at (0.33, 0.075), x along the base x.
+    """
     base = panda_table_config()
-    board = BoardConfig(pose=default_board_pose((0.55, 0.02), yaw_deg=8.0))  # type: ignore[arg-type]
+    board = BoardConfig(pose=default_board_pose((0.435, 0.0), (7, 5), 0.03),
+                        squares=(7, 5), square_length=0.03, marker_length=0.022)
     return dataclasses.replace(base, scene="panda_calib", objects=(), board=board, seed=4)
 
 
