@@ -20,7 +20,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -286,11 +286,11 @@ class RobotClient:
         t = np.array([m["t"] for m in keep], dtype=float)
         rate = float((len(keep) - 1) / (t[-1] - t[0])) if len(keep) > 1 else 0.0
         chans = {
-            "robot/joint_pos": np.array([m["joint_pos"] for m in keep]).reshape(-1, n),
-            "robot/joint_vel": np.array([m["joint_vel"] for m in keep]).reshape(-1, n),
-            "robot/joint_effort": np.array([m["joint_effort"] for m in keep]).reshape(-1, n),
+            "robot/joint_pos": np.array([m["joint_pos"] for m in keep], dtype=float).reshape(len(keep), n),
+            "robot/joint_vel": np.array([m["joint_vel"] for m in keep], dtype=float).reshape(len(keep), n),
+            "robot/joint_effort": np.array([m["joint_effort"] for m in keep], dtype=float).reshape(len(keep), n),
             "robot/command": np.array([m["command"] if m.get("command") is not None else nan
-                                       for m in keep], dtype=float).reshape(-1, n),
+                                       for m in keep], dtype=float).reshape(len(keep), n),
         }
         meta = {"robot": self.info.name, "joint_names": list(self.info.joint_names),
                 "control_rate_hz": self.info.control_rate_hz, "device": self.address,
@@ -342,7 +342,8 @@ class RobotClient:
         wire = self.request("get_log", last=last)
         return {k: P.array_from_wire(v, k) for k, v in wire.items()}
 
-    def camera_frames(self, camera: str, timeout_s: float = 5.0) -> Iterator[RGBDFrame]:
+    def camera_frames(self, camera: str,
+                      timeout_s: float = 5.0) -> Generator[RGBDFrame, None, None]:
         """Frames streamed from `camera` until the iterator is closed; raises DeviceError
         when no frame arrives within `timeout_s`."""
         q: queue.Queue[RGBDFrame] = queue.Queue(maxsize=4)

@@ -27,7 +27,8 @@ class WatchdogConfig:
         known = {f.name for f in fields(cls)}
         if set(d) - known:
             raise DeviceError(f"watchdog config: unknown setting(s) {sorted(set(d) - known)}")
-        cfg = cls(**{k: (None if v is None else float(v)) for k, v in d.items()})
+        vals: dict[str, Any] = {k: (None if v is None else float(v)) for k, v in d.items()}
+        cfg = cls(**vals)
         if cfg.heartbeat_timeout_s <= 0 or cfg.command_timeout_s <= 0:
             raise DeviceError("watchdog config: timeouts must be positive")
         return cfg
