@@ -120,3 +120,17 @@ def test_cancelling_lab_start_leaves_no_lab_process(window, qtbot) -> None:
     qtbot.waitUntil(lambda: task.done, timeout=60000)
     assert task.state == "cancelled"
     qtbot.waitUntil(lambda: _lab_children() == [], timeout=5000)
+
+
+def test_lab_crash_shows_connection_lost(lab_window, controller, qtbot) -> None:
+    link = controller.robot_link
+    panel = lab_window.devices_panel
+    qtbot.waitUntil(lambda: panel.refreshes > 0, timeout=5000)
+    link.lab.proc.kill()  # the robot vanishes mid-stream
+    qtbot.waitUntil(lambda: controller.devices()["robot"].state == "error", timeout=5000)
+    detail = controller.devices()["robot"].detail
+    assert "connection lost" in detail and str(link.lab.port) in detail
+    qtbot.waitUntil(lambda: "error" in panel.rows["robot"].label.text(), timeout=2000)
+    assert not panel.timer.isActive() and panel.no_robot.isVisible()
+    assert controller.robot_link is None
+    assert any("robot connection lost" in t for t, _ in lab_window.log_panel.rows())
