@@ -46,8 +46,11 @@ def configure_joints(world: TwinWorld) -> None:
         damping = v[f"robot.joints.{j.name}.damping"]
         if a is not None and a.model == "dc_motor":
             damping += emf_damping(v, j.name)
-        pb.changeDynamics(world.robot_id, world.joint_index[j.name], jointDamping=damping,
-                          maxJointVelocity=1000.0, physicsClientId=cid)
+        # Two calls on purpose: given together with maxJointVelocity, PyBullet 3.2.7 silently
+        # drops jointDamping (measured: tests/twins/test_builder.py, DC motor speed).
+        li = world.joint_index[j.name]
+        pb.changeDynamics(world.robot_id, li, maxJointVelocity=1e4, physicsClientId=cid)
+        pb.changeDynamics(world.robot_id, li, jointDamping=damping, physicsClientId=cid)
         if a is None or a.model != "servo":
             ids.append(world.joint_index[j.name])
             friction.append(v[f"robot.joints.{j.name}.friction"])

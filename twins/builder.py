@@ -89,16 +89,31 @@ class TwinWorld:
         return float(self.values["sim.time_step"])
 
     def reset(self) -> None:
-        """Back to the state saved after building (deterministic start of every rollout)."""
+        """Back to the state saved after building (deterministic start of every rollout).
+
+        restoreState keeps the contact manifolds (and their warm-start impulses) of the
+        previous rollout, so bodies are first moved apart and collision detection run to drop
+        every manifold: the next step starts exactly like the first one after building."""
+        self.flush_contacts()
         pb.restoreState(self._initial_state, physicsClientId=self.cid)
         from twins.actuators import hold_initial
 
         hold_initial(self)
 
+    def flush_contacts(self) -> None:
+        cid = self.cid
+        for i in range(pb.getNumBodies(physicsClientId=cid)):
+            bid = pb.getBodyUniqueId(i, physicsClientId=cid)
+            pb.resetBasePositionAndOrientation(bid, (1e3 * (i + 1), 1e3, 1e3), (0, 0, 0, 1),
+                                               physicsClientId=cid)
+        pb.performCollisionDetection(physicsClientId=cid)
+
     def save_state(self) -> int:
         return int(pb.saveState(physicsClientId=self.cid))
 
     def restore_state(self, state_id: int) -> None:
+        """Restore a saved state with fresh contacts (see `reset`)."""
+        self.flush_contacts()
         pb.restoreState(state_id, physicsClientId=self.cid)
 
     # -- build ---------------------------------------------------------------------------

@@ -49,7 +49,10 @@ def mesh_mass_props(mesh: trimesh.Trimesh, name: str, open_mesh: str = "error") 
     if not mesh.is_watertight:
         repaired = mesh.copy()
         repaired.merge_vertices()
-        repaired.fill_holes()
+        try:
+            repaired.fill_holes()
+        except ImportError:  # trimesh needs networkx for this; then no repair
+            pass
         if repaired.is_watertight and repaired.volume > 0:
             solid = repaired
             notes = (f"{name}: mesh had small holes; filled before computing volume",)

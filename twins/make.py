@@ -74,7 +74,8 @@ def actuator_params(joint: str, model: str, effort: float | None, kind: str,
     if model == "servo":
         return [p_(f"{pre}.bandwidth", "1/s", 30.0, 0.5, 2000.0, "loguniform",
                    doc="position error corrected per second (capped at 1/dt)"),
-                p_(f"{pre}.velocity_gain", "1", 1.0, 0.0, 2.0),
+                p_(f"{pre}.velocity_gain", "1", 1.0, 0.5, 1.0,
+                   doc="1 = pure first-order servo; below 0.5 it oscillates"),
                 p_(f"{pre}.effort_limit", unit_t, effort, 0.01 * effort, 3 * effort), lat]
     if model == "pd":
         wn = 0.3 / time_step

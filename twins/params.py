@@ -113,6 +113,12 @@ class ParamSet(Mapping[str, Param]):
         except KeyError:
             raise TwinError(f"twin has no parameter '{name}'") from None
 
+    def __contains__(self, name: object) -> bool:
+        return name in self._p
+
+    def get(self, name: str, default: Param | None = None) -> Param | None:  # type: ignore[override]
+        return self._p.get(name, default)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._p)
 

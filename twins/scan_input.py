@@ -43,11 +43,17 @@ class ScanInput:
 
 
 def _u_block() -> trimesh.Trimesh:
-    """A U-shaped block (non-convex, watertight): three boxes sharing faces."""
-    parts = [trimesh.creation.box((0.10, 0.03, 0.05), trimesh.transformations.translation_matrix((0, -0.035, 0))),
-             trimesh.creation.box((0.03, 0.04, 0.05), trimesh.transformations.translation_matrix((-0.035, 0.0, 0))),
-             trimesh.creation.box((0.03, 0.04, 0.05), trimesh.transformations.translation_matrix((0.035, 0.0, 0)))]
-    return trimesh.util.concatenate(parts)
+    """A U-shaped block 0.10 x 0.07 x 0.05 m (non-convex, watertight): an extruded outline."""
+    xy = np.array([(-0.05, -0.05), (0.05, -0.05), (0.05, 0.02), (0.02, 0.02), (0.02, -0.02),
+                   (-0.02, -0.02), (-0.02, 0.02), (-0.05, 0.02)])
+    n, h = len(xy), 0.025
+    v = np.vstack([np.c_[xy, np.full(n, -h)], np.c_[xy, np.full(n, h)]])
+    cap = [(0, 1, 4), (0, 4, 5), (1, 2, 3), (1, 3, 4), (5, 6, 7), (5, 7, 0)]
+    faces = [(c, b, a) for a, b, c in cap] + [(a + n, b + n, c + n) for a, b, c in cap]
+    for i in range(n):
+        k = (i + 1) % n
+        faces += [(i, k, k + n), (i, k + n, i + n)]
+    return trimesh.Trimesh(v, np.array(faces), process=True)
 
 
 def _yaw(x: float, y: float, z: float, deg: float) -> np.ndarray:

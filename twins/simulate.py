@@ -66,19 +66,24 @@ def _com_to_body(pos: np.ndarray, quat: np.ndarray, T_com_body: np.ndarray) -> n
 
 def _check_finite(t: np.ndarray, q: np.ndarray, qd: np.ndarray, joints: list[str],
                   objs: dict[str, np.ndarray], twin: str) -> None:
+    """TwinError naming the body that left the physical range first, and when."""
+    first: list[tuple[int, str]] = []
     for i, name in enumerate(joints):
         bad = ~np.isfinite(q[:, i]) | ~np.isfinite(qd[:, i]) | (np.abs(qd[:, i]) > MAX_JOINT_VEL)
         if bad.any():
             k = int(np.argmax(bad))
-            raise TwinError(f"twin '{twin}' exploded: joint '{name}' at t={t[k]:.4f} s "
-                            f"(q={q[k, i]:.4g}, qd={qd[k, i]:.4g}); lower sim.time_step, raise "
-                            "sim.substeps or soften the gains")
+            first.append((k, f"joint '{name}' at t={t[k]:.4f} s (q={q[k, i]:.4g}, "
+                             f"qd={qd[k, i]:.4g})"))
     for name, P in objs.items():
         bad = ~np.all(np.isfinite(P), axis=1) | (np.linalg.norm(P[:, :3], axis=1) > MAX_OBJECT_DIST)
         if bad.any():
             k = int(np.argmax(bad))
-            raise TwinError(f"twin '{twin}' exploded: object '{name}' at t={t[k]:.4f} s "
-                            f"(position {np.round(P[k, :3], 3).tolist()} m)")
+            first.append((k, f"object '{name}' at t={t[k]:.4f} s (position "
+                             f"{np.round(P[k, :3], 3).tolist()} m)"))
+    if first:
+        what = min(first, key=lambda x: x[0])[1]
+        raise TwinError(f"twin '{twin}' exploded: {what}; lower sim.time_step, raise "
+                        "sim.substeps or soften gains and damping")
 
 
 def replay(spec: TwinSpec, values: Mapping[str, float] | None, real: Trajectory) -> Trajectory:
