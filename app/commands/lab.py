@@ -48,6 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--rt-priority", type=int, default=20,
                    help="SCHED_FIFO priority for the control and physics threads where the OS "
                    "allows it (0: normal scheduling)")
+    s.add_argument("--exit-with-parent", action="store_true",
+                   help="stop when stdin closes (the launching process ended or crashed)")
     s.add_argument("--heartbeat-timeout", type=float, default=0.25,
                    help="watchdog: stop when the controlling client is silent this long (s)")
 
@@ -181,6 +183,12 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if args.exit_with_parent:
+        def watch_parent() -> None:
+            while sys.stdin.buffer.read(4096):
+                pass
+            done.set()
+        threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
     agent.start()
     try:
         if args.rt_priority:   # the lab's physics thread is as time-critical as the agent's

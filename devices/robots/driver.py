@@ -87,7 +87,13 @@ class RobotState:
 
 
 class RobotDriver(Protocol):
-    """What the agent needs from a robot. Implementations: devices/lab, hardware drivers."""
+    """What the agent needs from a robot. Implementations: devices/lab, hardware drivers,
+    devices/robots/drivers/ideal.py (tests).
+
+    Optional: `wait_state(after_seq, timeout) -> RobotState` — block until a state newer than
+    `after_seq` exists (or `timeout` s pass) and return the newest; the agent then never acts
+    twice on the same measurement.
+    """
 
     def info(self) -> RobotInfo: ...
 

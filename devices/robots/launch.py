@@ -68,6 +68,8 @@ class LabProcess:
         """SIGTERM (the lab holds the robot and exits), SIGKILL if it does not."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
             try:
                 self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
@@ -97,7 +99,8 @@ def start_lab_process(scene: str = "panda_table", config: Path | None = None, *,
     token_file = Path(tdir.name) / "token"
     write_token_file(token_file, token)
     cmd = [sys.executable, str(REPO_ROOT / "main.py"), "lab", "serve", "--scene", scene,
-           "--port", str(port), "--host", host, "--token-file", str(token_file)]
+           "--port", str(port), "--host", host, "--token-file", str(token_file),
+           "--exit-with-parent"]
     if config is not None:
         cmd += ["--config", str(config)]
     if camera_size:
@@ -109,8 +112,9 @@ def start_lab_process(scene: str = "panda_table", config: Path | None = None, *,
     env.setdefault("MUJOCO_GL", "egl")
     env.setdefault("PYOPENGL_PLATFORM", "egl")
     env["PYTHONUNBUFFERED"] = "1"
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env)
+    # stdin stays open for the lab's lifetime: if this process dies, the lab sees EOF and stops
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
     lab = LabProcess(proc, token, tdir)
     lab.wait_ready(timeout_s)
     return lab

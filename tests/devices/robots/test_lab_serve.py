@@ -53,3 +53,32 @@ def test_lab_serve_robot_policy_and_camera() -> None:
             assert watcher.latest_status()["mode"] == "stopped"
         assert lab.terminate() == 0
         assert "robot held" in lab.tail()
+
+
+def test_lab_process_stops_when_its_parent_dies(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os\n"
+        "from devices.robots.launch import start_lab_process\n"
+        "lab = start_lab_process('pendulum', extra_args=['--no-cameras'])\n"
+        "print(lab.proc.pid, flush=True)\n"
+        "os._exit(0)\n")          # dies without terminating the lab
+    from devices.robots.launch import REPO_ROOT
+
+    out = subprocess.run([sys.executable, str(script)], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    pid = int(out.stdout.split()[-1])
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        with open(f"/proc/{pid}/stat") as f:      # a zombie counts as gone
+            return f.read().split()[2] == "Z"
+
+    assert wait_for(gone, 10.0, 0.05)
