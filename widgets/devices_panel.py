@@ -90,8 +90,8 @@ class DevicesPanel(QtWidgets.QWidget):
         self.table.setMinimumHeight(7 * 22 + 30)
         self.ee = QtWidgets.QLabel("")
         self.no_robot = QtWidgets.QLabel("Connect a robot to see its joint state and end "
-                                         "effector here (python main.py demo starts the "
-                                         "virtual lab).")
+                                         "effector here. No hardware? Devices ▸ Start virtual "
+                                         "lab (or run python main.py demo).")
         self.no_robot.setWordWrap(True)
         self.no_robot.setStyleSheet("color: #6b6b6b; padding: 8px;")
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)

@@ -134,6 +134,11 @@ class MainWindow(QtWidgets.QMainWindow):
         m.addSeparator()
         self.act_quit = m.addAction("&Quit", self.close)
         self.act_quit.setShortcut(QtGui.QKeySequence.StandardKey.Quit)
+        d = self.menuBar().addMenu("&Devices")
+        self.act_start_lab = d.addAction("Start &virtual lab", self.start_lab)
+        self.act_start_lab.setToolTip("Start the MuJoCo virtual lab as a robot + cameras and "
+                                      "connect to it (what `python main.py demo` does)")
+        self.act_disconnect = d.addAction("&Disconnect robot", self.controller.detach_robot)
         v = self.menuBar().addMenu("&View")
         v.addAction(self.devices_dock.toggleViewAction())
         v.addAction(self.log_dock.toggleViewAction())
@@ -152,7 +157,7 @@ class MainWindow(QtWidgets.QMainWindow):
         recent = self.controller.recent_projects()
         for p in recent:
             a = self.recent_menu.addAction(str(p))
-            a.triggered.connect(lambda _=False, p=p: self.open_project(p))
+            a.triggered.connect(lambda _=False, p=p: self._open_recent(p))
         if not recent:
             a = self.recent_menu.addAction("(no recent projects)")
             a.setEnabled(False)
@@ -222,6 +227,20 @@ class MainWindow(QtWidgets.QMainWindow):
         except TwinbenchError as exc:
             self.show_error("Cannot open project", str(exc))
             return None
+
+    def _open_recent(self, path: Path) -> None:
+        if self.open_project(path) is None and not path.exists():
+            self.controller.forget_recent(path)  # gone for good: drop it from the list
+
+    def start_lab(self) -> None:
+        """Start the virtual lab and connect to it (Devices ▸ Start virtual lab)."""
+        from app import demo
+
+        if self.controller.robot_link is not None:
+            self.show_error("Robot already connected",
+                            "Disconnect the current robot first (Devices ▸ Disconnect robot).")
+            return
+        demo.start_lab(self.controller)
 
     def save_project(self) -> None:
         try:

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.gui, pytest.mark.slow]
 def lab_window(window, controller, qtbot):  # type: ignore[no-untyped-def]
     if demo.lab_problem() is not None:
         pytest.fail(demo.lab_problem())
-    demo.start_lab(controller)
+    window.act_start_lab.trigger()  # Devices ▸ Start virtual lab
     assert controller.devices()["robot"].state == "connecting"
     qtbot.waitUntil(lambda: controller.devices()["robot"].state != "connecting", timeout=60000)
     assert controller.devices()["robot"].state == "connected", controller.devices()["robot"]

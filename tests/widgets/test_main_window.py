@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import shutil
 import threading
 from pathlib import Path
 
@@ -94,6 +95,17 @@ def test_file_new_open_recent_save(window, controller, tmp_path, monkeypatch, qt
                     == [str(p2.resolve()), str(p1.resolve())])
 
     window.recent_menu.actions()[1].trigger()  # Open recent ▸ first
+    assert controller.project.root == p1.resolve()
+
+    # a recent project that was deleted: error naming it, then it leaves the list
+    shutil.rmtree(p2)
+    qtbot.waitUntil(lambda: [a.text() for a in window.recent_menu.actions()]
+                    == [str(p1.resolve()), str(p2.resolve())])
+    window.recent_menu.actions()[1].trigger()
+    assert window.last_error is not None and str(p2.resolve()) in window.last_error[1]
+    window.error_box.close()
+    window.last_error = None
+    assert controller.recent_projects() == [p1.resolve()]
     assert controller.project.root == p1.resolve()
 
     before = (p1 / MANIFEST).stat().st_mtime_ns
