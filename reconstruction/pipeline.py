@@ -61,8 +61,16 @@ class ScanSession:
         if not self.capture:
             self.capture = {"intrinsics": frame.intrinsics.to_dict(),
                             "depth_scale": frame.depth_scale, **frame.meta.get("capture", {})}
-        if not (frame.depth > 0).any():
+        nz = frame.depth[frame.depth > 0]
+        if nz.size == 0:
             self.skipped[frame.index] = "all-zero depth"
+            return False
+        med = float(np.median(nz[:: max(1, nz.size // 5000)])) * frame.depth_scale
+        st = self.tsdf.settings
+        if not st.depth_min <= med <= 3 * st.depth_max:
+            self.skipped[frame.index] = (
+                f"median depth {med:.3f} m is implausible (depth scale "
+                f"{frame.depth_scale} m/unit wrong?)")
             return False
         if T_base_camera is None:
             if not self.track:

@@ -84,6 +84,8 @@ class TSDFIntegrator:
 
     def mesh(self) -> trimesh.Trimesh:
         """The fused surface as a trimesh (vertex colours uint8); empty if nothing is fused."""
+        if self.frames_integrated == 0:
+            return trimesh.Trimesh(np.zeros((0, 3)), np.zeros((0, 3), dtype=np.int64))
         m = self.vbg.extract_triangle_mesh(weight_threshold=self._weight_threshold())
         v = m.vertex.positions.numpy().astype(np.float64) if "positions" in m.vertex else \
             np.zeros((0, 3))
@@ -99,6 +101,8 @@ class TSDFIntegrator:
 
     def points(self) -> tuple[NDArray[np.float32], NDArray[np.uint8]]:
         """Surface points (N, 3) float32 and colours (N, 3) uint8 — cheap, for previews."""
+        if self.frames_integrated == 0:
+            return np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint8)
         pcd = self.vbg.extract_point_cloud(weight_threshold=self._weight_threshold())
         if "positions" not in pcd.point or len(pcd.point.positions) == 0:
             return np.zeros((0, 3), np.float32), np.zeros((0, 3), np.uint8)
