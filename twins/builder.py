@@ -121,6 +121,8 @@ class TwinWorld:
         v, cid = self.values, self.cid
         dt, sub, it = v["sim.time_step"], int(v["sim.substeps"]), int(v["sim.solver_iterations"])
         # With substeps PyBullet splits fixedTimeStep into numSubSteps internal steps.
+        # deterministicOverlappingPairs costs ~20 % of step rate but without it two rollouts
+        # from the same restored state differ (tests/twins/test_builder.py).
         pb.setPhysicsEngineParameter(fixedTimeStep=dt, numSubSteps=sub if sub > 1 else 0,
                                      numSolverIterations=it, deterministicOverlappingPairs=1,
                                      physicsClientId=cid)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,28 +77,28 @@ def table_from_plane(scan: ScanInput) -> Any:
     return obj, params
 
 
-def build_twin(scan: Any, folder: Path, robot: str | None = PANDA,
-               base_pose: Sequence[float] = IDENTITY_POSE, name: str = "twin",
-               density: float = 500.0, meta: dict[str, Any] | None = None,
-               progress: Progress | None = None) -> TwinSpec:
-    """Build a twin into `folder` (must be empty or new) from a scan and a robot URDF
-    reference (or None for no robot). Returns the spec (already saved as twin.json)."""
-    say = progress or (lambda f, m: None)
+def build_twin_steps(scan: Any, folder: Path, robot: str | None = PANDA,
+                     base_pose: Sequence[float] = IDENTITY_POSE, name: str = "twin",
+                     density: float = 500.0, meta: dict[str, Any] | None = None,
+                     ) -> Generator[tuple[float | None, str], None, TwinSpec]:
+    """Build a twin into `folder` from a scan (ScanResult, scan folder or ScanInput) and a
+    robot URDF reference (None: no robot). Yields (fraction, message); returns the spec,
+    already saved as `folder/twin.json` with URDF exports in `folder/urdf/`."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    say(0.0, "reading scan")
+    yield 0.0, "reading scan"
     sc = load_scan(scan)
     notes = list(sc.notes)
     objects = []
     for i, o in enumerate(sc.objects):
-        say(0.1 + 0.6 * i / max(len(sc.objects), 1), f"object '{o.name}': mass, inertia, hulls")
+        yield 0.05 + 0.6 * i / max(len(sc.objects), 1), f"object '{o.name}': inertia, collision"
         obj, params, n = mesh_object(o.name, o.mesh, o.pose, folder, density=density,
                                      source=sc.source)
         objects.append((obj, params))
         notes += n
     rob = None
     if robot:
-        say(0.75, f"robot {robot}")
+        yield 0.7, f"robot {robot}"
         q0 = PANDA_HOME if robot == PANDA else ()
         r, rp, rn = robot_into(folder, robot, base_pose, initial_joint_pos=q0)
         rob = (r, rp)
@@ -107,16 +107,28 @@ def build_twin(scan: Any, folder: Path, robot: str | None = PANDA,
     spec = assemble(name, rob, objects, table, ground=table is None,
                     sim=sim_params(), base_dir=folder,
                     meta={**(meta or {}), "scan": sc.source, "notes": notes})
-    say(0.85, "checking the twin builds")
+    yield 0.85, "checking the twin builds and steps"
     from twins.builder import TwinWorld
 
     with TwinWorld(spec) as world:
         world.step(10)
-        notes += [n for n in world.notes if n not in notes]
-    say(0.92, "exporting URDFs")
+    yield 0.92, "exporting URDFs"
     export_urdfs(spec, folder / "urdf")
     spec.save(folder)
-    say(1.0, f"twin '{name}': {len(objects)} objects" + (f", robot {robot}" if robot else ""))
+    yield 1.0, f"twin '{name}': {len(objects)} objects" + (f", robot {robot}" if robot else "")
     return spec
 
 
+def build_twin(scan: Any, folder: Path, robot: str | None = PANDA,
+               base_pose: Sequence[float] = IDENTITY_POSE, name: str = "twin",
+               density: float = 500.0, meta: dict[str, Any] | None = None,
+               progress: Progress | None = None) -> TwinSpec:
+    """`build_twin_steps` run to the end (progress callback optional)."""
+    gen = build_twin_steps(scan, folder, robot, base_pose, name, density, meta)
+    try:
+        while True:
+            frac, msg = next(gen)
+            if progress is not None:
+                progress(frac, msg)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]

@@ -48,8 +48,9 @@ def material_params(prefix: str, friction: float = 0.5, restitution: float = 0.1
     contacts compliant (PyBullet turns them into ERP/CFM, stable for any value)."""
     return [
         p_(f"{prefix}.friction", "1", friction, 0.0, 2.0),
-        p_(f"{prefix}.rolling_friction", "m", 1e-4, 0.0, 0.05),
-        p_(f"{prefix}.spinning_friction", "m", 1e-4, 0.0, 0.05),
+        # 0 = off (PyBullet adds no rolling/spinning constraints then; they cost step rate)
+        p_(f"{prefix}.rolling_friction", "m", 0.0, 0.0, 0.05),
+        p_(f"{prefix}.spinning_friction", "m", 0.0, 0.0, 0.05),
         p_(f"{prefix}.restitution", "1", restitution, 0.0, 1.0),
         p_(f"{prefix}.contact_stiffness", "N/m", stiffness, 1e2, 1e8, "lognormal"),
         p_(f"{prefix}.contact_damping", "N*s/m", damping, 1e-1, 1e6, "loguniform"),

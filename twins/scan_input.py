@@ -1,14 +1,11 @@
 """What a twin is built from: objects (mesh + pose) and the table, in the robot base frame.
 
-Accepts the reconstruction layer's `ScanResult` when it exists (duck-typed: `objects` with
-`name`, `mesh`, `pose`/`T_world_object`, a table `plane`), a scan folder (`scan.json` +
-`objects/*.obj`), or the procedural demo scan below (same folder format) when there is no
-camera scan yet.
+Accepts the reconstruction layer's `ScanResult` (or its artifact folder) and the procedural
+demo scan below, for when there is no camera scan yet.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +15,6 @@ import trimesh
 from scipy.spatial.transform import Rotation
 
 from devices.poses import matrix_to_pose, pose_to_matrix
-from resources import atomic
 from twins.errors import TwinError
 
 
@@ -72,75 +68,52 @@ def procedural_scan() -> ScanInput:
     return ScanInput(objs, source="procedural")
 
 
-def write_scan(scan: ScanInput, folder: Path) -> None:
-    """Write the scan folder format (`scan.json`, `objects/<name>.obj`)."""
-    (Path(folder) / "objects").mkdir(parents=True, exist_ok=True)
-    for o in scan.objects:
-        o.mesh.export(Path(folder) / "objects" / f"{o.name}.obj")
-    atomic.write_json(Path(folder) / "scan.json", {
-        "format": "twinbench-scan", "format_version": 1, "source": scan.source,
-        "frame": "robot_base",
-        "table": {"plane": list(scan.table_plane) if scan.table_plane else None,
-                  "extent": list(scan.table_extent)},
-        "objects": [{"name": o.name, "mesh": f"objects/{o.name}.obj",
-                     "pose": [float(x) for x in o.pose]} for o in scan.objects],
-        "notes": list(scan.notes),
-    })
+def procedural_scan_result() -> Any:
+    """The procedural demo scan as a reconstruction `ScanResult` (for a scan artifact)."""
+    from reconstruction.scan_result import ScannedObject, ScanResult
+
+    sc = procedural_scan()
+    x0, x1, y0, y1 = sc.table_extent
+    table = trimesh.creation.box((x1 - x0, y1 - y0, 0.04),
+                                 trimesh.transformations.translation_matrix(
+                                     ((x0 + x1) / 2, (y0 + y1) / 2, -0.02)))
+    objs, parts = [], [table]
+    for o in sc.objects:
+        T = pose_to_matrix(o.pose)
+        objs.append(ScannedObject(o.name, o.mesh, T, watertight=bool(o.mesh.is_watertight)))
+        parts.append(trimesh.Trimesh(trimesh.transform_points(o.mesh.vertices, T), o.mesh.faces))
+    return ScanResult(trimesh.util.concatenate(parts), np.array(sc.table_plane, float),
+                      tuple(objs), None, capture={"source": "procedural"})
 
 
-def _from_scan_result(res: Any) -> ScanInput:
-    objs = []
-    for i, o in enumerate(res.objects):
-        name = str(getattr(o, "name", f"object{i}"))
-        T = getattr(o, "T_world_object", None)
-        pose = matrix_to_pose(T) if T is not None else np.asarray(o.pose, float)
-        objs.append(ScanObject(name, o.mesh, pose))
-    T_base_world = getattr(res, "T_base_world", None)
-    if T_base_world is not None:
-        T = np.asarray(T_base_world, float)
-        objs = [ScanObject(o.name, o.mesh, matrix_to_pose(T @ pose_to_matrix(o.pose))) for o in objs]
-    plane = getattr(res, "table_plane", None) or getattr(res, "plane", None)
-    if plane is not None and hasattr(plane, "to_list"):
-        plane = plane.to_list()
-    return ScanInput(tuple(objs), tuple(plane) if plane is not None else None,
-                     source=str(getattr(res, "id", "scan")))
+def _table_extent(scene: trimesh.Trimesh, plane: np.ndarray) -> tuple[float, float, float, float]:
+    """xy bounds of the scene-mesh vertices lying on the table plane (1st-99th percentile)."""
+    v = np.asarray(scene.vertices, float)
+    n, d = plane[:3] / np.linalg.norm(plane[:3]), plane[3] / np.linalg.norm(plane[:3])
+    on = v[np.abs(v @ n + d) < 0.01]
+    if len(on) < 10:
+        return (-0.25, 0.95, -0.6, 0.6)
+    lo, hi = np.percentile(on[:, :2], 1, axis=0), np.percentile(on[:, :2], 99, axis=0)
+    return (float(lo[0]), float(hi[0]), float(lo[1]), float(hi[1]))
+
+
+def _from_scan_result(res: Any, source: str = "scan") -> ScanInput:
+    objs = tuple(ScanObject(o.name, o.mesh, matrix_to_pose(o.T_base_object)) for o in res.objects)
+    plane = None if res.table_plane is None else np.asarray(res.table_plane, float)
+    extent = _table_extent(res.scene_mesh, plane) if plane is not None else (-0.25, 0.95, -0.6, 0.6)
+    return ScanInput(objs, None if plane is None else tuple(float(x) for x in plane), extent,
+                     source, tuple(res.warnings))
 
 
 def load_scan(scan: Any) -> ScanInput:
-    """A ScanInput from a ScanInput, a ScanResult-like object, or a scan folder."""
+    """A ScanInput from a ScanInput, a reconstruction ScanResult, or a scan folder."""
     if isinstance(scan, ScanInput):
         return scan
-    if not isinstance(scan, (str, Path)):
-        return _from_scan_result(scan)
-    folder = Path(scan)
-    try:  # the reconstruction layer's own format, once it exists
-        from reconstruction.scan import ScanResult  # type: ignore[import-not-found]
+    if isinstance(scan, (str, Path)):
+        from reconstruction.scan_result import ScanResult
 
-        if (folder / "scan.json").is_file() and hasattr(ScanResult, "load"):
-            d = json.loads((folder / "scan.json").read_text())
-            if d.get("format") != "twinbench-scan":
-                return _from_scan_result(ScanResult.load(folder))
-    except ImportError:
-        pass
-    path = folder / "scan.json"
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TwinError(f"{path}: no scan here") from None
-    except (OSError, ValueError) as exc:
-        raise TwinError(f"{path}: unreadable scan description ({exc})") from exc
-    objs = []
-    for o in d.get("objects", []):
-        mpath = folder / o["mesh"]
-        if not mpath.is_file():
-            raise TwinError(f"{path}: object '{o.get('name')}' mesh {mpath} is missing")
-        try:
-            mesh = trimesh.load(mpath, force="mesh", process=True)
-        except Exception as exc:  # trimesh raises many types on bad files
-            raise TwinError(f"{mpath}: unreadable mesh ({exc})") from exc
-        objs.append(ScanObject(str(o["name"]), mesh, np.asarray(o["pose"], float)))
-    table = d.get("table") or {}
-    plane = table.get("plane")
-    return ScanInput(tuple(objs), tuple(plane) if plane else None,
-                     tuple(table.get("extent", (-0.25, 0.95, -0.6, 0.6))),
-                     str(d.get("source", folder.name)), tuple(d.get("notes", ())))
+        folder = Path(scan)
+        if not (folder / "scan.json").is_file():
+            raise TwinError(f"{folder}: not a scan folder (no scan.json)")
+        return _from_scan_result(ScanResult.load(folder), folder.name)
+    return _from_scan_result(scan)

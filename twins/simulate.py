@@ -173,15 +173,16 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
         unit = {"prismatic": ("m", "m/s")}
         units["robot/joint_pos"], units["robot/joint_vel"] = unit.get(
             spec.robot.joints[0].kind, ("rad", "rad/s"))  # type: ignore[union-attr]
-    if bank is not None:
+    if bank is not None and (len(bank.pd) or len(bank.tq)):
         at = np.clip(rec_step - 1, 0, max(steps - 1, 0))
         u_at = u_steps[at] if steps else U_ext[[0] * K]
         sel = [joints.index(j) for j in bank.joints]
         eff = np.stack([bank.effort(u_at[i], Q[i, sel], QD[i, sel]) for i in range(K)])
-        channels["robot/command"] = real["robot/command"]
-        units["robot/command"] = real.units.get("robot/command", "")
         channels["robot/joint_effort"] = eff
         units["robot/joint_effort"] = "N*m"
+    if bank is not None:
+        channels["robot/command"] = real["robot/command"]
+        units["robot/command"] = real.units.get("robot/command", "")
     for n, P in objs.items():
         channels[f"objects/{n}/pose"] = P
         units[f"objects/{n}/pose"] = POSE_UNIT

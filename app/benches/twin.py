@@ -1,0 +1,91 @@
+"""Twin benchmark: build time, replay speed against a bare PyBullet world, replay accuracy
+on the real pendulum and Qube recordings."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import numpy as np
+
+DESCRIPTION = ("scan -> twin build time; 5 s Panda + 3 objects replay; twin/bare step rate; "
+               "replay error on real pendulum and Qube data")
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    from devices.trajectory import Trajectory
+    from twins.builder import TwinWorld
+    from twins.from_scan import build_twin
+    from twins.perf import BareWorld, step_rate
+    from twins.scan_input import procedural_scan_result
+    from twins.simulate import replay_in
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        scan = procedural_scan_result()
+        t0 = time.perf_counter()
+        spec = build_twin(scan, Path(tmp) / "twin", name="bench")
+        out["build_s"] = round(time.perf_counter() - t0, 3)
+        out["objects"] = len(spec.objects)
+        out["time_step_s"] = round(spec.params["sim.time_step"].nominal, 6)
+        # a 5 s arm motion sampled at 100 Hz (commands at the control rate)
+        t = np.arange(0.0, 5.0 + 1e-9, 0.01)
+        q0 = np.asarray(spec.robot.initial_joint_pos)  # type: ignore[union-attr]
+        wave = 0.25 * np.sin(2 * np.pi * 0.4 * t)[:, None] * (np.arange(len(q0)) < 7)
+        real = Trajectory(t, {"robot/command": q0 + wave}, {"robot/command": "rad"})
+        with TwinWorld(spec) as world:
+            runs = []
+            for _ in range(2 if quick else 5):
+                t1 = time.perf_counter()
+                sim = replay_in(world, real)
+                runs.append(time.perf_counter() - t1)
+            out["replay_5s_ms"] = round(1000 * median(runs), 1)
+            out["replay_steps"] = int(round(5.0 / world.dt))
+            out["replay_track_err_rad"] = round(float(np.abs(
+                sim["robot/joint_pos"][:, :4] - real["robot/command"][:, :4]).max()), 4)
+            n = 600 if quick else 2400
+            bare = BareWorld(spec)
+            try:  # interleaved, best of 3 each: the machine may be shared
+                twin_rate = bare_rate = 0.0
+                for _ in range(3):
+                    world.reset()
+                    twin_rate = max(twin_rate, step_rate(world.step, n))
+                    bare_rate = max(bare_rate, step_rate(bare.step, n))
+            finally:
+                bare.close()
+        out["twin_steps_per_s"] = round(twin_rate)
+        out["bare_steps_per_s"] = round(bare_rate)
+        out["step_rate_ratio"] = round(twin_rate / bare_rate, 3)
+        out["bare_5s_ms"] = round(1000 * out["replay_steps"] / bare_rate, 1)
+    out.update(_real_data_errors())
+    return out
+
+
+def _real_data_errors() -> dict[str, Any]:
+    from devices.importers import load_furuta_npz, load_pendulum_csv
+    from resources import shared_data
+    from twins.rigs import qube_twin, simple_pendulum_twin
+    from twins.simulate import replay
+
+    res: dict[str, Any] = {}
+    pend = shared_data("real", "simple_pendulum")
+    if pend.is_dir():
+        spec = simple_pendulum_twin(pend / "data_urdf_dfki_simple_pendulum.urdf")
+        for run in ("pd_system_identification", "energy_shaping"):
+            real = load_pendulum_csv(pend / f"results_control_method_{run}_data_measured.csv",
+                                     pend / f"results_control_method_{run}_data_desired.csv",
+                                     command="desired").slice_time(0, 1.0)
+            sim = replay(spec, None, real)
+            e = sim["robot/joint_pos"][:, 0] - real["robot/joint_pos"][:, 0]
+            res[f"pendulum_{run}_1s_rmse_rad"] = round(float(np.sqrt(np.mean(e**2))), 4)
+    qube = shared_data("real", "furuta_pendulum", "qq_chrip_10to0Hz_p1.5V_250Hz_10s")
+    if qube.is_dir():
+        real = load_furuta_npz(sorted(qube.glob("*.npz"))[0]).slice_time(0, 2.0)
+        sim = replay(qube_twin(), None, real)
+        e = sim["robot/joint_pos"] - real["robot/joint_pos"]
+        res["qube_chirp_2s_rmse_arm_rad"] = round(float(np.sqrt(np.mean(e[:, 0] ** 2))), 4)
+        res["qube_chirp_2s_rmse_pendulum_rad"] = round(float(np.sqrt(np.mean(e[:, 1] ** 2))), 4)
+    return res

@@ -1,0 +1,51 @@
+"""`python main.py twin build --project P [--scan S] [--robot URDF] [--procedural]` and
+`twin info --project P [--twin T]`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = ("Build a digital twin from a scan (+ a robot description) into a project, or show "
+        "one. Robots: pybullet_data:<path>, resources:<path> or a URDF file; 'none' for none.")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", required=True)
+    b = sub.add_parser("build", help="scan -> twin artifact")
+    b.add_argument("--project", type=Path, required=True, help="project folder")
+    b.add_argument("--scan", default=None, help="scan artifact id (default: the latest)")
+    b.add_argument("--robot", default="pybullet_data:franka_panda/panda.urdf",
+                   help="robot URDF (default: the Panda from pybullet_data; 'none' for none)")
+    b.add_argument("--procedural", action="store_true",
+                   help="no scan yet: build from the procedural demo objects")
+    b.add_argument("--name", default=None, help="twin display name")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
+    i = sub.add_parser("info", help="parameters and notes of a twin")
+    i.add_argument("--project", type=Path, required=True)
+    i.add_argument("--twin", default=None, help="twin artifact id (default: the latest)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.jobs import run_cli
+    from app.project import Project
+    from app.workflows.twin import build_twin, load_twin, twin_summary
+
+    project = Project.open(args.project)
+    if args.action == "build":
+        robot = None if args.robot.lower() == "none" else args.robot
+        tid = run_cli(build_twin(project, args.scan, robot, args.name, args.procedural),
+                      args.quiet)
+        _, spec = load_twin(project, tid)
+    else:
+        tid, spec = load_twin(project, args.twin)
+    s = twin_summary(spec)
+    print(f"twin {tid}: {s['objects']} objects, {s['params']} parameters"
+          + (f", robot {s['robot']} ({s['joints']} joints)" if s["robot"] else ", no robot"))
+    for n in s["notes"]:
+        print(f"  note: {n}")
+    if args.action == "info":
+        for p in spec.params.values():
+            print(f"  {p.name:<48} {p.nominal:>12.6g} {p.unit:<10} [{p.low:g}, {p.high:g}] {p.prior}")
+    print(f"  folder: {project.path_of(tid)}")
+    return 0

@@ -1,0 +1,119 @@
+"""Twin workflows (Qt-free jobs shared by the CLI and the Twin page).
+
+- `build_twin(project, scan_id, robot)`: scan artifact (+ robot URDF) -> twin artifact
+  (twin.json, object meshes and hulls, repaired robot URDF if any, URDF exports), lineage
+  to the scan. `procedural_scan(project)` writes the demo scan when there is no camera scan.
+- `save_twin_edit(project, parent_id, spec)`: an edited twin (values, object poses) as a new
+  artifact whose parent is the twin it came from (artifacts are immutable).
+- `load_twin(project, twin_id)`, `twin_summary(spec)`, `simulate_twin(...)`.
+
+A failure leaves the project exactly as it was (`Project.new_artifact` discards the
+half-written folder).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from app.jobs import Job, Progress
+from app.project import Project
+from twins.from_scan import PANDA, build_twin_steps
+from twins.spec import TwinSpec
+
+DEFAULT_ROBOT = PANDA
+
+
+def procedural_scan(project: Project) -> str:
+    """Write the procedural demo scan (box, cylinder, U-block on a table) as a scan
+    artifact; returns its id."""
+    from twins.scan_input import procedural_scan_result
+
+    res = procedural_scan_result()
+    with project.new_artifact("scan", settings={"source": "procedural"},
+                              summary=f"procedural demo scan, {len(res.objects)} objects") as f:
+        res.save(f)
+    return project.artifacts("scan")[-1].id
+
+
+def build_twin(project: Project, scan_id: str | None, robot: str | None = DEFAULT_ROBOT,
+               name: str | None = None, procedural: bool = False) -> Job[str]:
+    """Job: build a twin artifact from scan `scan_id` (the latest scan when None; the
+    procedural demo scan when `procedural` and there is none). Returns the twin id."""
+    if scan_id is None:
+        latest = project.latest("scan")
+        if latest is not None and not procedural:
+            scan_id = latest.id
+        elif procedural:
+            yield Progress(0.0, "writing the procedural demo scan")
+            scan_id = procedural_scan(project)
+        else:
+            from twins.errors import TwinError
+
+            raise TwinError(f"{project.root}: no scan to build a twin from (scan first, or "
+                            "use --procedural for the demo objects)")
+    scan_dir = project.path_of(scan_id)
+    settings = {"scan": scan_id, "robot": robot or "none"}
+    with project.new_artifact("twin", inputs=[scan_id], settings=settings,
+                              summary=f"from {scan_id}" + (f" + {robot}" if robot else "")) as folder:
+        gen = build_twin_steps(scan_dir, folder, robot, name=name or f"twin of {scan_id}",
+                               meta={"scan_id": scan_id})
+        try:
+            while True:
+                frac, msg = next(gen)
+                yield Progress(frac, msg)
+        except StopIteration as stop:
+            spec: TwinSpec = stop.value
+        finally:
+            gen.close()
+        notes = spec.meta.get("notes", [])
+        if notes:
+            yield Progress(1.0, f"{len(notes)} notes: " + "; ".join(notes)[:300])
+    return project.artifacts("twin")[-1].id
+
+
+def load_twin(project: Project, twin_id: str | None = None) -> tuple[str, TwinSpec]:
+    """(id, spec) of twin `twin_id` (the latest when None)."""
+    if twin_id is None:
+        art = project.latest("twin")
+        if art is None:
+            from twins.errors import TwinError
+
+            raise TwinError(f"{project.root}: no twin yet (build one from a scan)")
+        twin_id = art.id
+    return twin_id, TwinSpec.load(project.path_of(twin_id))
+
+
+def save_twin_edit(project: Project, parent_id: str, spec: TwinSpec,
+                   values: Mapping[str, float] | None = None, summary: str = "edited") -> str:
+    """A new twin artifact: `spec` with `values` as its nominals, files copied from the
+    parent twin, lineage parent -> new (inputs: the parent's scan)."""
+    parent_dir = project.path_of(parent_id)
+    edited = spec.with_values(values or {})
+    parent = project.artifact(parent_id)
+    with project.new_artifact("twin", inputs=list(parent.inputs), parent=parent_id,
+                              settings={"edit_of": parent_id}, summary=summary) as folder:
+        for item in Path(parent_dir).iterdir():
+            if item.name in ("twin.json", "urdf"):
+                continue
+            dst = folder / item.name
+            (shutil.copytree if item.is_dir() else shutil.copy2)(item, dst)
+        from dataclasses import replace
+
+        from twins.export import export_urdfs
+
+        moved = replace(edited, base_dir=folder,
+                        meta={**dict(edited.meta), "parent_twin": parent_id})
+        export_urdfs(moved, folder / "urdf")
+        moved.save(folder)
+    return project.artifacts("twin")[-1].id
+
+
+def twin_summary(spec: TwinSpec) -> dict[str, Any]:
+    """Counts for a status line or the CLI."""
+    return {"name": spec.name, "objects": len(spec.objects), "params": len(spec.params),
+            "robot": spec.robot.urdf if spec.robot else None,
+            "joints": len(spec.robot.joints) if spec.robot else 0,
+            "notes": list(spec.meta.get("notes", []))}
