@@ -83,8 +83,14 @@ class LabCamera:
         """Hold this camera somewhere else (a handheld camera; OpenCV axes, world frame),
         or None to put it back on its mount. The pose is truth: frames still carry None."""
         with self._lock:
-            self._override = None if T_world_camera is None else np.array(T_world_camera,
-                                                                           dtype=float)
+            if T_world_camera is None:
+                if self._override is not None:
+                    # MuJoCo (sleep enabled) computes static cameras once per MjData: start
+                    # from fresh data so the mount pose is recomputed.
+                    self._data = mujoco.MjData(self._model)
+                self._override = None
+            else:
+                self._override = np.array(T_world_camera, dtype=float)
 
     def _snapshot(self) -> tuple[float, NDArray[np.float64]]:
         snap = getattr(self._source, "snapshot", None)

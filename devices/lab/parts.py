@@ -58,6 +58,8 @@ def base_spec(cfg: LabConfig, spec: mujoco.MjSpec | None = None) -> mujoco.MjSpe
     spec = spec or mujoco.MjSpec()
     spec.option.timestep = cfg.timestep
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
+    # Objects at rest sleep (3x faster with three resting objects); contact wakes them.
+    spec.option.enableflags |= mujoco.mjtEnableBit.mjENBL_SLEEP
     spec.visual.global_.offwidth = 1280
     spec.visual.global_.offheight = 720
     # No MSAA: resolved depth would come from sample 0, ~0.4 px off the pixel centre.

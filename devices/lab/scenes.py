@@ -116,6 +116,7 @@ def build_panda_table(cfg: LabConfig) -> mujoco.MjSpec:
     for b in spec.bodies:
         if b.name in panda.ROBOT_BODIES:
             b.gravcomp = 1.0 if cfg.actuators and cfg.actuators.gravity_compensation else 0.0
+    spec.body("panda_link1").sleep = mujoco.mjtSleepPolicy.mjSLEEP_NEVER   # arm tree root
     for g in spec.geoms:
         if g.parent.name in panda.ROBOT_BODIES:    # robot: no self-collision, hits the world
             g.contype, g.conaffinity = 2, 0
@@ -185,6 +186,7 @@ def build_pendulum(cfg: LabConfig) -> mujoco.MjSpec:
                             rgba=(0.3, 0.3, 0.3, 1), contype=0, conaffinity=0)
     # Angle 0 hangs straight down; positive rotates the bob towards +x (about +y).
     body = spec.worldbody.add_body(name="pendulum", pos=(0, 0, p.pivot_height))
+    body.sleep = mujoco.mjtSleepPolicy.mjSLEEP_NEVER    # torque commands must always act
     body.add_joint(name=PENDULUM_JOINT, type=mujoco.mjtJoint.mjJNT_HINGE, axis=(0, 1, 0))
     body.add_geom(name="rod", type=mujoco.mjtGeom.mjGEOM_CAPSULE, size=(0.006, 0, 0),
                   fromto=(0, 0, 0, 0, 0, -p.length), rgba=(0.6, 0.6, 0.6, 1),
