@@ -14,7 +14,7 @@ import mujoco
 import numpy as np
 from numpy.typing import NDArray
 
-from devices.lab.config import BoardConfig, LabError
+from devices.lab.config import BoardConfig, LabError, Pose
 from devices.poses import matrix_to_pose, pose_to_matrix, quat_xyzw_to_wxyz
 
 PX_PER_M = 5000          # texture resolution: 5 px per mm
@@ -72,7 +72,7 @@ def add_board(spec: mujoco.MjSpec, b: BoardConfig) -> None:
 
 
 def default_board_pose(center_xy: tuple[float, float], b_squares: tuple[int, int] = (7, 5),
-                       square: float = 0.04, yaw_deg: float = 0.0) -> tuple[float, ...]:
+                       square: float = 0.04, yaw_deg: float = 0.0) -> Pose:
     """T_world_board for a board lying face up centred at `center_xy` on the table."""
     from scipy.spatial.transform import Rotation
 
@@ -81,4 +81,4 @@ def default_board_pose(center_xy: tuple[float, float], b_squares: tuple[int, int
     T = np.eye(4)
     T[:3, :3] = R
     T[:3, 3] = np.array([*center_xy, PRINT_LIFT]) - R @ c
-    return tuple(float(v) for v in matrix_to_pose(T))
+    return tuple(float(v) for v in matrix_to_pose(T))  # type: ignore[return-value]
