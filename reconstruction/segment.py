@@ -6,6 +6,7 @@ is `n . p + d = 0` with `n` pointing up, out of the table; a point's height is `
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,6 +51,14 @@ class Cluster:
     points: NDArray[np.float64]           # (N, 3) downsampled points of this object
     colors: NDArray[np.uint8]             # (N, 3)
     warnings: list[str] = field(default_factory=list)
+
+    def footprint_centre(self, plane: Plane) -> NDArray[np.float64]:
+        """Centre of the points' bounding box in the table plane, half-way up."""
+        B = plane.basis()
+        uv = self.points @ B[:, :2]
+        mid = (uv.min(0) + uv.max(0)) / 2
+        h = plane.height(self.points)
+        return plane.project((B[:, :2] @ mid)[None])[0] + plane.normal * float(h.max()) / 2
 
 
 def _cloud(points: NDArray[np.floating], colors: NDArray[np.uint8] | None) -> o3d.geometry.PointCloud:
@@ -167,7 +176,11 @@ def _split_by_color(p: NDArray[np.float64], c: NDArray[np.uint8], eps: float,
         return None
     cf = c.astype(np.float64) + 1.0
     chroma = cf / cf.sum(axis=1, keepdims=True)        # shading-invariant colour
-    centers, lab = kmeans2(chroma[:, :2], 2, seed=np.random.default_rng(0), minit="++")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # "one of the clusters is empty": one colour
+        centers, lab = kmeans2(chroma[:, :2], 2, seed=np.random.default_rng(0), minit="++")
+    if not np.isfinite(centers).all():
+        return None
     if np.linalg.norm(centers[0] - centers[1]) < 0.12 or min(np.bincount(lab, minlength=2)) < \
             max(min_cluster, 0.1 * len(p)):
         return None

@@ -1,17 +1,359 @@
-"""Scan page (workflow step: scan). Shows its empty state until the step's tools are built.
+"""Scan page (workflow step: scan): live colour + depth preview, the reconstruction growing
+in the 3D view, start / pause / stop, the object list (rename, colour, drop), calibration
+residuals, and Accept -> a ScanResult artifact in the project.
 
-See widgets/pages.py for the page contract.
+It acts only through `app.workflows.scan` (jobs run on the controller's worker pool). The job
+is wrapped so that the page can pause it (the worker waits between frames) and read the newest
+partial result; a 10 Hz timer draws that result on the GUI thread.
 """
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PySide6 import QtCore, QtGui, QtWidgets
+
+from app.jobs import Job, Progress
+from app.workflows import scan as wf
 from widgets.pages import WorkflowPage, preview
+from widgets.scene_view import SceneView
+
+SOURCES = (("Virtual lab (calibrate + guided wrist scan)", "lab"),
+           ("Virtual lab, quick", "lab-quick"),
+           ("RealSense camera (handheld)", "realsense"),
+           ("Recording (.db3 / .bag)…", "file"))
+
+
+def _qimage(rgb: np.ndarray) -> QtGui.QImage:
+    a = np.ascontiguousarray(rgb)
+    h, w = a.shape[:2]
+    return QtGui.QImage(a.data, w, h, 3 * w, QtGui.QImage.Format.Format_RGB888).copy()
+
+
+def depth_colormap(depth_m: np.ndarray, near: float = 0.2, far: float = 1.2) -> np.ndarray:
+    """Depth (m) -> RGB (near warm, far cool, no data black)."""
+    t = np.clip((depth_m - near) / (far - near), 0, 1)
+    rgb = np.stack([255 * (1 - t), 255 * (1 - np.abs(2 * t - 1)), 255 * t], -1).astype(np.uint8)
+    rgb[depth_m <= 0] = 0
+    return rgb
+
+
+class _Live:
+    """Shared between the worker thread (writes) and the GUI timer (reads)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.partial: dict[str, Any] = {}
+        self.message = ""
+        self.fraction: float | None = None
+        self.resume = threading.Event()
+        self.resume.set()
+        self.stop = threading.Event()
+        self.updates = 0
+
+    def wrap(self, job: Job[Any]) -> Job[Any]:
+        try:
+            while True:
+                self.resume.wait()
+                rec = next(job)
+                with self.lock:
+                    if isinstance(rec.partial, dict):
+                        self.partial.update(rec.partial)
+                    self.message, self.fraction = rec.message, rec.fraction
+                yield Progress(rec.fraction, rec.message)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            job.close()
+
+    def take(self) -> tuple[dict[str, Any], str, float | None]:
+        with self.lock:
+            p, self.partial = self.partial, {}
+            return p, self.message, self.fraction
 
 
 class ScanPage(WorkflowPage):
     """Workflow page for the 'scan' step; constructed as `ScanPage(controller, parent=None)`."""
 
     step = "scan"
+    sig_scan_accepted = QtCore.Signal(str)   # artifact id
+
+    def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
+        self.result: Any = None
+        self._live: _Live | None = None
+        bar = QtWidgets.QHBoxLayout()
+        self.source = QtWidgets.QComboBox()
+        for label, key in SOURCES:
+            self.source.addItem(label, key)
+        self.start_btn = QtWidgets.QPushButton("Start scan")
+        self.pause_btn = QtWidgets.QPushButton("Pause")
+        self.pause_btn.setCheckable(True)
+        self.stop_btn = QtWidgets.QPushButton("Stop && reconstruct")
+        self.accept_btn = QtWidgets.QPushButton("Accept → save scan to project")
+        self.status = QtWidgets.QLabel("Choose a camera source and press Start.")
+        for w in (QtWidgets.QLabel("Source:"), self.source, self.start_btn, self.pause_btn,
+                  self.stop_btn):
+            bar.addWidget(w)
+        bar.addWidget(self.status, 1)
+        bar.addWidget(self.accept_btn)
+        layout.addLayout(bar)
+        split = QtWidgets.QSplitter()
+        left = QtWidgets.QWidget()
+        ll = QtWidgets.QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        self.color_view, self.depth_view = QtWidgets.QLabel(), QtWidgets.QLabel()
+        for cap, lab in (("Colour", self.color_view), ("Depth", self.depth_view)):
+            ll.addWidget(QtWidgets.QLabel(f"<b>{cap}</b>"))
+            lab.setFixedSize(320, 240)
+            lab.setStyleSheet("background: #202225;")
+            lab.setAlignment(QtCore.Qt.AlignmentFlag.AlignCenter)
+            ll.addWidget(lab)
+        ll.addStretch(1)
+        self.scene = SceneView()
+        right = QtWidgets.QWidget()
+        rl = QtWidgets.QVBoxLayout(right)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.addWidget(QtWidgets.QLabel("<b>Objects</b> (double-click a name to rename)"))
+        self.objects = QtWidgets.QTableWidget(0, 4)
+        self.objects.setHorizontalHeaderLabels(["name", "size (cm)", "watertight", ""])
+        self.objects.horizontalHeader().setStretchLastSection(True)
+        self.objects.itemChanged.connect(self._renamed)
+        rl.addWidget(self.objects, 2)
+        row = QtWidgets.QHBoxLayout()
+        self.color_btn = QtWidgets.QPushButton("Colour…")
+        self.drop_btn = QtWidgets.QPushButton("Drop object")
+        row.addWidget(self.color_btn)
+        row.addWidget(self.drop_btn)
+        rl.addLayout(row)
+        rl.addWidget(QtWidgets.QLabel("<b>Calibration residuals</b> (per board view)"))
+        self.calib = QtWidgets.QTableWidget(0, 4)
+        self.calib.setHorizontalHeaderLabels(["view", "mm", "deg", "reproj px"])
+        rl.addWidget(self.calib, 2)
+        self.calib_summary = QtWidgets.QLabel("")
+        self.calib_summary.setWordWrap(True)
+        rl.addWidget(self.calib_summary)
+        self.warn = QtWidgets.QLabel("")
+        self.warn.setWordWrap(True)
+        self.warn.setStyleSheet("color: #b26a00;")
+        rl.addWidget(self.warn)
+        for w in (left, self.scene, right):
+            split.addWidget(w)
+        split.setStretchFactor(1, 3)
+        layout.addWidget(split, 1)
+        self.start_btn.clicked.connect(self.start_scan)
+        self.pause_btn.toggled.connect(self._pause)
+        self.stop_btn.clicked.connect(self._stop)
+        self.accept_btn.clicked.connect(self.accept_scan)
+        self.color_btn.clicked.connect(self._recolor)
+        self.drop_btn.clicked.connect(self._drop)
+        self.timer = QtCore.QTimer(self)
+        self.timer.setInterval(100)   # 10 Hz: the 3D view and previews redraw at this rate
+        self.timer.timeout.connect(self._tick)
+        self._set_running(False)
+
+    def has_content(self) -> bool:
+        return self.controller.project is not None
+
+    # --- scanning ---------------------------------------------------------------------------
+    def start_scan(self, source: str | None = None, path: Path | None = None) -> bool:
+        key = source or self.source.currentData()
+        opt = wf.ScanOptions()
+        live = _Live()
+        opt.stop = live.stop
+        import tempfile
+        self._rec = Path(tempfile.mkdtemp(prefix="twinbench-scan-")) / "recording.db3"
+        if key in ("lab", "lab-quick"):
+            job = wf.scan_lab(opt, record=self._rec, quick=key == "lab-quick")
+        elif key == "realsense":
+            job = wf.scan_realsense(opt, record=self._rec)
+        else:
+            if path is None:
+                name, _ = QtWidgets.QFileDialog.getOpenFileName(
+                    self, "Open a RealSense recording", "", "Recordings (*.db3 *.bag)")
+                if not name:
+                    return False
+                path = Path(name)
+            self._rec = path
+            job = wf.scan_recording(path, opt)
+        self._live, self.result = live, None
+        self.scene.clear()
+        self._set_running(True)
+        self.status.setText("starting…")
+        self.timer.start()
+        self.controller.submit_job(f"Scan ({key})", live.wrap(job), self._done, self._failed)
+        return True
+
+    def _pause(self, on: bool) -> None:
+        if self._live is not None:
+            (self._live.resume.clear if on else self._live.resume.set)()
+            self.pause_btn.setText("Resume" if on else "Pause")
+
+    def _stop(self) -> None:
+        if self._live is not None:
+            self._live.stop.set()
+            self._live.resume.set()
+            self.status.setText("stopping: reconstructing what was scanned…")
+
+    def _tick(self) -> None:
+        if self._live is None:
+            return
+        partial, msg, frac = self._live.take()
+        pct = "" if frac is None else f"{frac * 100:.0f}% "
+        if msg:
+            self.status.setText(pct + msg)
+        f = partial.get("frame")
+        if f is not None:
+            self.color_view.setPixmap(QtGui.QPixmap.fromImage(_qimage(f.color)).scaled(
+                320, 240, QtCore.Qt.AspectRatioMode.KeepAspectRatio))
+            self.depth_view.setPixmap(QtGui.QPixmap.fromImage(
+                _qimage(depth_colormap(f.depth_m))).scaled(
+                320, 240, QtCore.Qt.AspectRatioMode.KeepAspectRatio))
+        c = partial.get("cloud")
+        if c is not None and len(c.points):
+            self.scene.set_points("scan/cloud", c.points, c.colors / 255.0, size_px=2.0)
+            if c.camera is not None:
+                self.scene.set_frame("scan/camera", c.camera, size=0.05)
+            self._live.updates += 1
+
+    def _done(self, result: Any) -> None:
+        self.timer.stop()
+        self._tick()
+        self._set_running(False)
+        self.show_result(result)
+
+    def _failed(self, message: str) -> None:
+        self.timer.stop()
+        self._set_running(False)
+        self.status.setText(f"scan failed: {message}")
+
+    def _set_running(self, on: bool) -> None:
+        self.start_btn.setEnabled(not on)
+        self.source.setEnabled(not on)
+        self.pause_btn.setEnabled(on)
+        self.stop_btn.setEnabled(on)
+        self.accept_btn.setEnabled(not on and self.result is not None)
+        if not on:
+            self.pause_btn.setChecked(False)
+
+    # --- result -----------------------------------------------------------------------------
+    def show_result(self, result: Any) -> None:
+        self.result = result
+        self.scene.remove("scan/cloud")
+        m = result.scene_mesh
+        if len(m.faces):
+            self.scene.set_mesh("scan/scene", m.vertices, m.faces, color=(0.62, 0.6, 0.56, 0.35))
+        for name in [n for n in self.scene.items() if n.startswith("scan/object/")]:
+            self.scene.remove(name)
+        for o in result.objects:
+            rgba = (*(np.asarray(o.color) / 255.0), 1.0)
+            self.scene.set_mesh(f"scan/object/{o.name}", o.mesh.vertices, o.mesh.faces,
+                                color=rgba, transform=o.T_base_object)
+        if result.T_base_camera is not None:
+            self.scene.set_frame("scan/fixed_camera", result.T_base_camera, size=0.08)
+        self._fill_objects()
+        self._fill_calibration()
+        self.warn.setText("\n".join(result.warnings[:6]))
+        self.status.setText(f"{len(result.objects)} objects, {len(m.faces)} triangles — "
+                            "review, then Accept")
+        self.accept_btn.setEnabled(True)
+
+    def _fill_objects(self) -> None:
+        self.objects.blockSignals(True)
+        self.objects.setRowCount(0)
+        for o in self.result.objects:
+            r = self.objects.rowCount()
+            self.objects.insertRow(r)
+            name = QtWidgets.QTableWidgetItem(o.name)
+            name.setData(QtCore.Qt.ItemDataRole.UserRole, o.name)
+            self.objects.setItem(r, 0, name)
+            size = " × ".join(f"{e * 100:.1f}" for e in o.mesh.extents)
+            for c, text in ((1, size), (2, "yes" if o.watertight else "no")):
+                it = QtWidgets.QTableWidgetItem(text)
+                it.setFlags(it.flags() & ~QtCore.Qt.ItemFlag.ItemIsEditable)
+                self.objects.setItem(r, c, it)
+            sw = QtWidgets.QTableWidgetItem("")
+            sw.setFlags(sw.flags() & ~QtCore.Qt.ItemFlag.ItemIsEditable)
+            sw.setBackground(QtGui.QColor(*o.color))
+            self.objects.setItem(r, 3, sw)
+        self.objects.blockSignals(False)
+
+    def _fill_calibration(self) -> None:
+        he = self.result.calibration.get("hand_eye") or {}
+        fx = self.result.calibration.get("fixed") or {}
+        rows = [(f"wrist {v}", mm, deg, px) for v, mm, deg, px in zip(
+            he.get("views", []), he.get("residual_mm", []), he.get("residual_deg", []),
+            he.get("reproj_px", []), strict=False)]
+        rows += [(f"fixed {v}", mm, deg, px) for v, mm, deg, px in zip(
+            fx.get("views", []), fx.get("residual_mm", []), fx.get("residual_deg", []),
+            fx.get("reproj_px", []), strict=False)]
+        self.calib.setRowCount(len(rows))
+        for r, vals in enumerate(rows):
+            for c, v in enumerate(vals):
+                self.calib.setItem(r, c, QtWidgets.QTableWidgetItem(
+                    v if isinstance(v, str) else f"{v:.3f}"))
+        if he:
+            self.calib_summary.setText(
+                f"Hand-eye ({he.get('method', '')}): mean {he.get('mean_residual_mm', 0):.2f} mm,"
+                f" worst reprojection {he.get('max_reproj_px', 0):.2f} px. "
+                + " ".join(he.get("warnings", [])))
+        else:
+            self.calib_summary.setText("No calibration in this scan (recording or handheld).")
+
+    def _selected(self) -> str | None:
+        rows = self.objects.selectionModel().selectedRows() if self.objects.selectionModel() \
+            else []
+        r = rows[0].row() if rows else self.objects.currentRow()
+        item = self.objects.item(r, 0) if r >= 0 else None
+        return None if item is None else str(item.data(QtCore.Qt.ItemDataRole.UserRole))
+
+    def _renamed(self, item: QtWidgets.QTableWidgetItem) -> None:
+        if self.result is None or item.column() != 0:
+            return
+        old, new = item.data(QtCore.Qt.ItemDataRole.UserRole), item.text().strip()
+        try:
+            self.result = wf.rename_object(self.result, old, new)
+        except Exception as exc:  # noqa: BLE001 - shown to the user, the name is reverted
+            self.warn.setText(str(exc))
+        self.show_result(self.result)
+
+    def _recolor(self) -> None:
+        name = self._selected()
+        if self.result is None or name is None:
+            return
+        c = QtWidgets.QColorDialog.getColor(QtGui.QColor(*self.result.object(name).color), self)
+        if c.isValid():
+            self.result = wf.recolor_object(self.result, name, (c.red(), c.green(), c.blue()))
+            self.show_result(self.result)
+
+    def _drop(self) -> None:
+        name = self._selected()
+        if self.result is not None and name is not None:
+            self.result = wf.drop_object(self.result, name)
+            self.scene.remove(f"scan/object/{name}")
+            self.show_result(self.result)
+
+    def accept_scan(self) -> str | None:
+        project = self.controller.project
+        if self.result is None or project is None:
+            return None
+        rec = getattr(self, "_rec", None)
+        aid = wf.save_scan(project, self.result, rec if rec is not None and rec.is_file() else None,
+                           settings={"source": self.source.currentData()})
+        self.controller.notify_project_changed()
+        self.status.setText(f"saved as {aid}")
+        self.accept_btn.setEnabled(False)
+        self.sig_scan_accepted.emit(aid)
+        return aid
+
+    def detach(self) -> None:
+        self.timer.stop()
+        if self._live is not None:
+            self._live.stop.set()
+            self._live.resume.set()
+        super().detach()
 
 
 if __name__ == "__main__":

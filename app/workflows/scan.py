@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class ScanOptions:
     triangle_budget: int = 4000
     seed: int = 0
     max_frames: int | None = None
+    stop: threading.Event | None = None      # set -> stop acquiring, reconstruct what we have
     exclude: list[tuple[NDArray[np.float64], NDArray[np.float64]]] = field(default_factory=list)
 
 
@@ -112,6 +114,9 @@ def reconstruct_frames(frames: Iterable[RGBDFrame], pose_of: PoseFn | None = Non
                                                   sess.last_pose)})
         if opt.max_frames and n >= opt.max_frames:
             break
+        if opt.stop is not None and opt.stop.is_set():
+            warnings.append(f"stopped by the user after {n} frames")
+            break
     if not finish:
         return None
     yield Progress(0.9, "segmenting table and objects")
@@ -131,12 +136,15 @@ def scan_recording(path: Path, options: ScanOptions | None = None) -> Job[ScanRe
     from devices.cameras.playback import PlaybackSource
 
     src = PlaybackSource(Path(path))
+    opt = options or ScanOptions()
+    if src.info is not None and src.info.meta.get("exclude") and not opt.exclude:
+        opt.exclude = [(np.asarray(lo), np.asarray(hi)) for lo, hi in src.info.meta["exclude"]]
     with src:
         track = src.info is None or not src.info.poses
         yield Progress(0.0, f"playing {path} ({src.duration_s:.1f} s, "
                        f"{'odometry' if track else 'recorded poses'})")
         total = src.info.frames if src.info is not None else None
-        res = yield from reconstruct_frames(src.frames(), None, options, track=track,
+        res = yield from reconstruct_frames(src.frames(), None, opt, track=track,
                                             total=total)
         assert res is not None
         extra = [*src.warnings]
@@ -168,6 +176,19 @@ def scan_realsense(options: ScanOptions | None = None, record: Path | None = Non
         res = yield from reconstruct_frames(cam.frames(), None, opt, track=True, total=frames)
     assert res is not None
     return res
+
+
+def rename_object(result: ScanResult, old: str, new: str) -> ScanResult:
+    """The scan with object `old` called `new` (names must stay unique and file-safe)."""
+    return result.renamed(old, new)
+
+
+def drop_object(result: ScanResult, name: str) -> ScanResult:
+    return result.without(name)
+
+
+def recolor_object(result: ScanResult, name: str, rgb: tuple[int, int, int]) -> ScanResult:
+    return result.recolored(name, rgb)
 
 
 def save_scan(project: Project, result: ScanResult, recording: Path | None = None,
@@ -295,7 +316,9 @@ def lab_scan_job(opt: ScanOptions, config: Path | None, record: Path | None,
         cam = SoftwareCamera(rig.wrist.intrinsics, 0.001, record_path=record,
                              name="Twinbench lab cameras")
         cam.info.meta.update({"T_hand_camera": np.asarray(X).tolist(),
-                              "T_base_camera": np.asarray(Tf).tolist(), "source": "lab"})
+                              "T_base_camera": np.asarray(Tf).tolist(), "source": "lab",
+                              "exclude": [[lo.tolist(), hi.tolist()] for lo, hi in opt.exclude],
+                              "calibration": _json_calib(calibration)})
         counter = [0]
 
         def shots(targets: list[NDArray[np.float64]]) -> Iterator[RGBDFrame]:
@@ -321,9 +344,11 @@ def lab_scan_job(opt: ScanOptions, config: Path | None, record: Path | None,
         except Exception as exc:  # noqa: BLE001 - a failed preview only skips the 2nd pass
             clusters = []
             yield Progress(None, f"no objects for a second pass ({exc})")
-        second = [T for cl in clusters for T in orbit_targets(
-            np.asarray(cl.points.mean(axis=0)), 0.5, 40, 6 if quick else 8, (-180, 135),
-            base_azimuth_deg=0)]
+        if opt.stop is not None and opt.stop.is_set():
+            clusters = []
+        second = [T for cl in clusters for el in ((40,) if quick else (35, 55))
+                  for T in orbit_targets(cl.footprint_centre(plane), 0.5, el,
+                                         6 if quick else 8, (-180, 135), base_azimuth_deg=0)]
         res = yield from _sub(reconstruct_frames(shots(second), None, opt, session=sess,
                                                  T_base_camera=Tf,
                                                  calibration=_json_calib(calibration),

@@ -1,0 +1,91 @@
+"""The virtual lab scanned end to end (calibration, guided wrist scan, fixed camera, SDK
+recording), checked against the lab's truth; then the recording replayed through the CLI."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def lab_scan(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from app.jobs import run_to_end
+    from app.workflows.scan import ScanOptions, scan_lab
+
+    rec = tmp_path_factory.mktemp("lab") / "lab.db3"
+    previews = []
+    res = run_to_end(scan_lab(ScanOptions(), record=rec, quick=True),
+                     lambda p: previews.append(p.partial) if p.partial else None)
+    return res, rec, previews
+
+
+def test_calibration_recovers_lab_truth(lab_scan) -> None:  # type: ignore[no-untyped-def]
+    from devices.lab.scenes import panda_table_config
+    from devices.lab.truth import truth_camera_pose
+    from devices.poses import pose_to_matrix, rotation_angle_deg
+
+    res, _, _ = lab_scan
+    cfg = panda_table_config()
+    X = np.asarray(res.calibration["T_hand_camera"])
+    X_true = pose_to_matrix(cfg.camera("wrist").pose)
+    assert np.linalg.norm(X[:3, 3] - X_true[:3, 3]) < 0.002
+    assert rotation_angle_deg(X, X_true) < 0.3
+    Tf = np.asarray(res.calibration["T_base_fixed"])
+    Tf_true = truth_camera_pose(cfg, "fixed")
+    assert np.linalg.norm(Tf[:3, 3] - Tf_true[:3, 3]) < 0.005
+    assert rotation_angle_deg(Tf, Tf_true) < 0.5
+    he = res.calibration["hand_eye"]
+    assert len(he["residual_mm"]) >= 6 and max(he["reproj_px"]) < 1.5
+
+
+def test_objects_match_lab_truth(lab_scan) -> None:  # type: ignore[no-untyped-def]
+    from devices.lab.scenes import panda_table_config
+    from devices.lab.truth import truth_meshes
+    from reconstruction.metrics import chamfer_fscore, match_objects
+
+    res, _, previews = lab_scan
+    truth = {k: v for k, v in truth_meshes(panda_table_config()).items() if k != "table"}
+    found = [o.mesh_in_base() for o in res.objects]
+    pairs = match_objects(found, truth)
+    assert len(res.objects) == 3 and {n for _, n in pairs} == set(truth)
+    for i, name in pairs:
+        ch, fs = chamfer_fscore(found[i], truth[name])
+        assert ch < 0.004 and fs > 0.7, (name, ch, fs)
+        assert res.objects[i].watertight
+        ext_true = truth[name].extents
+        assert found[i].extents[2] == pytest.approx(ext_true[2], abs=0.004)
+    assert abs(res.table_plane[3]) < 0.003 and res.table_plane[2] > 0.999
+    assert len(res.scene_mesh.faces) > 50000
+    kinds = {k for p in previews for k in p}
+    assert kinds == {"frame", "cloud"}
+
+
+def test_recording_replays_through_cli(lab_scan, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from app.cli import main
+    from app.project import Project
+    from devices.cameras.playback import PlaybackSource
+    from reconstruction.scan_result import ScanResult
+
+    res, rec, _ = lab_scan
+    with PlaybackSource(rec) as pb:
+        n = sum(1 for _ in pb.frames())
+    assert n == res.quality["frames_integrated"] + len(res.quality["frames_skipped"])
+    assert not pb.dropped
+    proj = tmp_path / "proj"
+    assert main(["project", "new", str(proj)]) == 0
+    assert main(["scan", "--source", str(rec), "--project", str(proj), "--quiet"]) == 0
+    art = Project.open(proj).latest("scan")
+    assert art is not None
+    folder = proj / "scans" / art.id
+    assert (folder / "recording.db3").is_file() and (folder / "recording.db3.json").is_file()
+    again = ScanResult.load(folder)
+    assert len(again.objects) == len(res.objects)
+    assert again.capture["sdk_version_recorded"]
+    assert np.allclose(again.T_base_camera, res.T_base_camera)
