@@ -74,7 +74,7 @@ class LabSim:
         self._ref = self.data.qpos[self._qadr].copy()
         self._tau = np.zeros(self.n)
         self.seq = seq
-        self.state = self._measure()
+        self._state: RobotState | None = None     # measured lazily: noise only when read
 
     @property
     def time(self) -> float:
@@ -91,7 +91,7 @@ class LabSim:
                 self._control()
             mujoco.mj_step(self.model, self.data)
             self.seq += 1
-        self.state = self._measure()
+        self._state = None
 
     def run_for(self, seconds: float) -> None:
         self.step(max(1, int(round(seconds / self.dt))))
@@ -120,13 +120,15 @@ class LabSim:
             joint_effort=self._tau + r.normal(0, c.effort_noise, n))
 
     def read_state(self) -> RobotState:
-        """The newest measured state (noisy), with ee_pos from the measured joints."""
-        s = self.state
-        if s.ee_pos is None and self._tool >= 0:
-            s = RobotState(s.t, s.seq, s.joint_pos, s.joint_vel, s.joint_effort,
-                           self.forward_kinematics(s.joint_pos))
-            self.state = s
-        return s
+        """The newest measured state (noisy), with ee_pos from the measured joints. Reading
+        twice between steps returns the same sample."""
+        if self._state is None:
+            s = self._measure()
+            if self._tool >= 0:
+                s = RobotState(s.t, s.seq, s.joint_pos, s.joint_vel, s.joint_effort,
+                               self.forward_kinematics(s.joint_pos))
+            self._state = s
+        return self._state
 
     # --- commands ----------------------------------------------------------------------
 
