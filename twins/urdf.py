@@ -152,7 +152,8 @@ def loadable_urdf(path: Path, out_dir: Path | None = None) -> tuple[Path, list[s
     Missing visual meshes become a box with the link's mass and inertia; missing collision
     meshes are dropped (the link keeps its inertia but collides with nothing); a revolute
     joint with lower >= upper is treated as continuous. The repaired copy goes to `out_dir`
-    (default: a per-file cache folder) with found meshes copied beside it.
+    with the meshes it found copied beside it (self-contained), or by default to a per-file
+    cache folder, pointing at the meshes where they are.
     """
     read_urdf(path)  # refuses malformed files first
     root = ET.parse(path).getroot()
@@ -169,11 +170,14 @@ def loadable_urdf(path: Path, out_dir: Path | None = None) -> tuple[Path, list[s
                 ref = mesh.get("filename", "")
                 found = resolve_mesh(ref, path.parent)
                 if found is not None:
-                    if ref.startswith(("package://", "file://")) or Path(ref).is_absolute():
-                        rel = f"meshes/{hashlib.sha1(str(found).encode()).hexdigest()[:8]}_{found.name}"
+                    if out_dir is None:  # cache copy: point at the file where it is
+                        mesh.set("filename", str(found.resolve()))
+                    else:  # twin folder: self-contained, meshes (and .mtl) copied beside
+                        rel = f"meshes/{hashlib.sha1(str(found).encode()).hexdigest()[:8]}/{found.name}"
                         copies[found] = rel
                         mesh.set("filename", rel)
-                        changed = True
+                    changed = changed or ref.startswith(("package://", "file://")) \
+                        or out_dir is not None
                     continue
                 changed = True
                 link.remove(el)
@@ -206,13 +210,14 @@ def loadable_urdf(path: Path, out_dir: Path | None = None) -> tuple[Path, list[s
                     lim.attrib.pop(k, None)
     if not changed:
         return Path(path), []
-    digest = hashlib.sha1(Path(path).read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha1(Path(path).read_bytes() + b"v2").hexdigest()[:12]
     out = Path(out_dir) if out_dir else Path(tempfile.gettempdir()) / "twinbench-urdf" / digest
     out.mkdir(parents=True, exist_ok=True)
     for src, rel in copies.items():
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        if not (out / rel).exists():
-            shutil.copyfile(src, out / rel)
+        for f in (src, src.with_suffix(".mtl")):
+            if f.is_file() and not (out / rel).parent.joinpath(f.name).exists():
+                shutil.copyfile(f, (out / rel).parent / f.name)
     target = out / f"{Path(path).stem}.urdf"
     ET.ElementTree(root).write(target, encoding="utf-8", xml_declaration=True)
     return target, notes
@@ -262,3 +267,59 @@ def link_xml(name: str, kind: str, size: tuple[float, ...], mesh: str | None,
             f'</inertial><visual>{vis}'
             f'<material name="{name}_mat"><color rgba="{_fmt(rgba)}"/></material></visual>'
             f'{col}</link>')
+
+
+@dataclass(frozen=True)
+class UrdfVisual:
+    """One <visual> of a link: geometry kind, size or mesh file, origin in the link frame."""
+
+    link: str
+    kind: str                        # mesh | box | cylinder | sphere
+    size: tuple[float, ...]
+    mesh: Path | None
+    scale: tuple[float, float, float]
+    origin: np.ndarray               # 4x4 T_link_visual
+    rgba: tuple[float, float, float, float] | None
+
+
+def _origin(el: ET.Element | None) -> np.ndarray:
+    from scipy.spatial.transform import Rotation
+
+    T = np.eye(4)
+    if el is not None:
+        T[:3, 3] = [float(x) for x in el.get("xyz", "0 0 0").split()]
+        T[:3, :3] = Rotation.from_euler("xyz", [float(x) for x in el.get("rpy", "0 0 0").split()]).as_matrix()
+    return T
+
+
+def visuals(path: Path) -> list[UrdfVisual]:
+    """The visual elements of a (loadable) URDF, meshes resolved to files (missing: None)."""
+    root = ET.parse(path).getroot()
+    colors = {m.get("name"): m.find("color") for m in root.findall("material")}
+    out = []
+    for link in root.findall("link"):
+        for vis in link.findall("visual"):
+            geo = vis.find("geometry")
+            if geo is None or len(geo) == 0:
+                continue
+            g = geo[0]
+            mat = vis.find("material")
+            col = mat.find("color") if mat is not None and mat.find("color") is not None else \
+                colors.get(mat.get("name")) if mat is not None else None
+            rgba = tuple(float(x) for x in col.get("rgba", "").split()) if col is not None else None
+            scale = tuple(float(x) for x in g.get("scale", "1 1 1").split())
+            if g.tag == "mesh":
+                kind, size, mesh = "mesh", (), resolve_mesh(g.get("filename", ""), Path(path).parent)
+            elif g.tag == "box":
+                kind, size, mesh = "box", tuple(float(x) for x in g.get("size", "0 0 0").split()), None
+            elif g.tag == "cylinder":
+                kind, size, mesh = "cylinder", (float(g.get("radius", 0)), float(g.get("length", 0))), None
+            elif g.tag == "sphere":
+                kind, size, mesh = "sphere", (float(g.get("radius", 0)),), None
+            else:
+                continue
+            out.append(UrdfVisual(link.get("name", ""), kind, size, mesh,
+                                  scale if len(scale) == 3 else (1.0, 1.0, 1.0),  # type: ignore[arg-type]
+                                  _origin(vis.find("origin")),
+                                  rgba if rgba and len(rgba) == 4 else None))  # type: ignore[arg-type]
+    return out

@@ -1,18 +1,400 @@
-"""Twin page (workflow step: twin). Shows its empty state until the step's tools are built.
+"""Twin page (workflow step: twin): see, edit, play and save a digital twin.
 
-See widgets/pages.py for the page contract.
+3D view of the twin (robot meshes, objects, collision shapes on a toggle, frames), a tree of
+every parameter generated from the twin's ParamSet (units, bounds; edits rebuild the world,
+throttled), play / pause / step / reset, numeric object placement, and "Save as new twin"
+(a new artifact whose parent is the twin it came from). Acts only through
+app.workflows.twin; with no twin yet it offers to build one from the latest scan (or the
+procedural demo objects).
 """
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
+import numpy as np
+from PySide6 import QtCore, QtGui, QtWidgets
+from scipy.spatial.transform import Rotation
+
+from app.workflows import twin as twin_flow
 from widgets.pages import WorkflowPage, preview
+from widgets.scene_view import SceneView
+
+log = logging.getLogger(__name__)
+TICK_S = 1 / 30
+
+
+def _qmat(T: np.ndarray) -> QtGui.QMatrix4x4:
+    return QtGui.QMatrix4x4(*np.asarray(T, dtype=float).reshape(-1))
+
+
+class ParamTree(QtWidgets.QTreeWidget):
+    """The twin's parameters grouped by their dotted names, one spin box per number."""
+
+    sig_values_edited = QtCore.Signal(dict)
+
+    def __init__(self, parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setColumnCount(3)
+        self.setHeaderLabels(["parameter", "value", "unit  [bounds]"])
+        self.setAlternatingRowColors(True)
+        self.header().setSectionResizeMode(0, QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
+        self.spins: dict[str, QtWidgets.QDoubleSpinBox] = {}
+        self._pending: dict[str, float] = {}
+        self._timer = QtCore.QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(300)  # slider storms become one rebuild
+        self._timer.timeout.connect(self._flush)
+
+    def populate(self, params: Any, values: dict[str, float]) -> None:
+        self.clear()
+        self.spins.clear()
+        groups: dict[str, QtWidgets.QTreeWidgetItem] = {}
+        for name, p in params.items():
+            parts = name.split(".")
+            parent: Any = self.invisibleRootItem()
+            for depth in range(1, len(parts)):
+                key = ".".join(parts[:depth])
+                if key not in groups:
+                    groups[key] = QtWidgets.QTreeWidgetItem(parent, [parts[depth - 1]])
+                parent = groups[key]
+            item = QtWidgets.QTreeWidgetItem(parent, [parts[-1], "", f"{p.unit}  [{p.low:g}, {p.high:g}]"])
+            item.setToolTip(0, f"{name}\nprior: {p.prior}" + (f"\n{p.doc}" if p.doc else ""))
+            spin = QtWidgets.QDoubleSpinBox()
+            spin.setRange(p.low, p.high)
+            span = max(abs(p.high), abs(p.low), 1e-12)
+            spin.setDecimals(0 if p.integer else int(np.clip(4 - np.floor(np.log10(span)), 2, 9)))
+            spin.setSingleStep((p.high - p.low) / 100 if p.high > p.low else 1.0)
+            spin.setValue(values.get(name, p.nominal))
+            spin.setKeyboardTracking(False)
+            spin.valueChanged.connect(lambda v, n=name: self._edited(n, v))
+            self.setItemWidget(item, 1, spin)
+            self.spins[name] = spin
+        for key, it in groups.items():
+            it.setExpanded(key.count(".") < 1 or key.startswith("objects"))
+
+    def _edited(self, name: str, value: float) -> None:
+        self._pending[name] = float(value)
+        self._timer.start()
+
+    def _flush(self) -> None:
+        if self._pending:
+            vals, self._pending = self._pending, {}
+            self.sig_values_edited.emit(vals)
+
+    def set_values(self, values: dict[str, float]) -> None:
+        for n, v in values.items():
+            spin = self.spins.get(n)
+            if spin is not None and spin.value() != v:
+                spin.blockSignals(True)
+                spin.setValue(v)
+                spin.blockSignals(False)
 
 
 class TwinPage(WorkflowPage):
     """Workflow page for the 'twin' step; constructed as `TwinPage(controller, parent=None)`."""
 
     step = "twin"
+    sig_twin_saved = QtCore.Signal(str)
+
+    def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
+        self.session: twin_flow.TwinSession | None = None
+        self._loading = False
+        bar = QtWidgets.QHBoxLayout()
+        self.twin_combo = QtWidgets.QComboBox()
+        self.twin_combo.setMinimumWidth(260)
+        self.twin_combo.activated.connect(lambda _i: self.open_twin(self.twin_combo.currentData()))
+        self.build_btn = QtWidgets.QPushButton("Build from latest scan")
+        self.build_btn.clicked.connect(lambda: self.build_twin(procedural=False))
+        self.demo_btn = QtWidgets.QPushButton("Build from demo objects")
+        self.demo_btn.clicked.connect(lambda: self.build_twin(procedural=True))
+        self.play_btn = QtWidgets.QPushButton("▶ Play")
+        self.play_btn.setCheckable(True)
+        self.play_btn.toggled.connect(self._play_toggled)
+        self.step_btn = QtWidgets.QPushButton("Step")
+        self.step_btn.clicked.connect(self.step_once)
+        self.reset_btn = QtWidgets.QPushButton("Reset")
+        self.reset_btn.clicked.connect(self.reset_sim)
+        self.hull_box = QtWidgets.QCheckBox("collision shapes")
+        self.hull_box.toggled.connect(lambda _c: self.redraw(full=True))
+        self.frame_box = QtWidgets.QCheckBox("frames")
+        self.frame_box.toggled.connect(lambda _c: self.redraw(full=True))
+        self.save_btn = QtWidgets.QPushButton("Save as new twin")
+        self.save_btn.clicked.connect(self.save_twin)
+        for w in (QtWidgets.QLabel("Twin:"), self.twin_combo, self.build_btn, self.demo_btn,
+                  self.play_btn, self.step_btn, self.reset_btn, self.hull_box, self.frame_box,
+                  self.save_btn):
+            bar.addWidget(w)
+        bar.addStretch(1)
+        layout.addLayout(bar)
+        split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
+        left = QtWidgets.QWidget()
+        ll = QtWidgets.QVBoxLayout(left)
+        ll.setContentsMargins(0, 0, 0, 0)
+        self.tree = ParamTree()
+        self.tree.sig_values_edited.connect(self.apply_values)
+        ll.addWidget(self.tree, 1)
+        ll.addWidget(self._pose_box())
+        self.notes = QtWidgets.QLabel("")
+        self.notes.setWordWrap(True)
+        self.notes.setStyleSheet("color: #8a6d00;")
+        ll.addWidget(self.notes)
+        split.addWidget(left)
+        self.view = SceneView()
+        split.addWidget(self.view)
+        split.setSizes([430, 770])
+        layout.addWidget(split, 1)
+        self.status = QtWidgets.QLabel("")
+        layout.addWidget(self.status)
+        self.timer = QtCore.QTimer(self)
+        self.timer.setInterval(int(TICK_S * 1000))
+        self.timer.timeout.connect(self.step_once)
+
+    def _pose_box(self) -> QtWidgets.QGroupBox:
+        box = QtWidgets.QGroupBox("Move object (start pose)")
+        grid = QtWidgets.QGridLayout(box)
+        self.obj_combo = QtWidgets.QComboBox()
+        self.obj_combo.currentTextChanged.connect(self._show_pose)
+        grid.addWidget(self.obj_combo, 0, 0, 1, 4)
+        self.pose_spins: list[QtWidgets.QDoubleSpinBox] = []
+        for i, (label, lo, hi, suffix) in enumerate((("x", -2, 2, " m"), ("y", -2, 2, " m"),
+                                                      ("z", -1, 2, " m"), ("yaw", -180, 180, "°"))):
+            s = QtWidgets.QDoubleSpinBox()
+            s.setRange(lo, hi)
+            s.setDecimals(3 if suffix == " m" else 1)
+            s.setSingleStep(0.01 if suffix == " m" else 5)
+            s.setSuffix(suffix)
+            grid.addWidget(QtWidgets.QLabel(label), 1 + i // 2, (i % 2) * 2)
+            grid.addWidget(s, 1 + i // 2, (i % 2) * 2 + 1)
+            self.pose_spins.append(s)
+        self.move_btn = QtWidgets.QPushButton("Move")
+        self.move_btn.clicked.connect(self.move_object)
+        grid.addWidget(self.move_btn, 3, 0, 1, 4)
+        return box
+
+    # -- state -----------------------------------------------------------------------------
+    def has_content(self) -> bool:
+        proj = self.controller.project
+        return self.session is not None or (proj is not None and bool(proj.artifacts("twin"))) \
+            or (proj is not None and bool(proj.artifacts("scan")))
+
+    def refresh(self) -> None:
+        super().refresh()
+        proj = self.controller.project
+        if proj is None:
+            self._close_session()
+            return
+        twins = proj.artifacts("twin")
+        self.twin_combo.blockSignals(True)
+        self.twin_combo.clear()
+        for a in reversed(twins):
+            self.twin_combo.addItem(f"{a.id}  {a.summary[:40]}", a.id)
+        self.twin_combo.blockSignals(False)
+        self.build_btn.setEnabled(bool(proj.artifacts("scan")))
+        if self.session is not None and self.session.twin_id in [a.id for a in twins]:
+            self.twin_combo.setCurrentIndex(self.twin_combo.findData(self.session.twin_id))
+        elif twins and not self._loading:
+            self.open_twin(twins[-1].id)
+        self._update_status()
+
+    def _close_session(self) -> None:
+        self.play_btn.setChecked(False)
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        self.view.clear()
+
+    def detach(self) -> None:
+        self.timer.stop()
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        super().detach()
+
+    # -- actions ---------------------------------------------------------------------------
+    def _fail(self, what: str) -> Any:
+        def show(msg: str) -> None:
+            self._loading = False
+            self.status.setStyleSheet("color: #c62828;")
+            self.status.setText(f"{what} failed: {msg}")
+        return lambda msg: QtCore.QTimer.singleShot(0, self, lambda: show(msg))
+
+    def open_twin(self, twin_id: str | None) -> None:
+        proj = self.controller.project
+        if proj is None or twin_id is None:
+            return
+        if self.session is not None and self.session.twin_id == twin_id:
+            return
+        self._loading = True
+        self.controller.submit_job(f"Open twin {twin_id}", twin_flow.open_session_job(proj, twin_id),
+                                   lambda s: QtCore.QTimer.singleShot(0, self, lambda: self._set_session(s)),
+                                   self._fail("Opening the twin"))
+
+    def _set_session(self, session: twin_flow.TwinSession) -> None:
+        self._loading = False
+        self._close_session()
+        self.session = session
+        self.tree.populate(session.spec.params, session.values)
+        self.obj_combo.blockSignals(True)
+        self.obj_combo.clear()
+        self.obj_combo.addItems([o.name for o in session.spec.objects])
+        self.obj_combo.blockSignals(False)
+        self._show_pose(self.obj_combo.currentText())
+        notes = session.notes
+        self.notes.setText(("Notes:\n• " + "\n• ".join(notes)) if notes else "")
+        self.redraw(full=True)
+        self.view.look_at((0.35, 0.0, 0.15), 1.8)
+        self.stack.setCurrentIndex(1)
+        self._update_status()
+
+    def build_twin(self, procedural: bool) -> None:
+        proj = self.controller.project
+        if proj is None:
+            return
+        job = twin_flow.build_twin(proj, None, procedural=procedural)
+
+        def done(tid: str) -> None:
+            self.controller.notify_project_changed()
+            QtCore.QTimer.singleShot(0, self, lambda: self.open_twin(tid))
+
+        self.controller.submit_job("Build twin", job, done, self._fail("Building the twin"))
+
+    def apply_values(self, values: dict[str, float]) -> None:
+        if self.session is None:
+            return
+        try:
+            self.session.set_values(values)
+        except Exception as exc:  # TwinError names the parameter; show it, keep the old world
+            self.status.setStyleSheet("color: #c62828;")
+            self.status.setText(str(exc))
+            self.tree.set_values(self.session.values)
+            return
+        self.redraw()
+        self._update_status()
+
+    def _show_pose(self, name: str) -> None:
+        if self.session is None or not name:
+            return
+        pose = np.asarray(self.session.spec.object(name).pose)
+        yaw = Rotation.from_quat(pose[3:]).as_euler("zyx", degrees=True)[0]
+        for s, v in zip(self.pose_spins, (*pose[:3], yaw), strict=True):
+            s.setValue(float(v))
+
+    def move_object(self) -> None:
+        if self.session is None or not self.obj_combo.currentText():
+            return
+        name = self.obj_combo.currentText()
+        x, y, z, yaw = (s.value() for s in self.pose_spins)
+        old = np.asarray(self.session.spec.object(name).pose)
+        r, p, _ = Rotation.from_quat(old[3:]).as_euler("xyz")
+        q = Rotation.from_euler("zyx", [np.radians(yaw), 0, 0]) * Rotation.from_euler("xy", [r, p])
+        try:
+            self.session.move_object(name, (x, y, z, *q.as_quat()))
+        except Exception as exc:
+            self.status.setText(str(exc))
+            return
+        self.redraw()
+        self._update_status()
+
+    def step_once(self) -> None:
+        if self.session is None:
+            return
+        try:
+            self.session.step(TICK_S)
+        except Exception as exc:
+            self.play_btn.setChecked(False)
+            self.status.setText(str(exc))
+            return
+        self.redraw()
+        self._update_status()
+
+    def reset_sim(self) -> None:
+        if self.session is not None:
+            self.session.reset()
+            self.redraw()
+            self._update_status()
+
+    def _play_toggled(self, on: bool) -> None:
+        self.play_btn.setText("⏸ Pause" if on else "▶ Play")
+        if on and self.session is not None:
+            self.timer.start()
+        else:
+            self.timer.stop()
+
+    def save_twin(self) -> None:
+        proj = self.controller.project
+        if self.session is None or proj is None:
+            return
+        try:
+            new_id = self.session.save(proj)
+        except Exception as exc:
+            self.status.setText(f"Saving failed: {exc}")
+            return
+        self.controller.notify_project_changed()
+        self.sig_twin_saved.emit(new_id)
+        self._update_status(f"saved as {new_id}")
+
+    # -- drawing ---------------------------------------------------------------------------
+    def redraw(self, full: bool = False) -> None:
+        s = self.session
+        if s is None:
+            return
+        poses = s.poses()
+        show_col = self.hull_box.isChecked()
+        if full:
+            self.view.clear()
+        items = self.view.items()
+        for d in s.drawables():
+            T = poses.get(d.body, np.eye(4)) @ d.T_body_mesh
+            if d.collision and not show_col:
+                continue
+            item = items.get(d.name)
+            if item is None or full:
+                self.view.set_mesh(d.name, d.vertices, d.faces, d.rgba, T)
+            else:
+                item.data["transform"] = T
+                for g in item.gl:
+                    g.setTransform(_qmat(T))
+        if self.frame_box.isChecked():
+            for body, T in poses.items():
+                if "/" not in body or body.endswith(("link0", "hand")):
+                    self.view.set_frame(f"frame:{body}", T, size=0.06)
+
+    def _update_status(self, extra: str = "") -> None:
+        s = self.session
+        if s is None:
+            self.status.setText("")
+            return
+        self.status.setStyleSheet("")
+        edited = "  (edited — save as a new twin to keep it)" if s.edited else ""
+        self.status.setText(f"{s.spec.name}: {len(s.spec.objects)} objects, "
+                            f"{len(s.spec.params)} parameters, t = {s.time:.2f} s{edited}"
+                            + (f"  — {extra}" if extra else ""))
+
+
+def demo_project() -> str:
+    """The preview's project: <data dir>/twin-preview with the procedural demo twin (made
+    once, reused after)."""
+    from app.jobs import run_to_end
+    from app.project import Project
+    from app.session import data_dir
+
+    root = data_dir() / "twin-preview"
+    try:
+        proj = Project.open(root)
+    except Exception:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+        proj = Project.create(root, "twin preview")
+    if proj.latest("twin") is None:
+        run_to_end(twin_flow.build_twin(proj, None, procedural=True))
+    return str(root)
 
 
 if __name__ == "__main__":
-    raise SystemExit(preview(TwinPage))
+    import sys
+
+    args = sys.argv[1:] or [demo_project()]
+    raise SystemExit(preview(TwinPage, [sys.argv[0], *args]))

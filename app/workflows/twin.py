@@ -117,3 +117,95 @@ def twin_summary(spec: TwinSpec) -> dict[str, Any]:
             "robot": spec.robot.urdf if spec.robot else None,
             "joints": len(spec.robot.joints) if spec.robot else 0,
             "notes": list(spec.meta.get("notes", []))}
+
+
+class TwinSession:
+    """A twin open for viewing and editing (the Twin page's model; Qt-free).
+
+    Holds the spec, the current parameter values and a built world; `step` advances it,
+    `reset` returns to the start, `set_values` / `move_object` rebuild it. Geometry and poses
+    come as plain arrays (`twins.view`)."""
+
+    def __init__(self, spec: TwinSpec, twin_id: str | None = None) -> None:
+        from twins.builder import TwinWorld
+
+        self.spec = spec
+        self.twin_id = twin_id
+        self.values: dict[str, float] = spec.params.nominal()
+        self.time = 0.0
+        self.world = TwinWorld(spec, self.values)
+        self._drawables: list[Any] | None = None
+        self.edited = False
+
+    def close(self) -> None:
+        self.world.close()
+
+    @property
+    def notes(self) -> list[str]:
+        return list(self.spec.meta.get("notes", [])) + [
+            n for n in self.world.notes if n not in self.spec.meta.get("notes", [])]
+
+    def drawables(self) -> list[Any]:
+        """Meshes in body frames (cached: geometry does not change when values do)."""
+        if self._drawables is None:
+            from twins.view import drawables
+
+            self._drawables = drawables(self.world)
+        return self._drawables
+
+    def poses(self) -> dict[str, Any]:
+        from twins.view import poses
+
+        return poses(self.world)
+
+    def step(self, seconds: float) -> None:
+        n = max(1, int(round(seconds / self.world.dt)))
+        self.world.step(n)
+        self.time += n * self.world.dt
+
+    def reset(self) -> None:
+        self.world.reset()
+        self.time = 0.0
+
+    def _rebuild(self, spec: TwinSpec, values: Mapping[str, float]) -> None:
+        from twins.builder import TwinWorld
+
+        new = TwinWorld(spec, values)  # raises TwinError naming the parameter; old kept then
+        self.world.close()
+        self.world, self.spec, self.values = new, spec, dict(new.values)
+        self.time = 0.0
+        self.edited = True
+
+    def set_values(self, values: Mapping[str, float]) -> None:
+        """New parameter values (validated against the bounds); the world restarts."""
+        self._rebuild(self.spec, {**self.values, **values})
+
+    def move_object(self, name: str, pose: Any) -> None:
+        """Place object `name` at pose (xyz + quat xyzw) as its new starting pose."""
+        self._rebuild(self.spec.with_object_pose(name, pose), self.values)
+
+    def save(self, project: Project, summary: str = "edited in the Twin page") -> str:
+        """Save as a new twin artifact (parent: the twin this session came from)."""
+        if self.twin_id is None:
+            from twins.errors import TwinError
+
+            raise TwinError("this twin is not from the open project; build one there first")
+        new_id = save_twin_edit(project, self.twin_id, self.spec, self.values, summary)
+        self.twin_id = new_id
+        self.edited = False
+        return new_id
+
+
+def open_session(project: Project, twin_id: str | None = None) -> TwinSession:
+    """A TwinSession on twin `twin_id` (the latest when None) of `project`."""
+    tid, spec = load_twin(project, twin_id)
+    return TwinSession(spec, tid)
+
+
+def open_session_job(project: Project, twin_id: str | None = None) -> Job[TwinSession]:
+    """Job: open a twin for viewing (build its world, load its meshes) off the GUI thread."""
+    yield Progress(None, "building the twin's world")
+    session = open_session(project, twin_id)
+    yield Progress(0.5, "loading meshes")
+    session.drawables()
+    return session

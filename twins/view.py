@@ -1,0 +1,130 @@
+"""What a 3D view needs from a twin: meshes in their body frames and the current poses.
+
+Robot links come from PyBullet's visual shape data (URDF visual meshes or primitives);
+objects from the twin's visual mesh; collision geometry (primitives or convex hulls) is
+returned separately so a view can toggle it. Plain numpy/trimesh values, no PyBullet types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import pybullet as pb
+import trimesh
+
+from devices.poses import pose_to_matrix
+from twins.builder import TwinWorld
+from twins.spec import ObjectSpec, TwinSpec
+
+
+@dataclass(frozen=True)
+class Drawable:
+    """A mesh attached to `body` (a name in `poses()`), placed by `T_body_mesh`."""
+
+    name: str
+    body: str
+    vertices: np.ndarray
+    faces: np.ndarray
+    rgba: tuple[float, float, float, float]
+    T_body_mesh: np.ndarray
+    collision: bool = False
+
+
+@lru_cache(maxsize=64)
+def _load(path: str, scale: tuple[float, float, float]) -> trimesh.Trimesh | None:
+    try:
+        m = trimesh.load(path, force="mesh", process=False)
+    except Exception:  # unreadable visual meshes are skipped (the twin still simulates)
+        return None
+    if not isinstance(m, trimesh.Trimesh) or len(m.faces) == 0:
+        return None
+    return trimesh.Trimesh(m.vertices * np.asarray(scale), m.faces, process=False)
+
+
+def _primitive(kind: str, size: tuple[float, ...]) -> trimesh.Trimesh:
+    if kind == "box":
+        return trimesh.creation.box(np.asarray(size) * 2)
+    if kind == "cylinder":
+        return trimesh.creation.cylinder(size[0], size[1], sections=24)
+    return trimesh.creation.icosphere(2, size[0])
+
+
+def _object_drawables(spec: TwinSpec, o: ObjectSpec, body: str) -> list[Drawable]:
+    out = []
+    vis = None
+    if o.shape.mesh:
+        try:
+            vis = trimesh.load(spec.resolve(o.shape.mesh), force="mesh", process=False)
+        except Exception:
+            vis = None
+    T_col = pose_to_matrix(o.shape.collision_pose)
+    if vis is None:
+        vis = _primitive(o.shape.kind, o.shape.size) if o.shape.kind != "mesh" else None
+        T_vis = T_col
+    else:
+        T_vis = np.eye(4)
+    if vis is not None:
+        out.append(Drawable(f"{body}/visual", body, np.asarray(vis.vertices), np.asarray(vis.faces),
+                            tuple(o.rgba), T_vis))  # type: ignore[arg-type]
+    if o.shape.kind == "mesh":
+        for i, h in enumerate(o.shape.hulls):
+            m = _load(str(spec.resolve(h)), (1.0, 1.0, 1.0))
+            if m is not None:
+                out.append(Drawable(f"{body}/hull{i}", body, np.asarray(m.vertices),
+                                    np.asarray(m.faces), (0.2, 0.9, 0.4, 0.35), np.eye(4), True))
+    else:
+        m = _primitive(o.shape.kind, o.shape.size)
+        out.append(Drawable(f"{body}/collision", body, np.asarray(m.vertices), np.asarray(m.faces),
+                            (0.2, 0.9, 0.4, 0.35), T_col, True))
+    return out
+
+
+def drawables(world: TwinWorld) -> list[Drawable]:
+    """Every mesh of the twin (visual and collision), in body frames."""
+    spec, out = world.spec, []
+    for o in spec.objects:
+        out += _object_drawables(spec, o, o.name)
+    if spec.environment.table is not None:
+        out += _object_drawables(spec, spec.environment.table, "table")
+    if world.robot_id is not None and spec.robot is not None:
+        from twins.urdf import loadable_urdf, visuals
+
+        path, _ = loadable_urdf(spec.resolve(spec.robot.urdf))
+        for k, v in enumerate(visuals(path)):
+            if v.kind == "mesh":
+                m = _load(str(v.mesh), v.scale) if v.mesh is not None else None
+            elif v.kind == "box":
+                m = trimesh.creation.box(v.size)
+            elif v.kind == "cylinder":
+                m = trimesh.creation.cylinder(v.size[0], v.size[1], sections=16)
+            else:
+                m = trimesh.creation.icosphere(1, v.size[0])
+            if m is None:
+                continue
+            rgba = v.rgba if v.rgba and v.rgba[3] > 0 else (0.85, 0.85, 0.88, 1.0)
+            body = f"robot/{v.link}"
+            out.append(Drawable(f"{body}/visual{k}", body, np.asarray(m.vertices),
+                                np.asarray(m.faces), rgba, v.origin))  # type: ignore[arg-type]
+    return out
+
+
+def poses(world: TwinWorld) -> dict[str, np.ndarray]:
+    """World pose (4x4) of every body `drawables` refers to."""
+    out = {o.name: pose_to_matrix(world.object_pose(o.name)) for o in world.spec.objects}
+    if world.spec.environment.table is not None:
+        out["table"] = pose_to_matrix(world.spec.environment.table.pose)
+    if world.robot_id is not None:
+        cid, rid = world.cid, world.robot_id
+        for name, i in world.link_index.items():
+            if i == -1:
+                p, q = pb.getBasePositionAndOrientation(rid, physicsClientId=cid)
+                T = pose_to_matrix([*p, *q])
+                info = pb.getDynamicsInfo(rid, -1, physicsClientId=cid)
+                T = T @ np.linalg.inv(pose_to_matrix([*info[3], *info[4]]))
+            else:
+                st = pb.getLinkState(rid, i, computeForwardKinematics=True, physicsClientId=cid)
+                T = pose_to_matrix([*st[4], *st[5]])  # link frame (URDF), not com
+            out[f"robot/{name}"] = T
+    return out
