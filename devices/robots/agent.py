@@ -168,7 +168,7 @@ class Agent:
             if self._worker is not None:
                 self._worker.close()
             self._policy_fn, self._policy_mode, self._policy = fn, mode, None
-            self._worker = PolicyWorker(fn)
+            self._worker = PolicyWorker(fn, realtime_priority=self.realtime_priority)
 
     def upload_policy(self, onnx_bytes: bytes, spec: dict[str, Any],
                       safety: dict[str, Any] | None = None) -> dict[str, Any]:

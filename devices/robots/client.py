@@ -168,7 +168,7 @@ class RobotClient:
         kind = msg["type"]
         if kind == "state":
             self._latest = msg
-            for rec in self._recorders:
+            for rec in tuple(self._recorders):
                 rec.append(msg)
         elif kind == "frame":
             q = self._frames.get(str(msg.get("camera")))

@@ -10,6 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from devices.robots.driver import RobotState
+from devices.robots.timing import set_realtime
 
 PolicyFn = Callable[[RobotState], NDArray[np.float64]]
 
@@ -18,8 +19,10 @@ class PolicyWorker:
     """`submit(state)` then `result(timeout)`: the output, or None while it is not ready
     (call `result` again on a later tick; `busy` stays true until it is collected)."""
 
-    def __init__(self, fn: PolicyFn, name: str = "policy") -> None:
+    def __init__(self, fn: PolicyFn, name: str = "policy",
+                 realtime_priority: int | None = None) -> None:
         self.fn = fn
+        self.realtime_priority = realtime_priority   # inference is part of the control loop
         self._go = threading.Event()
         self._done = threading.Event()
         self._state: RobotState | None = None
@@ -31,6 +34,8 @@ class PolicyWorker:
         self._thread.start()
 
     def _run(self) -> None:
+        if self.realtime_priority:
+            set_realtime(self.realtime_priority)
         while True:
             self._go.wait()
             self._go.clear()

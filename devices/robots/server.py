@@ -92,7 +92,9 @@ class RobotServer:
             s.close()
         for s in list(self.sessions.values()):
             s.reader.join(timeout=1.0)
-        for t in self._cam_threads.values():
+        with self._lock:
+            cam_threads = list(self._cam_threads.values())
+        for t in cam_threads:
             t.join(timeout=2.0)
 
     def note(self, text: str) -> None:
@@ -133,7 +135,7 @@ class RobotServer:
     # -- streams ------------------------------------------------------------------------
     def _on_state(self, seq: int, state: RobotState, command: NDArray[np.float64] | None,
                   mode: str, status: dict[str, Any]) -> None:
-        targets = [s for s in self.sessions.values() if s.subscribed_state]
+        targets = [s for s in tuple(self.sessions.values()) if s.subscribed_state]
         if not targets:
             return
         msg = P.state_message(state, command, mode, status)

@@ -47,8 +47,10 @@ def rig() -> Iterator[Rig]:
     try:
         yield Rig(driver, agent, server, token)
     finally:
-        server.close()
-        agent.close()
+        try:
+            server.close()
+        finally:
+            agent.close()
         end = time.monotonic() + 3.0
         while _leftover_threads() and time.monotonic() < end:
             time.sleep(0.02)
