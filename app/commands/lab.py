@@ -8,6 +8,7 @@ the requested resolution and rate. Runs until Ctrl-C / SIGTERM and leaves the ro
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing
 import signal
 import sys
@@ -189,6 +190,10 @@ def run(args: argparse.Namespace) -> int:
                 pass
             done.set()
         threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="lab serve: %(message)s")
+    agent.add_event_listener(lambda kind, message, data: print(
+        f"lab serve: {message if message.startswith(kind) else f'{kind}: {message}'}",
+        flush=True))
     agent.start()
     try:
         if args.rt_priority:   # the lab's physics thread is as time-critical as the agent's
