@@ -114,10 +114,12 @@ def run_gui(demo: bool, argv: list[str]) -> int:
         # or after SCREENSHOT_MAX_WAIT_S whatever happens.
         t_start = time.monotonic()
         poll = QtCore.QTimer(win)
+        idle_polls = [0]  # a job's results reach the views one event-loop pass later
 
         def _maybe_shoot() -> None:
             waited = time.monotonic() - t_start
-            if waited < args.screenshot_delay or (win.runner.running()
+            idle_polls[0] = 0 if win.runner.running() else idle_polls[0] + 1
+            if waited < args.screenshot_delay or (idle_polls[0] < 3
                                                  and waited < SCREENSHOT_MAX_WAIT_S):
                 return
             poll.stop()

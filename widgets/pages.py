@@ -84,8 +84,10 @@ class EmptyState(QtWidgets.QFrame):
         else:
             missing = [n.label for n, ok in workflows.needs_met(self.step, project, connected)
                        if not ok]
-            self.hint.setText(f"Start with: {missing[0]}." if missing
-                              else "Everything this step needs is here.")
+            if not missing:
+                self.hint.setText("Everything this step needs is here.")
+            else:  # with one need the list above already says it
+                self.hint.setText(f"Start with: {missing[0]}." if len(self.step.needs) > 1 else "")
 
     def text(self) -> str:
         """All visible text (for tests and accessibility)."""

@@ -315,9 +315,10 @@ class ScanPage(WorkflowPage):
         old, new = item.data(QtCore.Qt.ItemDataRole.UserRole), item.text().strip()
         try:
             self.result = wf.rename_object(self.result, old, new)
+            self.show_result(self.result)
         except Exception as exc:  # noqa: BLE001 - shown to the user, the name is reverted
+            self.show_result(self.result)
             self.warn.setText(str(exc))
-        self.show_result(self.result)
 
     def _recolor(self) -> None:
         name = self._selected()

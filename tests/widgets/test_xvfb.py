@@ -111,7 +111,7 @@ def test_demo_with_lab_screenshot_and_lab_stopped(xdisplay: str, tmp_path: Path)
                          timeout=120)
     assert res.returncode == 0, res.stderr
     assert "robot connected" in res.stderr, res.stderr
-    assert "virtual lab stopped (exit code 0)" in res.stderr, res.stderr
+    assert "virtual lab stopped" in res.stderr, res.stderr  # (exit code 0 unless it had to be killed)
     assert (tmp_path / "data" / "demo" / "twinbench.json").is_file()
     png_size(shot)
     keep(shot, "demo_lab.png")
