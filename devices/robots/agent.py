@@ -61,6 +61,7 @@ class Agent:
         self._policy: OnnxPolicy | None = None
         self._policy_fn: PolicyFn | None = None
         self._policy_mode = "position"
+        self._policy_safety = self.base_safety    # envelope while the policy runs (tighter)
         self._worker: PolicyWorker | None = None
         self._ramp = (0.0, 0.0)        # start time, duration (s)
         self._policy_last_output = 0.0
@@ -154,6 +155,7 @@ class Agent:
             now = time.monotonic()
             if self.mode != "command" or mode != self._cmd_mode:
                 self._cmd_mode, self.mode = mode, "idle"
+                self.envelope.configure(self.base_safety)
                 self._activate(now, self.driver.read_state())
             self._target = np.array(values, dtype=float)
             self.mode, self.stop_reason = "command", None
@@ -168,6 +170,7 @@ class Agent:
             if self._worker is not None:
                 self._worker.close()
             self._policy_fn, self._policy_mode, self._policy = fn, mode, None
+            self._policy_safety = self.base_safety
             self._worker = PolicyWorker(fn, realtime_priority=self.realtime_priority)
 
     def upload_policy(self, onnx_bytes: bytes, spec: dict[str, Any],
@@ -189,8 +192,7 @@ class Agent:
 
         with self._lock:
             self.load_policy(fn, pspec.action_mode)
-            self._policy = policy
-            self.envelope.configure(cfg)
+            self._policy, self._policy_safety = policy, cfg
         return {"observation": list(pspec.observation), "action_mode": pspec.action_mode,
                 "inference_ms": infer_ms, "safety": cfg.to_dict()}
 
@@ -204,6 +206,7 @@ class Agent:
             state = self.driver.read_state()
             self._cmd_mode = self._policy_mode
             self.mode = "idle"
+            self.envelope.configure(self._policy_safety)
             self._activate(now, state)
             self._ramp, self._ramp_from = (now, max(0.0, ramp_s)), state.joint_pos.copy()
             self._policy_last_output = now

@@ -216,3 +216,18 @@ def test_velocity_stream_moves_and_stops_when_it_goes_stale(agent: Agent) -> Non
     log = agent.log.snapshot()
     sent = log["sent"][log["mode"] == MODES.index("command")]
     assert np.all(np.abs(np.diff(sent[:, 2])) <= 2.175 * DT / 0.1 + 1e-9)   # ramped, not a jump
+
+
+def test_policy_safety_config_applies_only_while_it_runs(agent: Agent) -> None:
+    q0 = agent.driver.read_state().joint_pos.copy()
+    agent.upload_policy(constant_policy(7, q0 + 0.3), {}, safety={"velocity_scale": 0.25})
+    agent.run_policy(ramp_s=0.0)
+    _keep_alive(agent, 0.2)
+    assert agent.envelope.config.velocity_scale == 0.25
+    log = agent.log.snapshot()
+    sent = log["sent"][log["mode"] == MODES.index("policy")]
+    sent = sent[~np.isnan(sent[:, 0])]
+    assert np.abs(np.diff(sent[:, 0])).max() <= 0.25 * 2.175 * DT + 1e-9
+    agent.stop()
+    agent.command("position", agent.driver.read_state().joint_pos)
+    assert agent.envelope.config.velocity_scale == 1.0
