@@ -8,6 +8,7 @@ frame and its recent path).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import deque
 
@@ -86,6 +87,7 @@ class DevicesPanel(QtWidgets.QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.Stretch)
+        self.setMinimumWidth(340)
         self.table.verticalHeader().setDefaultSectionSize(22)
         self.table.setMinimumHeight(7 * 22 + 30)
         self.ee = QtWidgets.QLabel("")
@@ -144,8 +146,12 @@ class DevicesPanel(QtWidgets.QWidget):
         info = self.controller.robot_info
         if info is not None and devs.get("robot", DeviceStatus("robot", "disconnected")).state == "connected":
             self.table.setRowCount(len(info.joint_names))
+            prefix = os.path.commonprefix(list(info.joint_names)) if len(info.joint_names) > 1 else ""
+            prefix = prefix[: prefix.rfind("_") + 1]  # "panda_joint1" -> "joint1"
             for i, jn in enumerate(info.joint_names):
-                self.table.setItem(i, 0, QtWidgets.QTableWidgetItem(jn))
+                cell = QtWidgets.QTableWidgetItem(jn[len(prefix):] or jn)
+                cell.setToolTip(jn)
+                self.table.setItem(i, 0, cell)
                 for c in (1, 2, 3):
                     self.table.setItem(i, c, QtWidgets.QTableWidgetItem("—"))
             self._trail.clear()

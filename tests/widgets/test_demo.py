@@ -33,7 +33,8 @@ def test_devices_panel_shows_lab_robot_live(lab_window, controller, qtbot) -> No
     assert "connected" in panel.rows["robot"].label.text()
     assert "virtual lab" in panel.rows["robot"].label.text()
     assert panel.table.rowCount() == 7
-    assert panel.table.item(0, 0).text() == "panda_joint1"
+    assert panel.table.item(0, 0).text() == "joint1"  # common prefix "panda_" dropped
+    assert panel.table.item(0, 0).toolTip() == "panda_joint1"
     n0, t0 = panel.refreshes, time.monotonic()
     qtbot.wait(2000)
     rate = (panel.refreshes - n0) / (time.monotonic() - t0)
