@@ -230,9 +230,54 @@ def park_martin(T_base_hand: Sequence[NDArray[np.float64]],
     return X
 
 
+def refine_with_depth(view: BoardView, frame: RGBDFrame, spec: BoardSpec = BOARD
+                      ) -> BoardView:
+    """Correct the board's tilt and distance with the depth image.
+
+    A far, oblique board's PnP pose is weakest in its tilt and distance; thousands of depth
+    pixels on the board pin both down. The board normal becomes the fitted depth plane's
+    normal and the origin slides along its pixel ray onto that plane; the in-image position
+    stays PnP's. Returns the view unchanged if too few depth pixels lie on the board.
+    """
+    intr, T = frame.intrinsics, view.T_camera_board
+    w, h = spec.size_m
+    inset = spec.square * 0.5
+    outline = np.array([[inset, inset, 0], [w - inset, inset, 0], [w - inset, h - inset, 0],
+                        [inset, h - inset, 0]])
+    pix = _reproject(T, BoardView(0, T, np.zeros((4, 2)), outline, 0.0), intr)
+    mask = np.zeros(frame.depth.shape, np.uint8)
+    cv2.fillConvexPoly(mask, np.round(pix).astype(np.int32), 1)
+    v, u = np.nonzero((mask > 0) & (frame.depth > 0))
+    if len(u) < 200:
+        return view
+    z = frame.depth[v, u].astype(np.float64) * frame.depth_scale
+    P = np.column_stack([(u - intr.cx) / intr.fx * z, (v - intr.cy) / intr.fy * z, z])
+    keep = np.ones(len(P), bool)
+    for _ in range(3):
+        c = P[keep].mean(axis=0)
+        n = np.linalg.svd(P[keep] - c, full_matrices=False)[2][2]
+        r = (P - c) @ n
+        keep = np.abs(r) < max(3 * r[keep].std(), 1e-4)
+    if n @ T[:3, 2] < 0:
+        n = -n
+    R_fix = Rotation.align_vectors([n], [T[:3, 2]])[0].as_matrix()
+    ray = T[:3, 3] / T[2, 3]
+    s = (c @ n) / (ray @ n)
+    T2 = np.eye(4)
+    T2[:3, :3] = R_fix @ T[:3, :3]
+    T2[:3, 3] = ray * s
+    e = _reproject(T2, view, intr) - view.corners
+    rms = float(np.sqrt(np.mean(np.sum(e**2, axis=1))))
+    return BoardView(view.index, T2, view.corners, view.object_points, rms)
+
+
 def fixed_camera(views: Sequence[BoardView], T_base_board: NDArray[np.float64],
-                 intrinsics: Intrinsics) -> CalibrationResult:
-    """A fixed camera's T_base_camera from views of a board at a known base pose."""
+                 intrinsics: Intrinsics, depth_refined: bool = False) -> CalibrationResult:
+    """A fixed camera's T_base_camera from views of a board at a known base pose.
+
+    Without depth the pose is refined on the reprojection error; with `depth_refined` views
+    (see `refine_with_depth`) their mean pose is kept, reprojection only reported.
+    """
     if not views:
         raise CalibrationError("fixed camera: the board was not found in any frame")
 
@@ -242,8 +287,9 @@ def fixed_camera(views: Sequence[BoardView], T_base_board: NDArray[np.float64],
                                for v in views])
 
     T0 = _mean_pose([T_base_board @ invert(v.T_camera_board) for v in views])
-    T = _to_mat(least_squares(resid, _to_vec(T0), method="lm").x)
-    res = CalibrationResult("fixed_board_reprojection", T, T_base_board,
+    T = T0 if depth_refined else _to_mat(least_squares(resid, _to_vec(T0), method="lm").x)
+    method = "fixed_board_depth_plane" if depth_refined else "fixed_board_reprojection"
+    res = CalibrationResult(method, T, T_base_board,
                             views=[v.index for v in views])
     for v in views:
         Ti = T_base_board @ invert(v.T_camera_board)

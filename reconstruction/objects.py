@@ -79,20 +79,39 @@ def close_and_clean(part: trimesh.Trimesh, plane: Plane, triangle_budget: int = 
         v[low] = plane.project(v[low])
         m.vertices = v
     holes = _count_holes(m)
+    closed = _close(m)
+    candidates = [_close(_largest_piece(_decimate(m, int(triangle_budget * 0.95)))),
+                  _close(_decimate(closed, triangle_budget)), closed]
+    ok = [c for c in candidates if c.is_watertight]
+    fits = [c for c in ok if len(c.faces) <= triangle_budget]
+    filled = fits[0] if fits else ok[0] if ok else candidates[-1]
+    if not filled.is_watertight:
+        warnings.append("mesh is not watertight after hole filling")
+    elif len(filled.faces) > triangle_budget:
+        warnings.append(f"{len(filled.faces)} triangles: over the budget of {triangle_budget} "
+                        "(simplifying broke watertightness)")
+    return filled, holes, warnings
+
+
+def _decimate(m: trimesh.Trimesh, budget: int) -> trimesh.Trimesh:
+    if len(m.faces) <= budget:
+        return m
+    lm = _to_legacy(m).simplify_quadric_decimation(target_number_of_triangles=int(budget))
+    out = trimesh.Trimesh(np.asarray(lm.vertices).copy(), np.asarray(lm.triangles).copy(),
+                          process=True)
+    out.remove_unreferenced_vertices()
+    return out
+
+
+def _close(m: trimesh.Trimesh) -> trimesh.Trimesh:
+    """Fill holes, keep the largest piece, make the winding point outwards."""
     filled = fill_holes_fan(m)
-    if len(filled.faces) > triangle_budget:
-        lm = _to_legacy(filled).simplify_quadric_decimation(
-            target_number_of_triangles=int(triangle_budget))
-        filled = trimesh.Trimesh(np.asarray(lm.vertices).copy(), np.asarray(lm.triangles).copy(),
-                                 process=True)
     filled.merge_vertices()
     filled = _largest_piece(filled)
     if filled.is_watertight and filled.volume < 0:
         filled = trimesh.Trimesh(filled.vertices.copy(), filled.faces[:, ::-1].copy(),
                                  process=False)
-    if not filled.is_watertight:
-        warnings.append("mesh is not watertight after hole filling")
-    return filled, holes, warnings
+    return filled
 
 
 def extract_object(scene: trimesh.Trimesh, cluster: Cluster, plane: Plane,

@@ -209,8 +209,7 @@ def save_scan(project: Project, result: ScanResult, recording: Path | None = Non
     return art.id
 
 
-BOARD_POSE = np.array([[1.0, 0, 0, 0.33], [0, -1.0, 0, 0.075], [0, 0, -1.0, 0.0005],
-                       [0, 0, 0, 1.0]])   # T_base_board: a board lying on the lab table
+BOARD_CENTRE = np.array([0.435, 0.0, 0.0])   # where the user laid the ChArUco board, roughly
 
 
 @dataclass
@@ -225,13 +224,24 @@ class LabRig:
     q: NDArray[np.float64]
 
     @classmethod
-    def start(cls, config: Path | None, width: int = 640, height: int = 480) -> LabRig:
+    def start(cls, config: Path | None, width: int = 640, height: int = 480,
+              board: bool = False) -> LabRig:
+        """The lab's panda_table, or (`board`) the same robot and cameras with the ChArUco
+        board lying on the table instead of the objects (the calibration set-up)."""
+        import dataclasses
+
         from devices.lab import panda
         from devices.lab.camera import LabCamera
+        from devices.lab.config import LabConfig
+        from devices.lab.scenes import panda_calib_config, panda_table_config
         from devices.lab.sim import LabSim
         from devices.poses import pose_to_matrix
 
-        sim = LabSim("panda_table", config)
+        cfg = LabConfig.load(config) if config is not None else panda_table_config()
+        if board:
+            cfg = dataclasses.replace(cfg, scene="panda_calib", objects=(),
+                                      board=panda_calib_config().board)
+        sim = LabSim(cfg.scene, cfg)
         X = pose_to_matrix(sim.info().meta["camera/wrist/nominal_T_mount_camera"])
         return cls(sim, LabCamera(sim, "wrist", width, height),
                    LabCamera(sim, "fixed", width, height), X, np.array(panda.READY_POSE))
@@ -255,26 +265,31 @@ class LabRig:
         self.sim.run_for(1.0)
         return self.fk(self.sim.read_state().joint_pos)
 
-    def board_frame(self, cam: Any) -> RGBDFrame:
-        """A frame with the ChArUco board drawn where it lies on the table (the lab has no
-        board texture yet, so the print is simulated with the camera's lab pose)."""
-        from devices.poses import invert
-        from reconstruction.calibration import paint_board
-
-        f = cam.grab()
-        return paint_board(f, invert(cam.truth_pose()) @ BOARD_POSE)
-
     def close(self) -> None:
         self.wrist.close()
         self.fixed.close()
 
 
-def calibrate_lab(rig: LabRig, views: int = 12) -> Job[dict[str, Any]]:
-    """Hand-eye of the wrist camera and T_base_camera of the fixed camera from the board."""
-    from reconstruction.calibration import detect_board, fixed_camera, hand_eye
+def calibrate_lab(config: Path | None = None, views: int = 12) -> Job[dict[str, Any]]:
+    """Hand-eye of the wrist camera and T_base_camera of the fixed camera, from views of the
+    ChArUco board lying on the lab table (robot moved by the guided calibration path)."""
+    rig = LabRig.start(config, board=True)
+    try:
+        return (yield from _calibrate(rig, views))
+    finally:
+        rig.close()
+
+
+def _calibrate(rig: LabRig, views: int) -> Job[dict[str, Any]]:
+    from reconstruction.calibration import (
+        detect_board,
+        fixed_camera,
+        hand_eye,
+        refine_with_depth,
+    )
     from reconstruction.scan_path import orbit_targets
 
-    centre = BOARD_POSE[:3, 3] + [0.105, -0.075, 0]
+    centre = BOARD_CENTRE
     targets = orbit_targets(centre, 0.42, 60, views * 2 // 3, (-70, 70)) + \
         orbit_targets(centre, 0.35, 75, views - views * 2 // 3, (-120, 120))
     hands, found, missed = [], [], []
@@ -282,7 +297,7 @@ def calibrate_lab(rig: LabRig, views: int = 12) -> Job[dict[str, Any]]:
         Th = rig.go(T, rig.T_hand_camera_nominal)
         if Th is None:
             continue
-        v = detect_board(rig.board_frame(rig.wrist))
+        v = detect_board(rig.wrist.grab())
         if v is None:
             missed.append(i)
         else:
@@ -291,8 +306,13 @@ def calibrate_lab(rig: LabRig, views: int = 12) -> Job[dict[str, Any]]:
         yield Progress((i + 1) / len(targets), f"calibration view {i + 1}/{len(targets)}: "
                        f"{len(found)} boards found")
     he = hand_eye(hands, found, rig.wrist.intrinsics)
-    fviews = [v for v in (detect_board(rig.board_frame(rig.fixed)) for _ in range(3)) if v]
-    fc = fixed_camera(fviews, he.T_base_board, rig.fixed.intrinsics)
+    fviews = []
+    for _ in range(3):
+        f = rig.fixed.grab()
+        v = detect_board(f)
+        if v is not None:
+            fviews.append(refine_with_depth(v, f))
+    fc = fixed_camera(fviews, he.T_base_board, rig.fixed.intrinsics, depth_refined=True)
     return {"T_hand_camera": he.T, "T_base_fixed": fc.T, "hand_eye": he.summary(),
             "fixed": fc.summary(), "board_missed_views": missed}
 
@@ -304,13 +324,13 @@ def lab_scan_job(opt: ScanOptions, config: Path | None, record: Path | None,
     from reconstruction.scan_path import orbit_targets
     from reconstruction.segment import cluster_objects, fit_table_plane
 
+    if calibration is None:
+        calibration = yield from _sub(calibrate_lab(config, 8 if quick else 12), 0.0, 0.25,
+                                      "calibrating: ")
     rig = LabRig.start(config)
     opt.exclude = opt.exclude or [(np.array([-0.3, -0.3, -0.1]), np.array([0.2, 0.3, 1.5]))]
     cam = None
     try:
-        if calibration is None:
-            calibration = yield from _sub(calibrate_lab(rig, 8 if quick else 12), 0.0, 0.25,
-                                          "calibrating: ")
         X, Tf = calibration["T_hand_camera"], calibration["T_base_fixed"]
         sess = ScanSession(TSDFSettings(voxel_size=opt.voxel_size, depth_max=opt.depth_max))
         cam = SoftwareCamera(rig.wrist.intrinsics, 0.001, record_path=record,

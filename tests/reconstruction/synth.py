@@ -23,12 +23,12 @@ def scene() -> dict[str, trimesh.Trimesh]:
     return {"table": table, "box": box, "cylinder": cyl}
 
 
-def look_at(eye: np.ndarray, target: np.ndarray, up: np.ndarray = np.array([0, 0, 1.0])
+def look_at(eye: np.ndarray, target: np.ndarray, up: tuple[float, float, float] = (0, 0, 1.0)
             ) -> np.ndarray:
     """T_world_camera of an OpenCV camera (x right, y down, z forward) at eye looking at target."""
     z = target - eye
     z = z / np.linalg.norm(z)
-    x = np.cross(z, up)
+    x = np.cross(z, np.asarray(up, float))
     x = x / np.linalg.norm(x)
     y = np.cross(z, x)
     T = np.eye(4)
@@ -68,7 +68,7 @@ def render(meshes: dict[str, trimesh.Trimesh], T_world_camera: np.ndarray,
 
 
 def orbit(n: int, radius: float = 0.6, height: float = 0.45,
-          center: np.ndarray = np.array([0.52, 0.0, 0.03]), span: float = 0.9) -> list[np.ndarray]:
+          center: tuple[float, float, float] = (0.52, 0.0, 0.03), span: float = 0.9) -> list[np.ndarray]:
     """Camera poses on an arc around the objects, looking at `center`."""
     angles = np.linspace(-span, span, n) + np.pi
     return [look_at(center + np.array([radius * np.cos(a), radius * np.sin(a), height]), center)

@@ -39,7 +39,7 @@ def test_calibration_recovers_lab_truth(lab_scan) -> None:  # type: ignore[no-un
     assert rotation_angle_deg(X, X_true) < 0.3
     Tf = np.asarray(res.calibration["T_base_fixed"])
     Tf_true = truth_camera_pose(cfg, "fixed")
-    assert np.linalg.norm(Tf[:3, 3] - Tf_true[:3, 3]) < 0.005
+    assert np.linalg.norm(Tf[:3, 3] - Tf_true[:3, 3]) < 0.003
     assert rotation_angle_deg(Tf, Tf_true) < 0.5
     he = res.calibration["hand_eye"]
     assert len(he["residual_mm"]) >= 6 and max(he["reproj_px"]) < 1.5
