@@ -139,10 +139,10 @@ class TwinWorld:
             gid = pb.createMultiBody(0, col, -1, [0, 0, env.ground_z], physicsClientId=cid)
             self.bodies["ground"] = BodyRef("ground", gid, np.eye(4), np.eye(4))
             self._material(gid, -1, "env.ground")
-        if env.table is not None:
-            self._object(env.table, "env.table")
         for obj in self.spec.objects:
             self._object(obj, obj.prefix)
+        if env.table is not None:  # after the objects: see the note in _object
+            self._object(env.table, "env.table")
         if self.spec.robot is not None:
             self._robot()
         from twins.actuators import hold_initial

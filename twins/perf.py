@@ -1,15 +1,19 @@
 """A bare PyBullet world with the same bodies as a twin, for step-rate comparisons.
 
-Same robot URDF and initial pose, same collision shapes and object poses, PyBullet's
-default engine settings, no read-back, no actuator models, no determinism settings."""
+Same robot URDF and initial pose; same collision shapes, poses, masses, centres of mass and
+inertias of the objects; PyBullet's default engine settings and materials; no read-back,
+no actuator models, no determinism settings."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
+import numpy as np
 import pybullet as pb
+from scipy.spatial.transform import Rotation
 
+from twins.inertia import principal_axes
 from twins.spec import TwinSpec
 
 
@@ -20,6 +24,7 @@ class BareWorld:
         pb.setPhysicsEngineParameter(fixedTimeStep=spec.params["sim.time_step"].nominal,
                                      physicsClientId=cid)
         statics = []
+        vals = spec.params.nominal()
         bodies = [*spec.objects] + ([spec.environment.table] if spec.environment.table else [])
         for o in bodies:
             sh = o.shape
@@ -36,8 +41,15 @@ class BareWorld:
                 col = pb.createCollisionShapeArray(
                     [pb.GEOM_MESH] * len(sh.hulls),
                     fileNames=[str(spec.resolve(h)) for h in sh.hulls], physicsClientId=cid)
-            bid = pb.createMultiBody(0.0 if o.static else 0.2, col, -1, o.pose[:3], o.pose[3:],
+            mass = 0.0 if o.static else (vals[f"{o.prefix}.mass"] if o.mass_from == "mass"
+                                         else vals[f"{o.prefix}.density"] * o.volume)
+            diag, R = principal_axes(np.asarray(o.inertia_per_kg).reshape(3, 3))
+            q = Rotation.from_matrix(R).as_quat()
+            bid = pb.createMultiBody(mass, col, -1, o.pose[:3], o.pose[3:], o.com, q,
                                      physicsClientId=cid)
+            if mass > 0:
+                pb.changeDynamics(bid, -1, localInertiaDiagonal=(diag * mass).tolist(),
+                                  physicsClientId=cid)
             if o.static:
                 statics.append(bid)
         if spec.robot is not None:
@@ -56,11 +68,30 @@ class BareWorld:
                 pb.setCollisionFilterPair(rid, s, -1, -1, 0, physicsClientId=cid)
             pb.setJointMotorControlArray(rid, ids[:len(q0)], pb.POSITION_CONTROL,
                                          targetPositions=q0, physicsClientId=cid)
+            self.robot_id, self.joint_ids = rid, ids[:len(q0)]
+        self.dt = spec.params["sim.time_step"].nominal
+        self._start = pb.saveState(physicsClientId=cid)
 
     def step(self, n: int) -> None:
         cid = self.cid
         for _ in range(n):
             pb.stepSimulation(physicsClientId=cid)
+
+    def replay(self, t: np.ndarray, commands: np.ndarray) -> np.ndarray:
+        """The plainest replay loop: at each sample set position targets, step to the next
+        sample, read the joints. Returns joint positions (K, n)."""
+        cid, rid, ids = self.cid, self.robot_id, self.joint_ids
+        pb.restoreState(self._start, physicsClientId=cid)
+        steps = np.diff(np.rint((t - t[0]) / self.dt).astype(int), prepend=0)
+        out = np.zeros((len(t), len(ids)))
+        for k in range(len(t)):
+            for _ in range(steps[k]):
+                pb.stepSimulation(physicsClientId=cid)
+            out[k] = [s[0] for s in pb.getJointStates(rid, ids, physicsClientId=cid)]
+            pb.setJointMotorControlArray(rid, ids, pb.POSITION_CONTROL,
+                                         targetPositions=commands[k].tolist(),
+                                         physicsClientId=cid)
+        return out
 
     def close(self) -> None:
         pb.disconnect(physicsClientId=self.cid)

@@ -56,6 +56,7 @@ def spec_to_json(spec: TwinSpec) -> dict[str, Any]:
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "name": spec.name,
+        "contact_model": spec.contact_model,
         "meta": dict(spec.meta),
         "params": spec.params.to_json(),
         "robot": robot,
@@ -94,6 +95,7 @@ def spec_from_json(d: Mapping[str, Any], base_dir: Path | None = None) -> TwinSp
             name=str(d["name"]), params=ParamSet.from_json(d["params"]), robot=robot,
             environment=env, objects=tuple(_obj_from_json(o) for o in d.get("objects", [])),
             meta=dict(d.get("meta", {})), base_dir=base_dir,
+            contact_model=str(d.get("contact_model", "rigid")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise TwinError(f"corrupt twin description ({exc!r})") from exc

@@ -142,24 +142,39 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
     bodies = {n: world.bodies[n].body_id for n in obj_names}
     get_js, get_base, step = pb.getJointStates, pb.getBasePositionAndOrientation, pb.stepSimulation
 
+    body_bufs = [(b, com_pos[n], com_orn[n]) for n, b in bodies.items()]
+
     def record(k: int) -> None:
         if jids:
-            for i, s in enumerate(get_js(rid, jids, physicsClientId=cid)):
-                Q[k, i], QD[k, i] = s[0], s[1]
-        for n, b in bodies.items():
-            p, o = get_base(b, physicsClientId=cid)
-            com_pos[n][k], com_orn[n][k] = p, o
+            st = get_js(rid, jids, physicsClientId=cid)
+            Q[k] = [s[0] for s in st]
+            QD[k] = [s[1] for s in st]
+        for b, pos_buf, orn_buf in body_bufs:
+            pos_buf[k], orn_buf[k] = get_base(b, physicsClientId=cid)
 
     k = 0
     while k < K and rec_step[k] == 0:
         record(k)
         k += 1
     per_step = bank is not None and bank.needs_per_step
+    # servo-only commands (the common arm case): targets prepared once, one call per change
+    fast = bank is not None and not per_step
+    if fast:
+        set_motors, sv_ids, mode = pb.setJointMotorControlArray, bank.sv_ids, pb.POSITION_CONTROL
+        targets = u_steps[:, bank.sv].tolist()
+        zeros = [0.0] * len(sv_ids)
+        kp, kd, force = bank.sv_kp, bank.sv_kd, bank.sv_force
     for s in range(steps):
-        if bank is not None and changed[s]:
-            bank.apply(u_steps[s], tau_steps[s])
-        if per_step:
-            bank.before_step()  # type: ignore[union-attr]
+        if fast:
+            if changed[s]:
+                set_motors(rid, sv_ids, mode, targetPositions=targets[s], targetVelocities=zeros,
+                           positionGains=kp, velocityGains=kd, forces=force,
+                           physicsClientId=cid)
+        elif bank is not None:
+            if changed[s]:
+                bank.apply(u_steps[s], tau_steps[s])
+            if per_step:
+                bank.before_step()
         step(physicsClientId=cid)
         while k < K and rec_step[k] == s + 1:
             record(k)

@@ -44,8 +44,9 @@ ACTUATOR_PARAMS = {
     "dc_motor": ("resistance", "k_emf", "gear_ratio", "voltage_limit", "latency"),
 }
 COMMAND_UNITS = {"servo": ("rad", "m"), "pd": ("rad", "m"), "torque": ("N*m", "N"), "dc_motor": ("V",)}
-MATERIAL_PARAMS = ("friction", "rolling_friction", "spinning_friction", "restitution",
-                   "contact_stiffness", "contact_damping")
+MATERIAL_PARAMS = ("friction", "rolling_friction", "spinning_friction", "restitution")
+COMPLIANT_PARAMS = ("contact_stiffness", "contact_damping")
+CONTACT_MODELS = ("rigid", "compliant")
 
 
 def _pose(p: Sequence[float], what: str) -> tuple[float, ...]:
@@ -194,8 +195,11 @@ class TwinSpec:
     objects: tuple[ObjectSpec, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
     base_dir: Path | None = None      # folder the relative file references are relative to
+    contact_model: str = "rigid"      # "compliant": per-body contact stiffness and damping
 
     def __post_init__(self) -> None:
+        if self.contact_model not in CONTACT_MODELS:
+            raise TwinError(f"twin '{self.name}': contact_model must be one of {CONTACT_MODELS}")
         names = [o.name for o in self.objects]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -218,14 +222,15 @@ class TwinSpec:
                 req += [f"robot.joints.{j.name}.{k}" for k in keys]
             for a in self.robot.actuators:
                 req += [f"robot.actuators.{a.joint}.{k}" for k in ACTUATOR_PARAMS[a.model]]
+        mat = MATERIAL_PARAMS + (COMPLIANT_PARAMS if self.contact_model == "compliant" else ())
         bodies = list(self.objects) + ([self.environment.table] if self.environment.table else [])
         for o in bodies:
             pre = "env.table" if o is self.environment.table else o.prefix
             if not o.static:
                 req.append(f"{pre}.{o.mass_from}")
-            req += [f"{pre}.{k}" for k in MATERIAL_PARAMS]
+            req += [f"{pre}.{k}" for k in mat]
         if self.environment.ground:
-            req += [f"env.ground.{k}" for k in MATERIAL_PARAMS]
+            req += [f"env.ground.{k}" for k in mat]
         return req
 
     def object(self, name: str) -> ObjectSpec:

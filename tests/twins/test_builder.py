@@ -74,6 +74,20 @@ def test_free_fall_matches_analytic() -> None:
     assert z == pytest.approx(0.5 - 9.81 * dt * dt * 48 * 49 / 2, abs=1e-9)
 
 
+def test_compliant_contact_sinks_by_weight_over_stiffness() -> None:
+    box = primitive_object("box", "box", (0.05, 0.05, 0.05), (0, 0, 0.05, 0, 0, 0, 1), mass=1.0)
+    spec = assemble("soft", None, [box], ground=True, contact_model="compliant",
+                    stiffness=2000.0, damping=200.0)
+    # box and ground springs in series, 1 / (1/k1 + 1/k2), at each of the 4 corner contacts
+    k = 4 * 2000.0 / 2
+    with TwinWorld(spec) as w:
+        w.step(1200)
+        z = w.object_pose("box")[2]
+        assert len(pb.getContactPoints(physicsClientId=w.cid)) == 4
+    assert 0.05 - z == pytest.approx(9.81 / k, rel=0.05)
+    assert "objects.box.contact_stiffness" not in _falling_box().params
+
+
 def test_dc_motor_reaches_back_emf_speed() -> None:
     spec = qube_twin()
     V = 2.0

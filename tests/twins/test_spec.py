@@ -31,7 +31,7 @@ def test_every_number_is_a_param(demo_twin: TwinSpec) -> None:
     names = set(demo_twin.params)
     assert set(demo_twin.required_params()) <= names
     for key in ("sim.time_step", "sim.solver_iterations", "objects.u_block.density",
-                "objects.box.contact_stiffness", "env.table.friction",
+                "objects.box.restitution", "env.table.friction",
                 "robot.actuators.panda_joint1.bandwidth", "robot.joints.panda_joint4.armature",
                 "robot.links.panda_link3.mass"):
         assert key in names
