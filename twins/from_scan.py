@@ -93,7 +93,7 @@ def build_twin_steps(scan: Any, folder: Path, robot: str | None = PANDA,
     for i, o in enumerate(sc.objects):
         yield 0.05 + 0.6 * i / max(len(sc.objects), 1), f"object '{o.name}': inertia, collision"
         obj, params, n = mesh_object(o.name, o.mesh, o.pose, folder, density=density,
-                                     source=sc.source)
+                                     source=sc.source, rgba=o.rgba)
         objects.append((obj, params))
         notes += n
     rob = None

@@ -42,6 +42,11 @@ def build_twin(project: Project, scan_id: str | None, robot: str | None = DEFAUL
                name: str | None = None, procedural: bool = False) -> Job[str]:
     """Job: build a twin artifact from scan `scan_id` (the latest scan when None; the
     procedural demo scan when `procedural` and there is none). Returns the twin id."""
+    if robot:  # refuse a bad robot file before anything is written
+        from twins.from_scan import resolve_robot_ref
+        from twins.urdf import read_urdf
+
+        read_urdf(resolve_robot_ref(robot))
     if scan_id is None:
         latest = project.latest("scan")
         if latest is not None and not procedural:
