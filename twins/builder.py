@@ -273,10 +273,10 @@ class TwinWorld:
             _check(f"robot.links.{ln}.mass", m, got[0])
             _check(f"robot.links.{ln}.mass (inertia)" if not arm else
                    f"robot.joints.{jname}.armature", diag, got[2])
-        for j in r.joints:
-            if v[f"robot.joints.{j.name}.armature"] > 0 and \
-                    self._link_name(self.joint_index[j.name]) not in r.links:
-                raise TwinError(f"parameter 'robot.joints.{j.name}.armature': the joint's "
+        for jspec in r.joints:
+            if v[f"robot.joints.{jspec.name}.armature"] > 0 and \
+                    self._link_name(self.joint_index[jspec.name]) not in r.links:
+                raise TwinError(f"parameter 'robot.joints.{jspec.name}.armature': the joint's "
                                 "child link has no mass parameter")
         for li in range(-1, pb.getNumJoints(rid, physicsClientId=cid)):
             pb.changeDynamics(rid, li, linearDamping=0.0, angularDamping=0.0,

@@ -112,7 +112,7 @@ def _pybullet_vhacd(mesh: trimesh.Trimesh) -> list[trimesh.Trimesh]:
         with _quiet():
             pybullet.vhacd(str(src), str(dst), str(Path(tmp) / "log.txt"), maxNumVerticesPerCH=64)
         out = trimesh.load(dst, process=False, force="mesh")
-        return [hull(p.vertices) for p in out.split(only_watertight=False)]
+        return [hull(p.vertices) for p in out.split(only_watertight=False)]  # type: ignore[attr-defined]
 
 
 def write_hulls(hulls: list[trimesh.Trimesh], folder: Path, stem: str) -> list[str]:

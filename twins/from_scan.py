@@ -41,7 +41,7 @@ def robot_into(folder: Path, ref: str, base_pose: Sequence[float] = IDENTITY_POS
     into `folder/robot/` (repaired if needed) so the twin folder is self-contained."""
     src = resolve_robot_ref(ref)
     if ref.startswith(("pybullet_data:", "resources:")):
-        path, notes, spec_ref = src, [], ref
+        path, spec_ref = src, ref
         _, notes = loadable_urdf(src)
     else:
         out = folder / "robot"
@@ -92,7 +92,7 @@ def build_twin_steps(scan: Any, folder: Path, robot: str | None = PANDA,
     objects = []
     for i, o in enumerate(sc.objects):
         yield 0.05 + 0.6 * i / max(len(sc.objects), 1), f"object '{o.name}': inertia, collision"
-        obj, params, n = mesh_object(o.name, o.mesh, o.pose, folder, density=density,
+        obj, params, n = mesh_object(o.name, o.mesh, tuple(o.pose), folder, density=density,
                                      source=sc.source, rgba=o.rgba)
         objects.append((obj, params))
         notes += n

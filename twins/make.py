@@ -172,7 +172,8 @@ def joint_inertias(path: Path, fixed_base: bool, joints: list[str],
     try:
         rid = pb.loadURDF(str(loadable), useFixedBase=fixed_base,
                           flags=pb.URDF_USE_INERTIA_FROM_FILE, physicsClientId=cid)
-        names, movable = {}, []
+        names: dict[str, int] = {}
+        movable: list[int] = []
         for i in range(pb.getNumJoints(rid, physicsClientId=cid)):
             info = pb.getJointInfo(rid, i, physicsClientId=cid)
             if info[2] != pb.JOINT_FIXED:
@@ -191,8 +192,9 @@ def joint_inertias(path: Path, fixed_base: bool, joints: list[str],
 
 def _body_params(prefix: str, static: bool, mass_from: str, value: float,
                  material: dict[str, float] | None) -> list[Param]:
-    ps = material_params(prefix, **{k: v for k, v in (material or {}).items()
-                                    if k in ("friction", "restitution")})
+    m = material or {}
+    ps = material_params(prefix, friction=m.get("friction", 0.5),
+                         restitution=m.get("restitution", 0.1))
     if static:
         return ps
     if mass_from == "mass":

@@ -86,7 +86,7 @@ def procedural_scan_result() -> Any:
         objs.append(ScannedObject(o.name, o.mesh, T, color,  # type: ignore[arg-type]
                                   watertight=bool(o.mesh.is_watertight)))
         parts.append(trimesh.Trimesh(trimesh.transform_points(o.mesh.vertices, T), o.mesh.faces))
-    return ScanResult(trimesh.util.concatenate(parts), np.array(sc.table_plane, float),
+    return ScanResult(trimesh.util.concatenate(parts), np.array(sc.table_plane, float),  # type: ignore[arg-type]
                       tuple(objs), None, capture={"source": "procedural"})
 
 
@@ -107,7 +107,7 @@ def _from_scan_result(res: Any, source: str = "scan") -> ScanInput:
                  for o in res.objects)
     plane = None if res.table_plane is None else np.asarray(res.table_plane, float)
     extent = _table_extent(res.scene_mesh, plane) if plane is not None else (-0.25, 0.95, -0.6, 0.6)
-    return ScanInput(objs, None if plane is None else tuple(float(x) for x in plane), extent,
+    return ScanInput(objs, None if plane is None else tuple(float(x) for x in plane), extent,  # type: ignore[arg-type]
                      source, tuple(res.warnings))
 
 

@@ -160,6 +160,7 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
     # servo-only commands (the common arm case): targets prepared once, one call per change
     fast = bank is not None and not per_step
     if fast:
+        assert bank is not None
         set_motors, sv_ids, mode = pb.setJointMotorControlArray, bank.sv_ids, pb.POSITION_CONTROL
         targets = u_steps[:, bank.sv].tolist()
         zeros = [0.0] * len(sv_ids)

@@ -308,6 +308,8 @@ def visuals(path: Path) -> list[UrdfVisual]:
                 colors.get(mat.get("name")) if mat is not None else None
             rgba = tuple(float(x) for x in col.get("rgba", "").split()) if col is not None else None
             scale = tuple(float(x) for x in g.get("scale", "1 1 1").split())
+            size: tuple[float, ...]
+            mesh: Path | None
             if g.tag == "mesh":
                 kind, size, mesh = "mesh", (), resolve_mesh(g.get("filename", ""), Path(path).parent)
             elif g.tag == "box":

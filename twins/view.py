@@ -40,6 +40,7 @@ def _load(path: str, scale: tuple[float, float, float]) -> trimesh.Trimesh | Non
         return None
     if not isinstance(m, trimesh.Trimesh) or len(m.faces) == 0:
         return None
+    assert isinstance(m, trimesh.Trimesh)
     return trimesh.Trimesh(m.vertices * np.asarray(scale), m.faces, process=False)
 
 
@@ -66,7 +67,7 @@ def _object_drawables(spec: TwinSpec, o: ObjectSpec, body: str) -> list[Drawable
     else:
         T_vis = np.eye(4)
     if vis is not None:
-        out.append(Drawable(f"{body}/visual", body, np.asarray(vis.vertices), np.asarray(vis.faces),
+        out.append(Drawable(f"{body}/visual", body, np.asarray(vis.vertices), np.asarray(vis.faces),  # type: ignore[attr-defined]
                             tuple(o.rgba), T_vis))  # type: ignore[arg-type]
     if o.shape.kind == "mesh":
         for i, h in enumerate(o.shape.hulls):
