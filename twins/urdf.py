@@ -219,7 +219,11 @@ def loadable_urdf(path: Path, out_dir: Path | None = None) -> tuple[Path, list[s
             if f.is_file() and not (out / rel).parent.joinpath(f.name).exists():
                 shutil.copyfile(f, (out / rel).parent / f.name)
     target = out / f"{Path(path).stem}.urdf"
-    ET.ElementTree(root).write(target, encoding="utf-8", xml_declaration=True)
+    # atomic: parallel test workers may repair the same file into the same cache folder
+    from resources import atomic
+
+    atomic.write_with(target, lambda tmp: ET.ElementTree(root).write(
+        tmp, encoding="utf-8", xml_declaration=True))
     return target, notes
 
 
