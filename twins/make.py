@@ -246,6 +246,9 @@ def mesh_object(name: str, mesh: trimesh.Trimesh, pose: Sequence[float], folder:
         shape = Shape("mesh", (), f"objects/{name}.obj", tuple(f"objects/{h}" for h in hull_files))
         if len(hulls) > 1:
             notes.append(f"object '{name}': concave; {len(hulls)} convex hulls by V-HACD")
+        elif not mesh.is_watertight:
+            notes.append(f"object '{name}': mesh is open, so it collides as one convex hull "
+                         "(concavities of an open mesh cannot be decomposed reliably)")
     mass_from = "mass" if mass is not None else "density"
     obj = ObjectSpec(name, shape, tuple(pose), False, mass_from, mp.volume, mp.com,
                      tuple(mp.inertia_per_kg.reshape(-1)), tuple(rgba), source)
