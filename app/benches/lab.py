@@ -41,6 +41,7 @@ class _Stamped(list):  # type: ignore[type-arg]
 def _stream_phase(c: RobotClient, cam: RobotClient | None, seconds: float) -> dict[str, Any]:
     """Move the arm gently while recording the state stream and counting camera frames."""
     frames = [0]
+    errors: list[str] = []
     stop = threading.Event()
 
     def camera_loop() -> None:
@@ -51,6 +52,8 @@ def _stream_phase(c: RobotClient, cam: RobotClient | None, seconds: float) -> di
                 frames[0] += 1
                 if stop.is_set():
                     break
+        except DeviceError as exc:
+            errors.append(str(exc))
         finally:
             it.close()
 
@@ -58,7 +61,7 @@ def _stream_phase(c: RobotClient, cam: RobotClient | None, seconds: float) -> di
     if cam_thread:
         cam_thread.start()
         end = time.monotonic() + 60.0                     # renderer start-up (GL context)
-        while frames[0] < 3 and time.monotonic() < end:
+        while frames[0] < 3 and not errors and time.monotonic() < end:
             time.sleep(0.05)
         time.sleep(0.5)
     q0 = c.latest_state().joint_pos.copy()
@@ -84,7 +87,7 @@ def _stream_phase(c: RobotClient, cam: RobotClient | None, seconds: float) -> di
     rtf = float(np.polyfit(recv - recv[0], [m["t"] for m in rec], 1)[0])
     return {"states": len(traj), "wall_s": span, "realtime_factor": rtf,
             "achieved_hz": (len(traj) - 1) / span, "dropped": traj.meta["dropped_states"],
-            "camera_fps": cam_fps}
+            "camera_fps": cam_fps, "camera_error": "; ".join(errors)}
 
 
 def _watchdog_phase(c: RobotClient, trials: int) -> list[float]:
@@ -250,5 +253,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "camera_fps_requested": 15,
         "camera_fps_achieved": round(s["camera_fps"], 2),
     })
+    if s["camera_error"]:
+        out["camera_error"] = s["camera_error"]
     out.update(_fuzz(2000 if quick else 10000))
     return out

@@ -8,6 +8,7 @@ the requested resolution and rate. Runs until Ctrl-C / SIGTERM and leaves the ro
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import multiprocessing
 import signal
@@ -191,6 +192,9 @@ def run(args: argparse.Namespace) -> int:
             done.set()
         threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="lab serve: %(message)s")
+    # Everything imported and built so far lives for the whole run: keep it out of the
+    # cyclic GC's full collections, which otherwise stall every thread for tens of ms.
+    gc.freeze()
     agent.add_event_listener(lambda kind, message, data: print(
         f"lab serve: {message if message.startswith(kind) else f'{kind}: {message}'}",
         flush=True))

@@ -67,6 +67,7 @@ class Agent:
         self._policy_last_output = 0.0
         self._ramp_from: Vec = np.zeros(self.n)
         self._seq = 0
+        self._due = 0.0
         self._last_driver_seq = -1
         self._acted: tuple[str, ...] = ()
         self._state_listeners: list[StateListener] = []
@@ -100,7 +101,7 @@ class Agent:
             self.realtime = set_realtime(self.realtime_priority)
         self.loop.restart()
         while self._running:
-            self.loop.wait()
+            self._due = self.loop.wait()
             try:
                 self.tick()
             except Exception as exc:  # a driver fault: stop and keep the loop alive
@@ -264,7 +265,8 @@ class Agent:
                     stopped_at = time.monotonic()
                     self.watchdog_stops.append({"deadline": late[1], "stopped_at": stopped_at,
                                                 "latency_s": stopped_at - late[1]})
-                    self._event("watchdog", late[0], latency_s=stopped_at - late[1])
+                    self._event("watchdog", late[0], latency_s=stopped_at - late[1],
+                                detect_s=now - late[1], tick_late_s=t_start - self._due)
                 elif mode == "command":
                     raw = self._target
                 else:
