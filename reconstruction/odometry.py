@@ -21,8 +21,9 @@ class Odometry:
         self.depth_max, self.min_fitness, self.max_step_m = depth_max, min_fitness, max_step_m
         self._prev: o3d.t.geometry.RGBDImage | None = None
         self._pose = np.eye(4)
+        self._motion = np.eye(4)       # last frame-to-frame motion: the next initial guess
         self._crit = [o3d.t.pipelines.odometry.OdometryConvergenceCriteria(i)
-                      for i in (10, 5, 3)]
+                      for i in (30, 20, 10)]
 
     def _rgbd(self, f: RGBDFrame) -> o3d.t.geometry.RGBDImage:
         color = o3d.t.geometry.Image(o3c.Tensor(np.ascontiguousarray(f.color)))
@@ -38,7 +39,7 @@ class Odometry:
         K = o3c.Tensor(f.intrinsics.K, o3c.float64)
         try:
             res = o3d.t.pipelines.odometry.rgbd_odometry_multi_scale(
-                cur, self._prev, K, o3c.Tensor(np.eye(4)), 1.0 / f.depth_scale,
+                cur, self._prev, K, o3c.Tensor(self._motion), 1.0 / f.depth_scale,
                 self.depth_max, self._crit,
                 o3d.t.pipelines.odometry.Method.Hybrid)
         except RuntimeError as exc:
@@ -49,5 +50,6 @@ class Odometry:
         if np.linalg.norm(T[:3, 3]) > self.max_step_m:
             return None, f"tracking failed (jump of {np.linalg.norm(T[:3, 3]):.2f} m)"
         self._pose = self._pose @ T
+        self._motion = T
         self._prev = cur
         return self._pose.copy(), ""

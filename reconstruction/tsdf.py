@@ -24,7 +24,7 @@ from reconstruction.errors import ReconstructionError
 class TSDFSettings:
     voxel_size: float = 0.004        # m
     block_resolution: int = 8        # 8^3 voxels per block: fewer idle voxels than 16^3
-    block_count: int = 150000
+    block_count: int = 4000          # initial capacity; the hash map grows when full
     depth_min: float = 0.1           # m, nearer depth is ignored
     depth_max: float = 1.1           # m, farther depth is ignored (the floor, walls)
     trunc_voxels: float = 4.0        # truncation distance in voxels

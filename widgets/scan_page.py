@@ -142,6 +142,8 @@ class ScanPage(WorkflowPage):
         for w in (left, self.scene, right):
             split.addWidget(w)
         split.setStretchFactor(1, 3)
+        split.setSizes([340, 700, 420])
+        right.setMinimumWidth(380)
         layout.addWidget(split, 1)
         self.start_btn.clicked.connect(self.start_scan)
         self.pause_btn.toggled.connect(self._pause)
@@ -212,8 +214,11 @@ class ScanPage(WorkflowPage):
                 _qimage(depth_colormap(f.depth_m))).scaled(
                 320, 240, QtCore.Qt.AspectRatioMode.KeepAspectRatio))
         c = partial.get("cloud")
-        if c is not None and len(c.points):
-            self.scene.set_points("scan/cloud", c.points, c.colors / 255.0, size_px=2.0)
+        if c is not None:
+            if c.points is not None and len(c.points):
+                self.scene.set_points("scan/cloud", c.points, c.colors / 255.0, size_px=2.0)
+            if c.live is not None and len(c.live):
+                self.scene.set_points("scan/live", c.live, (0.3, 0.8, 1.0, 0.6), size_px=1.5)
             if c.camera is not None:
                 self.scene.set_frame("scan/camera", c.camera, size=0.05)
             self._live.updates += 1
@@ -242,6 +247,7 @@ class ScanPage(WorkflowPage):
     def show_result(self, result: Any) -> None:
         self.result = result
         self.scene.remove("scan/cloud")
+        self.scene.remove("scan/live")
         m = result.scene_mesh
         if len(m.faces):
             self.scene.set_mesh("scan/scene", m.vertices, m.faces, color=(0.62, 0.6, 0.56, 0.35))
@@ -253,6 +259,10 @@ class ScanPage(WorkflowPage):
                                 color=rgba, transform=o.T_base_object)
         if result.T_base_camera is not None:
             self.scene.set_frame("scan/fixed_camera", result.T_base_camera, size=0.08)
+        if result.objects and self.scene.gl_view is not None:   # frame the objects
+            c = np.mean([o.T_base_object[:3, 3] for o in result.objects], axis=0)
+            self.scene.gl_view.opts["center"] = QtGui.QVector3D(*map(float, c))
+            self.scene.gl_view.setCameraPosition(distance=1.1, elevation=35, azimuth=-140)
         self._fill_objects()
         self._fill_calibration()
         self.warn.setText("\n".join(result.warnings[:6]))

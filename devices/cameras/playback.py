@@ -7,7 +7,6 @@ numbers are checked for continuity and gaps are reported in `dropped`. The captu
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
@@ -103,7 +102,6 @@ class PlaybackSource:
                 pass
             self._pipe = None
             self._playback = None
-            gc.collect()
 
     def frames(self) -> Iterator[RGBDFrame]:
         """Yield every frame; raises DataFileError (after the good frames) if the file breaks."""
