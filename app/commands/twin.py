@@ -20,6 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--procedural", action="store_true",
                    help="no scan yet: build from the procedural demo objects")
     b.add_argument("--name", default=None, help="twin display name")
+    b.add_argument("--base-pose", type=float, nargs=7, default=None,
+                   metavar=("X", "Y", "Z", "QX", "QY", "QZ", "QW"),
+                   help="robot base in the scan frame (default: identity, scans are in the "
+                        "robot base frame)")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     i = sub.add_parser("info", help="parameters and notes of a twin")
     i.add_argument("--project", type=Path, required=True)
@@ -34,8 +38,8 @@ def run(args: argparse.Namespace) -> int:
     project = Project.open(args.project)
     if args.action == "build":
         robot = None if args.robot.lower() == "none" else args.robot
-        tid = run_cli(build_twin(project, args.scan, robot, args.name, args.procedural),
-                      args.quiet)
+        tid = run_cli(build_twin(project, args.scan, robot, args.name, args.procedural,
+                                 base_pose=args.base_pose), args.quiet)
         _, spec = load_twin(project, tid)
     else:
         tid, spec = load_twin(project, args.twin)

@@ -21,7 +21,7 @@ from typing import Any
 from app.jobs import Job, Progress
 from app.project import Project
 from twins.from_scan import PANDA, build_twin_steps
-from twins.spec import TwinSpec
+from twins.spec import IDENTITY_POSE, TwinSpec
 
 DEFAULT_ROBOT = PANDA
 
@@ -39,7 +39,8 @@ def procedural_scan(project: Project) -> str:
 
 
 def build_twin(project: Project, scan_id: str | None, robot: str | None = DEFAULT_ROBOT,
-               name: str | None = None, procedural: bool = False) -> Job[str]:
+               name: str | None = None, procedural: bool = False,
+               base_pose: Any = None) -> Job[str]:
     """Job: build a twin artifact from scan `scan_id` (the latest scan when None; the
     procedural demo scan when `procedural` and there is none). Returns the twin id."""
     if robot:  # refuse a bad robot file before anything is written
@@ -63,8 +64,9 @@ def build_twin(project: Project, scan_id: str | None, robot: str | None = DEFAUL
     settings = {"scan": scan_id, "robot": robot or "none"}
     with project.new_artifact("twin", inputs=[scan_id], settings=settings,
                               summary=f"from {scan_id}" + (f" + {robot}" if robot else "")) as folder:
-        gen = build_twin_steps(scan_dir, folder, robot, name=name or f"twin of {scan_id}",
-                               meta={"scan_id": scan_id})
+        gen = build_twin_steps(scan_dir, folder, robot,
+                               tuple(base_pose) if base_pose is not None else IDENTITY_POSE,
+                               name=name or f"twin of {scan_id}", meta={"scan_id": scan_id})
         try:
             while True:
                 frac, msg = next(gen)
