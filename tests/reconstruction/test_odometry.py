@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from devices.frames import RGBDFrame
 from devices.poses import invert, rotation_angle_deg
 from reconstruction.pipeline import ScanSession, SegmentSettings
-from tests.reconstruction.synth import INTR, orbit, render, scene
+from tests.reconstruction.synth import orbit, render, scene
 
 
+@pytest.mark.slow
 def test_odometry_tracks_and_skips_bad_frames() -> None:
     sc = scene()
-    poses = orbit(8, span=0.35)                     # ~5 deg and ~5 cm between frames
-    small = INTR.scaled(320, 240)
-    frames = [render(sc, T, small, noise_m=0.0005, index=i) for i, T in enumerate(poses)]
+    poses = orbit(8, span=0.35)                     # ~6 deg and ~6 cm between frames
+    frames = [render(sc, T, noise_m=0.0005, index=i) for i, T in enumerate(poses)]
     rng = np.random.default_rng(0)
     f = frames[4]
     junk = RGBDFrame(rng.integers(0, 255, f.color.shape).astype(np.uint8),
