@@ -301,6 +301,25 @@ def fixed_camera(views: Sequence[BoardView], T_base_board: NDArray[np.float64],
     return res
 
 
+def intrinsics_check(views: Sequence[BoardView], intrinsics: Intrinsics) -> dict[str, Any]:
+    """Re-estimate fx, fy (principal point and distortion fixed) from the board views and
+    compare with the camera's stated intrinsics. A few percent off means a wrong resolution
+    or a camera that needs its own intrinsic calibration."""
+    if len(views) < 3:
+        return {"checked": False, "why": f"needs >= 3 board views, got {len(views)}"}
+    K0 = intrinsics.K.copy()
+    flags = (cv2.CALIB_USE_INTRINSIC_GUESS | cv2.CALIB_FIX_PRINCIPAL_POINT | cv2.CALIB_FIX_K1
+             | cv2.CALIB_FIX_K2 | cv2.CALIB_FIX_K3 | cv2.CALIB_ZERO_TANGENT_DIST)
+    obj = [v.object_points.astype(np.float32) for v in views]
+    img = [v.corners.astype(np.float32) for v in views]
+    rms, K, *_ = cv2.calibrateCamera(obj, img, (intrinsics.width, intrinsics.height), K0,
+                                     np.zeros(5), flags=flags)
+    rel = max(abs(K[0, 0] / intrinsics.fx - 1), abs(K[1, 1] / intrinsics.fy - 1))
+    return {"checked": True, "fx": float(K[0, 0]), "fy": float(K[1, 1]),
+            "stated_fx": intrinsics.fx, "stated_fy": intrinsics.fy,
+            "relative_error": float(rel), "rms_px": float(rms), "ok": bool(rel < 0.02)}
+
+
 def _flag_outliers(res: CalibrationResult) -> None:
     for i, (px, idx) in enumerate(zip(res.reproj_px, res.views, strict=True)):
         if px > 2.0:

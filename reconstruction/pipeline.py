@@ -133,6 +133,9 @@ class ScanSession:
             return ScanResult(mesh, None, (), T_base_camera, calibration or {}, quality,
                               tuple(warnings), self.capture)
         quality["table_inlier_fraction"] = frac
+        from reconstruction.calibration import workspace_frame
+        calibration = {**(calibration or {}), "T_base_table": workspace_frame(
+            np.array(plane.to_list()), mesh.vertices.mean(axis=0)).tolist()}
         if progress:
             progress(0.4, "clustering objects")
         colors = mesh.visual.vertex_colors[:, :3] if mesh.visual.kind == "vertex" else \

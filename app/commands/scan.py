@@ -11,10 +11,10 @@ HELP = ("Record and reconstruct a workspace from a camera source (the virtual la
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--source", required=True,
+    p.add_argument("--source",
                    help="'lab' (virtual lab in-process), 'realsense[:SERIAL]' (live, handheld), "
                         "or a .db3/.bag recording")
-    p.add_argument("--project", type=Path, required=True, help="project folder")
+    p.add_argument("--project", type=Path, help="project folder")
     p.add_argument("--voxel", type=float, default=0.004, help="TSDF voxel size, m")
     p.add_argument("--frames", type=int, default=300, help="live camera: frames to scan")
     p.add_argument("--lab-config", type=Path, default=None, help="lab truth config (lab only)")
@@ -42,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
         for d in devs:
             print(f"{d.name}  serial {d.serial}  firmware {d.firmware}  USB {d.usb}")
         return 0
+    if not args.source or not args.project:
+        from resources.errors import TwinbenchError
+        raise TwinbenchError("scan needs --source (lab, realsense or a .db3/.bag file) and "
+                             "--project (a project folder; create one with `project new`)")
     project = Project.open(args.project)
     opt = ScanOptions(voxel_size=args.voxel)
     with tempfile.TemporaryDirectory(prefix="twinbench-scan-") as tmp:

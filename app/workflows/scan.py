@@ -308,6 +308,7 @@ def _calibrate(rig: LabRig, views: int) -> Job[dict[str, Any]]:
         detect_board,
         fixed_camera,
         hand_eye,
+        intrinsics_check,
         refine_with_depth,
     )
     from reconstruction.scan_path import orbit_targets
@@ -329,6 +330,7 @@ def _calibrate(rig: LabRig, views: int) -> Job[dict[str, Any]]:
         yield Progress((i + 1) / len(targets), f"calibration view {i + 1}/{len(targets)}: "
                        f"{len(found)} boards found")
     he = hand_eye(hands, found, rig.wrist.intrinsics)
+    check = intrinsics_check(found, rig.wrist.intrinsics)
     fviews = []
     for _ in range(3):
         f = rig.fixed.grab()
@@ -337,7 +339,7 @@ def _calibrate(rig: LabRig, views: int) -> Job[dict[str, Any]]:
             fviews.append(refine_with_depth(v, f))
     fc = fixed_camera(fviews, he.T_base_board, rig.fixed.intrinsics, depth_refined=True)
     return {"T_hand_camera": he.T, "T_base_fixed": fc.T, "hand_eye": he.summary(),
-            "fixed": fc.summary(), "board_missed_views": missed}
+            "fixed": fc.summary(), "board_missed_views": missed, "intrinsics_check": check}
 
 
 def lab_scan_job(opt: ScanOptions, config: Path | None, record: Path | None,
@@ -397,7 +399,9 @@ def lab_scan_job(opt: ScanOptions, config: Path | None, record: Path | None,
                                                  calibration=_json_calib(calibration),
                                                  total=len(second)), 0.6, 1.0, "objects: ")
         assert res is not None
-        return res
+        from dataclasses import replace
+        return replace(res, capture={**res.capture, "sdk_version": cam.info.sdk_version,
+                                     "device": cam.info.device, "source": "lab"})
     finally:
         if cam is not None:
             cam.close()

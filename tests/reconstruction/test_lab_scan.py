@@ -43,6 +43,10 @@ def test_calibration_recovers_lab_truth(lab_scan) -> None:  # type: ignore[no-un
     assert rotation_angle_deg(Tf, Tf_true) < 0.5
     he = res.calibration["hand_eye"]
     assert len(he["residual_mm"]) >= 6 and max(he["reproj_px"]) < 1.5
+    assert res.calibration["intrinsics_check"]["relative_error"] < 0.01   # D435-like K holds
+    T_table = np.asarray(res.calibration["T_base_table"])
+    assert T_table[2, 2] > 0.999 and abs(T_table[2, 3]) < 0.003          # table top at z = 0
+    assert res.capture["sdk_version"] and res.capture["depth_scale"] == 0.001
 
 
 def test_objects_match_lab_truth(lab_scan) -> None:  # type: ignore[no-untyped-def]
