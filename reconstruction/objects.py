@@ -104,10 +104,25 @@ def _decimate(m: trimesh.Trimesh, budget: int) -> trimesh.Trimesh:
 
 
 def _close(m: trimesh.Trimesh) -> trimesh.Trimesh:
-    """Fill holes, keep the largest piece, make the winding point outwards."""
+    """Fill holes, keep the largest piece, make the winding point outwards. Faces on
+    non-manifold edges (three or more faces on one edge) are dropped and the holes they
+    leave filled again."""
     filled = fill_holes_fan(m)
     filled.merge_vertices()
     filled = _largest_piece(filled)
+    for _ in range(2):
+        if filled.is_watertight:
+            break
+        e = filled.edges_sorted
+        _, inv, cnt = np.unique(e, axis=0, return_inverse=True, return_counts=True)
+        bad_edge = cnt[inv.ravel()] > 2
+        bad_face = bad_edge.reshape(-1, 3).any(axis=1)
+        if not bad_face.any():
+            break
+        kept = trimesh.Trimesh(filled.vertices, filled.faces[~bad_face], process=False)
+        filled = fill_holes_fan(_largest_piece(kept))
+        filled.merge_vertices()
+        filled = _largest_piece(filled)
     if filled.is_watertight and filled.volume < 0:
         filled = trimesh.Trimesh(filled.vertices.copy(), filled.faces[:, ::-1].copy(),
                                  process=False)
