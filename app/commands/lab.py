@@ -168,6 +168,11 @@ def build(args: argparse.Namespace) -> tuple[Agent, RobotServer]:
             w, h = (int(v) for v in args.camera_size.lower().split("x"))
         except ValueError:
             raise DeviceError(f"--camera-size {args.camera_size!r}: expected WxH, e.g. 424x240") from None
+        from devices.lab.camera import RESOLUTIONS
+
+        if (w, h) not in RESOLUTIONS:
+            raise DeviceError(f"--camera-size {w}x{h}: the lab cameras render "
+                              f"{', '.join(f'{a}x{b}' for a, b in RESOLUTIONS)}")
         cameras = {name: camera_feed(driver, args.scene, args.config, name, w, h, args.camera_fps)
                    for name in info.cameras}
     return agent, RobotServer(agent, token, host=args.host, port=args.port, cameras=cameras)
