@@ -21,6 +21,7 @@ import pybullet as pb
 from scipy.spatial.transform import Rotation
 
 from devices.poses import matrix_to_pose, pose_to_matrix
+from twins import sleeping
 from twins.errors import TwinError
 from twins.inertia import principal_axes
 from twins.spec import ObjectSpec, TwinSpec
@@ -59,6 +60,8 @@ class TwinWorld:
         self.robot_id: int | None = None
         self.joint_index: dict[str, int] = {}
         self.link_index: dict[str, int] = {}
+        self.sleepers: list[str] = []   # objects at rest at the start: asleep after reset
+        self._woken: set[str] = set()   # sleepers woken since (kept awake until reset)
         try:
             self._build()
         except BaseException:
@@ -94,8 +97,9 @@ class TwinWorld:
         restoreState keeps the contact manifolds (and their warm-start impulses) of the
         previous rollout, so bodies are first moved apart and collision detection run to drop
         every manifold: the next step starts exactly like the first one after building."""
-        self.flush_contacts()
-        pb.restoreState(self._initial_state, physicsClientId=self.cid)
+        sleeping.wake_all(self)
+        sleeping.put_to_sleep(self, self._initial_state, self.sleepers)
+        self._woken = set()
         from twins.actuators import hold_initial
 
         hold_initial(self)
@@ -112,8 +116,11 @@ class TwinWorld:
         return int(pb.saveState(physicsClientId=self.cid))
 
     def restore_state(self, state_id: int) -> None:
-        """Restore a saved state with fresh contacts (see `reset`)."""
+        """Restore a saved state with fresh contacts (see `reset`). Objects are awake and
+        stay awake until the next `reset` (whether they rest in that state is unknown)."""
+        sleeping.wake_all(self)
         self.flush_contacts()
+        self._woken = set(self.sleepers)
         pb.restoreState(state_id, physicsClientId=self.cid)
 
     # -- build ---------------------------------------------------------------------------
@@ -149,6 +156,18 @@ class TwinWorld:
 
         hold_initial(self)
         self._initial_state = self.save_state()
+        # objects at rest at the start sleep until touched (twins/sleeping.py)
+        settled = sleeping.resting(self) if self.spec.object_sleeping else {}
+        snap = {n: p for n, p in settled.items() if p is not None}
+        for n, (pos, orn) in snap.items():
+            b = self.bodies[n].body_id
+            pb.resetBasePositionAndOrientation(b, pos, orn, physicsClientId=self.cid)
+            pb.resetBaseVelocity(b, (0, 0, 0), (0, 0, 0), physicsClientId=self.cid)
+        if snap:
+            pb.removeState(self._initial_state, physicsClientId=self.cid)
+            self._initial_state = self.save_state()
+        self.sleepers = list(settled)
+        self.reset()
 
     def _material(self, body: int, link: int, prefix: str) -> None:
         v = self.values
@@ -302,6 +321,9 @@ class TwinWorld:
     def set_object_pose(self, name: str, pose: np.ndarray, twist: np.ndarray | None = None) -> None:
         """Place an object by its body-frame pose; twist = (vx, vy, vz, wx, wy, wz) of the com."""
         b = self.bodies[name]
+        if name in self.sleepers and name not in self._woken:  # at rest no more
+            sleeping.wake(self, [name])
+            self._woken.add(name)
         T = pose_to_matrix(pose) @ b.T_body_com
         com = matrix_to_pose(T)
         pb.resetBasePositionAndOrientation(b.body_id, com[:3], com[3:], physicsClientId=self.cid)

@@ -57,6 +57,7 @@ def spec_to_json(spec: TwinSpec) -> dict[str, Any]:
         "format_version": FORMAT_VERSION,
         "name": spec.name,
         "contact_model": spec.contact_model,
+        "object_sleeping": spec.object_sleeping,
         "meta": dict(spec.meta),
         "params": spec.params.to_json(),
         "robot": robot,
@@ -96,6 +97,7 @@ def spec_from_json(d: Mapping[str, Any], base_dir: Path | None = None) -> TwinSp
             environment=env, objects=tuple(_obj_from_json(o) for o in d.get("objects", [])),
             meta=dict(d.get("meta", {})), base_dir=base_dir,
             contact_model=str(d.get("contact_model", "rigid")),
+            object_sleeping=bool(d.get("object_sleeping", True)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise TwinError(f"corrupt twin description ({exc!r})") from exc

@@ -196,6 +196,7 @@ class TwinSpec:
     meta: Mapping[str, Any] = field(default_factory=dict)
     base_dir: Path | None = None      # folder the relative file references are relative to
     contact_model: str = "rigid"      # "compliant": per-body contact stiffness and damping
+    object_sleeping: bool = True      # objects at rest at the start sleep until touched
 
     def __post_init__(self) -> None:
         if self.contact_model not in CONTACT_MODELS:
