@@ -7,6 +7,7 @@ numbers are checked for continuity and gaps are reported in `dropped`. The captu
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
@@ -67,7 +68,14 @@ class PlaybackSource:
         self._pipe = pipe
         dev = profile.get_device()
         pb = dev.as_playback()
+        # The pipeline starts playing in real time; frames can go by before we switch, so
+        # pause, drop what was already delivered, switch, rewind and resume.
+        pb.pause()
+        while pipe.try_wait_for_frames(30)[0]:
+            pass
         pb.set_real_time(False)
+        pb.seek(datetime.timedelta(0))
+        pb.resume()
         self._playback = pb
         self.duration_s = pb.get_duration().total_seconds()
         streams = {s.stream_type(): s for s in profile.get_streams()}
@@ -113,6 +121,7 @@ class PlaybackSource:
             from devices.cameras.software import DB3Writer
             writer = DB3Writer(self._record)
         last: int | None = None
+        first: int | None = None
         idle_ms = 0
         try:
             while True:
@@ -143,6 +152,7 @@ class PlaybackSource:
                 if last is not None and num > last + 1:
                     self.dropped.extend(range(last + 1, num))
                 last = num
+                first = num if first is None else first
                 pose = self.info.pose(num) if self.info is not None else None
                 frame = frameset_to_rgbd(fs, self.depth_scale, num, pose,
                                          aligned=True)
@@ -157,6 +167,9 @@ class PlaybackSource:
                 writer.close()
         if self.frames_read == 0:
             raise DataFileError(f"{self.path}: the recording holds no depth + colour frames")
+        if self.info is not None and first is not None and first > self.info.first_index:
+            # SDK 2.59 playback sometimes loses the first frame(s) at start: report them
+            self.dropped[:0] = list(range(self.info.first_index, first))
         if self.info is not None and self.frames_read + len(self.dropped) < self.info.frames:
             self.warnings.append(f"read {self.frames_read} frames but the capture sidecar "
                                  f"lists {self.info.frames}; the recording may be truncated")
