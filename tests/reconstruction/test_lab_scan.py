@@ -80,8 +80,10 @@ def test_recording_replays_through_cli(lab_scan, tmp_path: Path) -> None:  # typ
     res, rec, _ = lab_scan
     with PlaybackSource(rec) as pb:
         n = sum(1 for _ in pb.frames())
-    assert n == res.quality["frames_integrated"] + len(res.quality["frames_skipped"])
-    assert not pb.dropped
+    # every frame comes back (SDK 2.59 may lose the first at start: then it is reported)
+    assert n + len(pb.dropped) == res.quality["frames_integrated"] + len(
+        res.quality["frames_skipped"])
+    assert pb.dropped in ([], [1])
     proj = tmp_path / "proj"
     assert main(["project", "new", str(proj)]) == 0
     assert main(["scan", "--source", str(rec), "--project", str(proj), "--quiet"]) == 0
