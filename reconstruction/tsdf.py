@@ -76,6 +76,9 @@ class TSDFIntegrator:
             self.vbg.integrate(coords, d_img, c_img, K, K, extr, depth_scale=scale,
                                depth_max=s.depth_max, trunc_voxel_multiplier=float(s.trunc_voxels))
         except RuntimeError as exc:
+            if "No block is touched" in str(exc):
+                self.empty_frames.append(frame.index)
+                return False
             raise ReconstructionError(
                 f"frame {frame.index}: TSDF integration failed ({exc}); the volume may be full "
                 f"(block_count={s.block_count}) — use a larger voxel size or fewer frames") from exc
