@@ -1,8 +1,12 @@
 """A bare PyBullet world with the same bodies as a twin, for step-rate comparisons.
 
 Same robot URDF and initial pose; same collision shapes, poses, masses, centres of mass and
-inertias of the objects; PyBullet's default engine settings and materials; no read-back,
-no actuator models, no determinism settings."""
+inertias of the objects; PyBullet's default materials; no read-back, no actuator models.
+Engine settings: `settings="twin"` uses the twin's (solver iterations,
+deterministicOverlappingPairs, resting objects asleep: here the plain PyBullet way, by
+letting them fall asleep during a 2.5 s warm-up before the state is saved), so the ratio
+measures the twin's own overhead; `settings="default"` is PyBullet out of the box (no
+deterministic pairs, nothing sleeps), to show what those settings cost or save."""
 
 from __future__ import annotations
 
@@ -18,12 +22,23 @@ from twins.spec import TwinSpec
 
 
 class BareWorld:
-    def __init__(self, spec: TwinSpec) -> None:
+    def __init__(self, spec: TwinSpec, settings: str = "twin") -> None:
+        if settings not in ("twin", "default"):
+            raise ValueError(f"BareWorld settings must be 'twin' or 'default', not {settings!r}")
         self.cid = cid = pb.connect(pb.DIRECT)
         pb.setGravity(0, 0, -9.81, physicsClientId=cid)
         pb.setPhysicsEngineParameter(fixedTimeStep=spec.params["sim.time_step"].nominal,
                                      physicsClientId=cid)
-        statics = []
+        twin = settings == "twin"
+        if twin:
+            pb.setPhysicsEngineParameter(
+                numSolverIterations=int(spec.params["sim.solver_iterations"].nominal),
+                deterministicOverlappingPairs=1, physicsClientId=cid)
+        statics, movers = [], []
+        if spec.environment.ground:
+            plane = pb.createCollisionShape(pb.GEOM_PLANE, physicsClientId=cid)
+            statics.append(pb.createMultiBody(0, plane, -1, [0, 0, spec.environment.ground_z],
+                                              physicsClientId=cid))
         vals = spec.params.nominal()
         bodies = [*spec.objects] + ([spec.environment.table] if spec.environment.table else [])
         for o in bodies:
@@ -52,6 +67,8 @@ class BareWorld:
                                   physicsClientId=cid)
             if o.static:
                 statics.append(bid)
+            else:
+                movers.append(bid)
         if spec.robot is not None:
             from twins.urdf import loadable_urdf
 
@@ -70,7 +87,18 @@ class BareWorld:
                                          targetPositions=q0, physicsClientId=cid)
             self.robot_id, self.joint_ids = rid, ids[:len(q0)]
         self.dt = spec.params["sim.time_step"].nominal
+        self.movers = movers
+        if twin and spec.object_sleeping and movers:
+            from twins.sleeping import SLEEP_SPEED, SLEEP_TIMEOUT_S
+
+            for b in movers:
+                pb.changeDynamics(b, -1, activationState=pb.ACTIVATION_STATE_ENABLE_SLEEPING,
+                                  sleepThreshold=SLEEP_SPEED**2, physicsClientId=cid)
+            self.step(int(1.25 * SLEEP_TIMEOUT_S / self.dt))
         self._start = pb.saveState(physicsClientId=cid)
+
+    def reset(self) -> None:
+        pb.restoreState(self._start, physicsClientId=self.cid)
 
     def step(self, n: int) -> None:
         cid = self.cid
@@ -78,16 +106,21 @@ class BareWorld:
             pb.stepSimulation(physicsClientId=cid)
 
     def replay(self, t: np.ndarray, commands: np.ndarray) -> np.ndarray:
-        """The plainest replay loop: at each sample set position targets, step to the next
-        sample, read the joints. Returns joint positions (K, n)."""
-        cid, rid, ids = self.cid, self.robot_id, self.joint_ids
+        """The plainest replay loop that reads what a twin replay returns: at each sample
+        set position targets, step to the next sample, read the joints and the objects'
+        poses. Returns joint positions (K, n)."""
+        cid, rid, ids, movers = self.cid, self.robot_id, self.joint_ids, self.movers
         pb.restoreState(self._start, physicsClientId=cid)
         steps = np.diff(np.rint((t - t[0]) / self.dt).astype(int), prepend=0)
         out = np.zeros((len(t), len(ids)))
+        poses = np.zeros((len(t), len(movers), 7))
         for k in range(len(t)):
             for _ in range(steps[k]):
                 pb.stepSimulation(physicsClientId=cid)
             out[k] = [s[0] for s in pb.getJointStates(rid, ids, physicsClientId=cid)]
+            for i, b in enumerate(movers):
+                p, q = pb.getBasePositionAndOrientation(b, physicsClientId=cid)
+                poses[k, i, :3], poses[k, i, 3:] = p, q
             pb.setJointMotorControlArray(rid, ids, pb.POSITION_CONTROL,
                                          targetPositions=commands[k].tolist(),
                                          physicsClientId=cid)

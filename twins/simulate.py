@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 import pybullet as pb
-from scipy.spatial.transform import Rotation
 
-from devices.poses import POSE_UNIT
+from devices.poses import POSE_UNIT, matrix_to_pose
 from devices.trajectory import Trajectory
 from twins.actuators import Actuators
 from twins.builder import TwinWorld
@@ -57,9 +56,16 @@ def command_joints(spec: TwinSpec, traj: Trajectory) -> list[str]:
 
 
 def _com_to_body(pos: np.ndarray, quat: np.ndarray, T_com_body: np.ndarray) -> np.ndarray:
-    R = Rotation.from_quat(quat)
-    p = pos + R.apply(T_com_body[:3, 3])
-    q = (R * Rotation.from_matrix(T_com_body[:3, :3])).as_quat()
+    """Body-frame poses (K, 7) from centre-of-mass poses (K, 3) + (K, 4) xyzw, in plain
+    numpy (scipy's Rotation costs more than the rest of a replay's bookkeeping)."""
+    c = matrix_to_pose(T_com_body)[3:]
+    u, w = quat[:, :3], quat[:, 3:]
+    v = np.asarray(T_com_body[:3, 3], float)
+    uv = np.cross(u, v)
+    p = pos + v + 2 * w * uv + 2 * np.cross(u, uv)
+    cu, cw = c[:3], c[3]
+    q = np.concatenate([w * cu + cw * u + np.cross(u, cu),
+                        cw * w - (u @ cu)[:, None]], axis=1)
     q[q[:, 3] < 0] *= -1
     return np.concatenate([p, q], axis=1)
 

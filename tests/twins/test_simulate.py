@@ -68,3 +68,21 @@ def test_policy_rollout_closed_loop(demo_twin: TwinSpec) -> None:
         traj = rollout(w, policy, duration=1.0, control_rate_hz=50)
     assert len(traj) == 50 and "objects/box/pose" in traj.channels
     assert traj["robot/joint_pos"][-1, 0] == pytest.approx(0.3, abs=0.01)
+
+
+def test_com_to_body_matches_matrix_composition() -> None:
+    from scipy.spatial.transform import Rotation
+
+    from devices.poses import matrix_to_pose, pose_to_matrix
+    from twins.simulate import _com_to_body
+
+    T = np.eye(4)
+    T[:3, :3] = Rotation.from_euler("xyz", [0.3, -1.2, 2.5]).as_matrix()
+    T[:3, 3] = [0.01, -0.02, 0.03]
+    rng = np.random.default_rng(0)
+    pos = rng.normal(size=(20, 3))
+    quat = Rotation.random(20, random_state=1).as_quat()
+    got = _com_to_body(pos, quat, T)
+    want = np.stack([matrix_to_pose(pose_to_matrix(np.r_[p, q]) @ T) for p, q in zip(pos, quat, strict=True)])
+    assert np.allclose(got, want, atol=1e-12)
+    assert np.all(got[:, 6] >= 0)
