@@ -108,8 +108,9 @@ class ScanPage(WorkflowPage):
         for cap, lab in (("Colour", self.color_view), ("Depth", self.depth_view)):
             ll.addWidget(QtWidgets.QLabel(f"<b>{cap}</b>"))
             lab.setFixedSize(320, 240)
-            lab.setStyleSheet("background: #202225;")
+            lab.setStyleSheet("background: #202225; color: #9aa0a6;")
             lab.setAlignment(QtCore.Qt.AlignmentFlag.AlignCenter)
+            lab.setText(f"no {cap.lower()} frames yet\n(press Start scan)")
             ll.addWidget(lab)
         ll.addStretch(1)
         self.scene = SceneView()
