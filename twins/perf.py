@@ -83,9 +83,21 @@ class BareWorld:
                 pb.resetJointState(rid, i, q, physicsClientId=cid)
             for s in statics:
                 pb.setCollisionFilterPair(rid, s, -1, -1, 0, physicsClientId=cid)
-            pb.setJointMotorControlArray(rid, ids[:len(q0)], pb.POSITION_CONTROL,
-                                         targetPositions=q0, physicsClientId=cid)
             self.robot_id, self.joint_ids = rid, ids[:len(q0)]
+            self._gains: dict[str, list[float]] = {}
+            if twin:  # the twin's servo gains and effort limits (servo joints only)
+                r, nom = spec.robot, spec.params.nominal()
+                names = [j.name for j in r.joints]
+                pre = [f"robot.actuators.{n}" for n in names[:len(q0)]]
+                if all(r.actuator(n) is not None and r.actuator(n).model == "servo"  # type: ignore[union-attr]
+                       for n in names[:len(q0)]):
+                    dt = nom["sim.time_step"]
+                    self._gains = {
+                        "positionGains": [min(nom[f"{p}.bandwidth"] * dt, 1.0) for p in pre],
+                        "velocityGains": [nom[f"{p}.velocity_gain"] for p in pre],
+                        "forces": [nom[f"{p}.effort_limit"] for p in pre]}
+            pb.setJointMotorControlArray(rid, self.joint_ids, pb.POSITION_CONTROL,
+                                         targetPositions=q0, **self._gains, physicsClientId=cid)
         self.dt = spec.params["sim.time_step"].nominal
         self.movers = movers
         if twin and spec.object_sleeping and movers:
@@ -122,7 +134,7 @@ class BareWorld:
                 p, q = pb.getBasePositionAndOrientation(b, physicsClientId=cid)
                 poses[k, i, :3], poses[k, i, 3:] = p, q
             pb.setJointMotorControlArray(rid, ids, pb.POSITION_CONTROL,
-                                         targetPositions=commands[k].tolist(),
+                                         targetPositions=commands[k].tolist(), **self._gains,
                                          physicsClientId=cid)
         return out
 

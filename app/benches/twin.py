@@ -55,6 +55,7 @@ def run(quick: bool = False) -> dict[str, Any]:
                         t1 = time.perf_counter()
                         b.replay(real.t, real["robot/command"])
                         runs[key].append(time.perf_counter() - t1)
+                for _ in range(2 * reps):
                     world.reset()
                     rates["twin"] = max(rates["twin"], step_rate(world.step, n))
                     for key, b in (("bare", bare["twin"]), ("bare_default", bare["default"])):

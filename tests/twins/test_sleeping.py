@@ -7,6 +7,7 @@ import dataclasses
 import time
 
 import numpy as np
+import pybullet as pb
 import pytest
 
 from devices.trajectory import Trajectory
@@ -101,3 +102,29 @@ def test_resting_objects_cost_little_when_asleep() -> None:
                 best = max(best, 500 / (time.perf_counter() - t0))
             rates[sleep] = best
     assert rates[True] > 2 * rates[False]
+
+
+def test_the_robot_pushes_a_sleeping_object_like_an_awake_one(demo_twin: TwinSpec) -> None:
+    """The Panda's fingertips sweep through the box's place at 3 cm above the table."""
+    box = np.asarray(demo_twin.object("box").pose)
+    with TwinWorld(demo_twin) as w:
+        tip = w.link_index["panda_grasptarget"]
+        down = pb.getQuaternionFromEuler([np.pi, 0, 0])
+        keys = np.asarray([pb.calculateInverseKinematics(
+            w.robot_id, tip, [x, box[1], 0.03], down, maxNumIterations=200, physicsClientId=w.cid)
+            for x in np.linspace(box[0] - 0.15, box[0] + 0.08, 6)])
+    t = np.arange(0, 3.0001, 0.01)
+    q0 = np.asarray(demo_twin.robot.initial_joint_pos)  # type: ignore[union-attr]
+    tk = np.r_[0.0, np.linspace(1.0, 3.0, len(keys))]
+    pts = np.vstack([q0, keys])
+    cmd = np.stack([np.interp(t, tk, pts[:, j]) for j in range(pts.shape[1])], 1)
+    real = Trajectory(t, {"robot/command": cmd}, {"robot/command": "rad"})
+    poses = {}
+    for sleep in (True, False):
+        with TwinWorld(dataclasses.replace(demo_twin, object_sleeping=sleep)) as w:
+            assert ("box" in w.sleepers) == sleep
+            poses[sleep] = replay_in(w, real)["objects/box/pose"]
+    on, off = poses[True], poses[False]
+    assert on[-1, 0] - box[0] > 0.05  # pushed along +x
+    assert np.abs(on[:, :3] - off[:, :3]).max() < 3e-3  # measured 1.7 mm
+    assert np.abs(on[:, 3:] - off[:, 3:]).max() < 5e-3
