@@ -3,9 +3,10 @@
 Same robot URDF and initial pose; same collision shapes, poses, masses, centres of mass and
 inertias of the objects; PyBullet's default materials; no read-back, no actuator models.
 Engine settings: `settings="twin"` uses the twin's (solver iterations,
-deterministicOverlappingPairs, resting objects asleep: here the plain PyBullet way, by
-letting them fall asleep during a 2.5 s warm-up before the state is saved), so the ratio
-measures the twin's own overhead; `settings="default"` is PyBullet out of the box (no
+deterministicOverlappingPairs, the robot's collision group, its servo gains and effort
+limits, resting objects asleep: here the plain PyBullet way, by letting them fall asleep
+during a 2.5 s warm-up before the state is saved), so the ratio measures the twin's own
+overhead; `settings="default"` is PyBullet out of the box (default servo gains, no
 deterministic pairs, nothing sleeps), to show what those settings cost or save."""
 
 from __future__ import annotations
@@ -83,6 +84,12 @@ class BareWorld:
                 pb.resetJointState(rid, i, q, physicsClientId=cid)
             for s in statics:
                 pb.setCollisionFilterPair(rid, s, -1, -1, 0, physicsClientId=cid)
+            if twin:  # the twin's collision groups (twins/builder.py)
+                from twins.builder import ROBOT_GROUP, STATIC_GROUP
+
+                for li in range(-1, pb.getNumJoints(rid, physicsClientId=cid)):
+                    g = ROBOT_GROUP | (STATIC_GROUP if li == -1 and spec.robot.fixed_base else 0)
+                    pb.setCollisionFilterGroupMask(rid, li, g, -1 & ~g, physicsClientId=cid)
             self.robot_id, self.joint_ids = rid, ids[:len(q0)]
             self._gains: dict[str, list[float]] = {}
             if twin:  # the twin's servo gains and effort limits (servo joints only)
