@@ -23,7 +23,9 @@ def test_box_mass_properties_match_analytic() -> None:
 
 def test_open_and_degenerate_meshes_are_refused() -> None:
     open_box = trimesh.creation.box((0.1, 0.1, 0.1))
-    open_box.update_faces(np.arange(len(open_box.faces)) > 1)  # drop one side
+    # drop two adjacent sides: trimesh's fill_holes closes a one-side (quad) hole when
+    # networkx is installed, not this six-edge one
+    open_box.update_faces(~np.isin(np.arange(len(open_box.faces)), [0, 1, 4, 5]))
     with pytest.raises(TwinError, match="object 'cup'.*not watertight"):
         mesh_mass_props(open_box, "object 'cup'")
     hull = mesh_mass_props(open_box, "object 'cup'", open_mesh="hull")
