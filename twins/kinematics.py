@@ -69,32 +69,80 @@ class RobotKinematics:
                             f"(it has {sorted(joints)})")
         self.joint_index = [joints[n] for n in joint_names]
         self.joint_names = tuple(joint_names)
+        self._frames_at_zero()
 
     @classmethod
     def from_description(cls, description: str, joint_names: Sequence[str]
                          ) -> RobotKinematics:
         return cls(description_path(description), joint_names)
 
-    def link_pose(self, link: str, joint_pos: ArrayLike) -> NDArray[np.float64]:
-        """T_base_link (4x4) of URDF link `link` at `joint_pos` (ordered as joint_names)."""
-        pb = self._pb
+    def _frames_at_zero(self) -> None:
+        """Constant parts of the chain from PyBullet at q = 0: each link's frame in its
+        parent's frame, and its joint (type, axis in the child frame). Evaluating the chain
+        in float64 keeps FK smooth for numeric IK (PyBullet's own link states are single
+        precision: steps below ~1e-7 m vanish, which breaks finite-difference Jacobians)."""
+        pb, cid = self._pb, self.cid
+        n = pb.getNumJoints(self.body, physicsClientId=cid)
+        for j in range(n):
+            pb.resetJointState(self.body, j, 0.0, physicsClientId=cid)
+        world = [self._pb_link(j) for j in range(n)]
+        self._chain: list[tuple[int, NDArray[np.float64], int, NDArray[np.float64]]] = []
+        for j in range(n):
+            ji = pb.getJointInfo(self.body, j, physicsClientId=cid)
+            parent = int(ji[16])
+            Tp = np.eye(4) if parent < 0 else world[parent]
+            self._chain.append((parent, np.linalg.solve(Tp, world[j]), int(ji[2]),
+                                np.asarray(ji[13], float)))
+
+    def _pb_link(self, j: int) -> NDArray[np.float64]:
+        st = self._pb.getLinkState(self.body, j, computeForwardKinematics=True,
+                                   physicsClientId=self.cid)
+        T = np.eye(4)
+        T[:3, :3] = np.asarray(self._pb.getMatrixFromQuaternion(st[5]), float).reshape(3, 3)
+        T[:3, 3] = st[4]
+        return T
+
+    def _check(self, link: str, joint_pos: ArrayLike) -> NDArray[np.float64]:
         q = np.asarray(joint_pos, float).ravel()
         if q.size != len(self.joint_index):
             raise TwinError(f"kinematics: {q.size} joint positions for "
                             f"{len(self.joint_index)} joints {self.joint_names}")
-        if link == self.base_link:
-            return np.eye(4)
-        if link not in self.links:
+        if link != self.base_link and link not in self.links:
             raise TwinError(f"kinematics: {self.urdf.name} has no link '{link}' "
                             f"(links: {', '.join(sorted(self.links))})")
-        for j, v in zip(self.joint_index, q, strict=True):
-            pb.resetJointState(self.body, j, float(v), physicsClientId=self.cid)
-        st = pb.getLinkState(self.body, self.links[link], computeForwardKinematics=True,
-                             physicsClientId=self.cid)
+        return q
+
+    def link_pose(self, link: str, joint_pos: ArrayLike) -> NDArray[np.float64]:
+        """T_base_link (4x4) of URDF link `link` at `joint_pos` (ordered as joint_names);
+        joints not named stay at 0."""
+        from scipy.spatial.transform import Rotation
+
+        q = self._check(link, joint_pos)
+        if link == self.base_link:
+            return np.eye(4)
+        qj = dict(zip(self.joint_index, q, strict=True))
         T = np.eye(4)
-        T[:3, :3] = np.asarray(pb.getMatrixFromQuaternion(st[5]), float).reshape(3, 3)
-        T[:3, 3] = st[4]
-        return T   # loadURDF puts the base link frame at the world origin
+        j = self.links[link]
+        while j >= 0:
+            parent, T0, kind, axis = self._chain[j]
+            M = np.eye(4)
+            v = qj.get(j, 0.0)
+            if kind == self._pb.JOINT_REVOLUTE:
+                M[:3, :3] = Rotation.from_rotvec(axis * v).as_matrix()
+            elif kind == self._pb.JOINT_PRISMATIC:
+                M[:3, 3] = axis * v
+            T = T0 @ M @ T
+            j = parent
+        return T
+
+    def link_pose_pybullet(self, link: str, joint_pos: ArrayLike) -> NDArray[np.float64]:
+        """The same pose straight from PyBullet's link state (single precision; a check)."""
+        q = self._check(link, joint_pos)
+        if link == self.base_link:
+            return np.eye(4)
+        for j, v in zip(self.joint_index, q, strict=True):
+            self._pb.resetJointState(self.body, j, float(v), physicsClientId=self.cid)
+        return self._pb_link(self.links[link])
 
     def close(self) -> None:
         if self.cid is not None and self.cid >= 0:

@@ -27,6 +27,21 @@ def test_panda_hand_matches_lab_body_pose() -> None:
                 ang = np.degrees(np.arccos(np.clip((np.trace(Tp[:3, :3].T @ Tm[:3, :3]) - 1) / 2,
                                                    -1, 1)))
                 assert ang < 0.1, (link, q, ang)
+                assert np.allclose(kin.link_pose_pybullet(link, q), Tp, atol=1e-5)
+
+
+def test_fk_is_smooth_for_numeric_jacobians() -> None:
+    """A 1e-8 rad step of joint 1 moves the hand by r * 1e-8 (PyBullet's single-precision
+    link states would round it away)."""
+    names = tuple(f"panda_joint{i}" for i in range(1, 8))
+    q = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])
+    with RobotKinematics.from_description("franka_panda/panda.urdf", names) as k:
+        a = k.link_pose("panda_hand", q)
+        dq = np.zeros(7)
+        dq[0] = 1e-8
+        b = k.link_pose("panda_hand", q + dq)
+    r = np.hypot(*a[:2, 3])
+    assert np.isclose(np.linalg.norm(b[:3, 3] - a[:3, 3]), r * 1e-8, rtol=1e-3)
 
 
 def test_ready_pose_hand_height_analytic() -> None:
