@@ -18,6 +18,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
+from reconstruction.remesh import voxel_remesh
 from reconstruction.segment import Cluster, Plane
 
 
@@ -29,6 +30,7 @@ class ObjectMesh:
     holes_filled: int
     triangles_before: int
     warnings: list[str]
+    method: str = "hole filling"          # or "voxel remesh" (the watertight last resort)
 
 
 def object_frame(points: NDArray[np.float64], plane: Plane) -> NDArray[np.float64]:
@@ -64,13 +66,24 @@ def cut_object(scene: trimesh.Trimesh, cluster: Cluster, plane: Plane, radius: f
 
 
 def close_and_clean(part: trimesh.Trimesh, plane: Plane, triangle_budget: int = 5000,
-                    snap_height: float = 0.015) -> tuple[trimesh.Trimesh, int, list[str]]:
-    """Snap the open bottom ring onto the plane, fill holes, keep the largest piece, simplify."""
+                    snap_height: float = 0.015, remesh_pitch: float = 0.002
+                    ) -> tuple[trimesh.Trimesh, int, list[str], str]:
+    """Snap the open bottom ring onto the plane, fill holes, keep the largest piece, simplify.
+    When that cannot give a watertight mesh, remesh from a filled voxel occupancy of the
+    whole part (`remesh.voxel_remesh`), which is watertight by construction.
+    Returns (mesh, holes found, warnings, method: "hole filling" or "voxel remesh")."""
     warnings: list[str] = []
-    m = part.copy()
-    if len(m.faces) == 0:
-        return m, 0, ["no surface for this object"]
-    m = _largest_piece(m)
+    if len(part.faces) == 0:
+        return part.copy(), 0, ["no surface for this object"], "none"
+    whole = part.copy()
+    boundary = trimesh.grouping.group_rows(whole.edges_sorted, require_count=1)
+    bverts = np.unique(whole.edges_sorted[boundary]) if len(boundary) else np.zeros(0, int)
+    low = bverts[plane.height(whole.vertices[bverts]) < snap_height]
+    if len(low):
+        v = whole.vertices.copy()
+        v[low] = plane.project(v[low])
+        whole.vertices = v
+    m = _largest_piece(part.copy())
     boundary = trimesh.grouping.group_rows(m.edges_sorted, require_count=1)
     bverts = np.unique(m.edges_sorted[boundary]) if len(boundary) else np.zeros(0, int)
     low = bverts[plane.height(m.vertices[bverts]) < snap_height]
@@ -86,11 +99,19 @@ def close_and_clean(part: trimesh.Trimesh, plane: Plane, triangle_budget: int = 
     fits = [c for c in ok if len(c.faces) <= triangle_budget]
     filled = fits[0] if fits else ok[0] if ok else candidates[-1]
     if not filled.is_watertight:
-        warnings.append("mesh is not watertight after hole filling")
+        remeshed, notes = voxel_remesh(whole, plane, triangle_budget, pitch=remesh_pitch,
+                                       base_height=snap_height)
+        if remeshed is not None and remeshed.is_watertight:
+            warnings.append("hole filling left the mesh open: remeshed from a "
+                            f"{remesh_pitch * 1000:.0f} mm voxel occupancy (" +
+                            "; ".join(notes) + ")")
+            return remeshed, holes, warnings, "voxel remesh"
+        warnings.append("mesh is not watertight after hole filling; voxel remesh failed: " +
+                        "; ".join(notes))
     elif len(filled.faces) > triangle_budget:
         warnings.append(f"{len(filled.faces)} triangles: over the budget of {triangle_budget} "
                         "(simplifying broke watertightness)")
-    return filled, holes, warnings
+    return filled, holes, warnings, "hole filling"
 
 
 def _decimate(m: trimesh.Trimesh, budget: int) -> trimesh.Trimesh:
@@ -135,14 +156,14 @@ def extract_object(scene: trimesh.Trimesh, cluster: Cluster, plane: Plane,
     above the table, below which the TSDF blends the object into the table."""
     part = cut_object(scene, cluster, plane, radius=2 * voxel, cut_height=1.5 * voxel)
     tri_before = len(part.faces)
-    mesh, holes, warnings = close_and_clean(part, plane, triangle_budget,
-                                            snap_height=3.5 * voxel)
+    mesh, holes, warnings, method = close_and_clean(part, plane, triangle_budget,
+                                                    snap_height=3.5 * voxel)
     T = object_frame(cluster.points, plane)
     Tinv = np.linalg.inv(T)
     mesh = trimesh.Trimesh(mesh.vertices @ Tinv[:3, :3].T + Tinv[:3, 3], mesh.faces.copy(),
                            process=False)
     return ObjectMesh(mesh, T, bool(mesh.is_watertight), holes, tri_before,
-                      [*cluster.warnings, *warnings])
+                      [*cluster.warnings, *warnings], method)
 
 
 def _largest_piece(m: trimesh.Trimesh) -> trimesh.Trimesh:

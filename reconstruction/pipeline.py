@@ -150,6 +150,7 @@ class ScanSession:
             name = f"object_{i + 1}"
             col = tuple(int(v) for v in np.median(cl.colors, axis=0))
             stats = {"points": int(len(cl.points)), "holes_filled": om.holes_filled,
+                     "closing": om.method,
                      "triangles_before": om.triangles_before,
                      "volume_m3": float(om.mesh.volume) if om.watertight else None,
                      "extent_m": [float(v) for v in om.mesh.extents], "warnings": om.warnings}
