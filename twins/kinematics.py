@@ -92,7 +92,7 @@ class RobotKinematics:
             parent = int(ji[16])
             Tp = np.eye(4) if parent < 0 else world[parent]
             self._chain.append((parent, np.linalg.solve(Tp, world[j]), int(ji[2]),
-                                np.asarray(ji[13], float)))
+                                _unit(np.asarray(ji[13], float))))
 
     def _pb_link(self, j: int) -> NDArray[np.float64]:
         st = self._pb.getLinkState(self.body, j, computeForwardKinematics=True,
@@ -115,8 +115,6 @@ class RobotKinematics:
     def link_pose(self, link: str, joint_pos: ArrayLike) -> NDArray[np.float64]:
         """T_base_link (4x4) of URDF link `link` at `joint_pos` (ordered as joint_names);
         joints not named stay at 0."""
-        from scipy.spatial.transform import Rotation
-
         q = self._check(link, joint_pos)
         if link == self.base_link:
             return np.eye(4)
@@ -128,7 +126,9 @@ class RobotKinematics:
             M = np.eye(4)
             v = qj.get(j, 0.0)
             if kind == self._pb.JOINT_REVOLUTE:
-                M[:3, :3] = Rotation.from_rotvec(axis * v).as_matrix()
+                K = np.array([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]],
+                              [-axis[1], axis[0], 0.0]])
+                M[:3, :3] += np.sin(v) * K + (1.0 - np.cos(v)) * (K @ K)   # Rodrigues
             elif kind == self._pb.JOINT_PRISMATIC:
                 M[:3, 3] = axis * v
             T = T0 @ M @ T
@@ -157,3 +157,8 @@ class RobotKinematics:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _unit(v: NDArray[np.float64]) -> NDArray[np.float64]:
+    n = float(np.linalg.norm(v))
+    return v / n if n > 0 else v

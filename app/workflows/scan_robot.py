@@ -84,6 +84,17 @@ class ConnectedArm:
         self.kin = RobotKinematics.from_description(info.description, info.joint_names)
         self.lower, self.upper = np.asarray(info.limits.lower), np.asarray(info.limits.upper)
         self._frames: Iterator[RGBDFrame] | None = None
+        self._primer: Any = None
+
+    def prime_camera(self) -> None:
+        """Subscribe to the camera now, in the background: its first frame can take seconds
+        (the robot side starts its renderer / sensor) and overlaps the first move."""
+        import threading
+
+        frames = self.frames()
+        self._primer = threading.Thread(target=lambda: next(frames, None),
+                                        name="scan-camera-prime", daemon=True)
+        self._primer.start()
 
     def fk(self, q: NDArray[np.float64]) -> NDArray[np.float64]:
         return self.kin.link_pose(self.mount, q)
@@ -126,6 +137,9 @@ class ConnectedArm:
         """A frame taken after robot time `t_after`, with the joint positions interpolated
         at its timestamp from the states recorded while it was taken."""
         frames = self.frames()
+        if self._primer is not None:
+            self._primer.join(timeout=10.0)
+            self._primer = None
         for _ in range(5):
             traj = self.client.stream(window_s)
             t, q = traj.t, traj.channels["robot/joint_pos"]
@@ -145,6 +159,9 @@ class ConnectedArm:
 
     def stop(self) -> None:
         """Stop and release the robot; never raises (used in finally blocks)."""
+        if self._primer is not None:
+            self._primer.join(timeout=10.0)
+            self._primer = None
         if self._frames is not None:
             self._frames.close()    # type: ignore[attr-defined]
             self._frames = None
@@ -161,6 +178,7 @@ def _camera_poses(arm: ConnectedArm, targets: list[NDArray[np.float64]],
                   out: dict[str, Any]) -> Iterator[RGBDFrame]:
     """Frames at the targets with T_world_camera = FK(q at the frame) @ X."""
     q = arm.client.latest_state().joint_pos
+    arm.prime_camera()
     for T in targets:
         qt = arm.solve(T, X, q)
         if qt is None:
@@ -277,6 +295,7 @@ def calibrate_robot(client: RobotClient, views: int = 10,
             orbit_targets(board_centre, 0.35, 75, views - views * 2 // 3, (-120, 120))
         hands, found, missed, intr = [], [], [], None
         q = client.latest_state().joint_pos
+        arm.prime_camera()
         for i, T in enumerate(targets):
             qt = arm.solve(T, X0, q)
             if qt is not None:

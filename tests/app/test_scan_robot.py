@@ -32,6 +32,14 @@ def _still(robot: RobotClient, window_s: float = 0.3) -> float:
     return float(np.max(np.abs(q - q[0])))
 
 
+def _status_after_stop(robot: RobotClient, timeout_s: float = 1.0) -> dict[str, object]:
+    """The streamed status once it reports the stop (the next state after the reply)."""
+    end = time.monotonic() + timeout_s
+    while (st := robot.latest_status())["mode"] != "stopped" and time.monotonic() < end:
+        time.sleep(0.01)
+    return st
+
+
 def test_guided_scan_finds_objects_where_they_are(lab: LabProcess, tmp_path: Path) -> None:
     from devices.lab.scenes import panda_table_config
     from devices.lab.truth import truth_meshes
@@ -42,7 +50,7 @@ def test_guided_scan_finds_objects_where_they_are(lab: LabProcess, tmp_path: Pat
         res = run_to_end(scan_robot(robot, ScanOptions(), record=rec,
                                     plan=RobotScanPlan(views=7, speed_rad_s=1.2),
                                     calibration={"T_hand_camera": _true_hand_camera()}))
-        st = robot.latest_status()
+        st = _status_after_stop(robot)
         assert st["mode"] == "stopped" and not st["estop"]
         assert _still(robot) < 2e-3
     truth = {k: m for k, m in truth_meshes(panda_table_config()).items() if k != "table"}
@@ -79,7 +87,7 @@ def test_hand_eye_over_the_protocol_recovers_the_true_mount() -> None:
     with start_lab_process("panda_calib", camera_size="424x240", camera_fps=15) as calib_lab, \
             RobotClient(calib_lab.host, calib_lab.port, calib_lab.token) as robot:
         cal = run_to_end(calibrate_robot(robot, views=6, plan=RobotScanPlan(speed_rad_s=1.2)))
-        assert robot.latest_status()["mode"] == "stopped"
+        assert _status_after_stop(robot)["mode"] == "stopped"
     X, Xt = cal["T_hand_camera"], _true_hand_camera()
     d_mm = np.linalg.norm(X[:3, 3] - Xt[:3, 3]) * 1000
     d_deg = np.degrees(np.arccos(np.clip((np.trace(X[:3, :3].T @ Xt[:3, :3]) - 1) / 2, -1, 1)))
@@ -94,8 +102,7 @@ def test_cancel_mid_scan_leaves_robot_stopped(lab: LabProcess) -> None:
             next(job)
         assert np.max(np.abs(robot.latest_state().joint_pos - q_start)) > 0.05  # it moved
         job.close()
-        time.sleep(0.1)
-        st = robot.latest_status()
+        st = _status_after_stop(robot)
         assert st["mode"] == "stopped" and st["stop_reason"] == "scan finished"
         assert _still(robot) < 2e-3
 
