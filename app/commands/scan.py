@@ -12,7 +12,8 @@ HELP = ("Record and reconstruct a workspace from a camera source (the virtual la
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source",
-                   help="'lab' (virtual lab in-process), 'realsense[:SERIAL]' (live, handheld), "
+                   help="'lab' (virtual lab in-process), 'robot' (connected robot's wrist camera, "
+                        "guided path; --host/--port/--token-file), 'realsense[:SERIAL]' (live, handheld), "
                         "or a .db3/.bag recording")
     p.add_argument("--project", type=Path, help="project folder")
     p.add_argument("--voxel", type=float, default=0.004, help="TSDF voxel size, m")
@@ -21,6 +22,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="lab: fewer views")
     p.add_argument("--list-cameras", action="store_true", help="list RealSense cameras and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--host", default="127.0.0.1", help="robot: agent / lab address")
+    p.add_argument("--port", type=int, default=7700, help="robot: agent / lab TCP port")
+    p.add_argument("--token-file", type=Path, default=None, help="robot: token file")
+    p.add_argument("--views", type=int, default=10, help="robot: views of the guided path")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,6 +57,13 @@ def run(args: argparse.Namespace) -> int:
         rec: Path | None = Path(tmp) / "recording.db3"
         if args.source == "lab":
             res = run_cli(scan_lab(opt, args.lab_config, rec, args.quick), args.quiet)
+        elif args.source == "robot":
+            from app.workflows.scan_robot import RobotScanPlan, scan_robot
+            from devices.robots.auth import load_token
+            from devices.robots.client import RobotClient
+            with RobotClient(args.host, args.port, load_token(args.token_file)) as robot:
+                res = run_cli(scan_robot(robot, opt, rec, RobotScanPlan(views=args.views)),
+                              args.quiet)
         elif args.source.startswith("realsense"):
             res = run_cli(scan_realsense(opt, rec, args.frames), args.quiet)
         else:

@@ -92,8 +92,15 @@ class ConnectedArm:
         import threading
 
         frames = self.frames()
-        self._primer = threading.Thread(target=lambda: next(frames, None),
-                                        name="scan-camera-prime", daemon=True)
+        self._prime_error: BaseException | None = None
+
+        def prime() -> None:
+            try:
+                next(frames)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by grab()
+                self._prime_error = exc
+
+        self._primer = threading.Thread(target=prime, name="scan-camera-prime", daemon=True)
         self._primer.start()
 
     def fk(self, q: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -101,7 +108,8 @@ class ConnectedArm:
 
     def frames(self) -> Iterator[RGBDFrame]:
         if self._frames is None:
-            self._frames = self.client.camera_frames(self.camera, timeout_s=5.0)
+            # generous: the first frame may wait for the robot side to start its camera
+            self._frames = self.client.camera_frames(self.camera, timeout_s=15.0)
         return self._frames
 
     def solve(self, T_base_camera: NDArray[np.float64], X: NDArray[np.float64],
@@ -138,14 +146,19 @@ class ConnectedArm:
         at its timestamp from the states recorded while it was taken."""
         frames = self.frames()
         if self._primer is not None:
-            self._primer.join(timeout=10.0)
+            self._primer.join(timeout=20.0)
             self._primer = None
+            if self._prime_error is not None:
+                raise self._prime_error
         for _ in range(5):
             traj = self.client.stream(window_s)
             t, q = traj.t, traj.channels["robot/joint_pos"]
             best = None
             for _ in range(12):
-                f = next(frames)
+                f = next(frames, None)
+                if f is None:
+                    raise RobotScanError(f"robot {self.info.name}: camera '{self.camera}' "
+                                         "stream ended")
                 if f.timestamp < t_after or f.timestamp < t[0]:
                     continue
                 if f.timestamp > t[-1]:
@@ -160,10 +173,13 @@ class ConnectedArm:
     def stop(self) -> None:
         """Stop and release the robot; never raises (used in finally blocks)."""
         if self._primer is not None:
-            self._primer.join(timeout=10.0)
+            self._primer.join(timeout=20.0)
             self._primer = None
         if self._frames is not None:
-            self._frames.close()    # type: ignore[attr-defined]
+            try:
+                self._frames.close()    # type: ignore[attr-defined]
+            except ValueError:          # still waiting for its first frame in the primer
+                pass
             self._frames = None
         try:
             if self.client.connected:
