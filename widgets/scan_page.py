@@ -161,6 +161,22 @@ class ScanPage(WorkflowPage):
         return self.controller.project is not None
 
     # --- scanning ---------------------------------------------------------------------------
+    ROBOT_SOURCE = ("Connected robot (guided wrist scan)", "robot")
+
+    def _robot_client(self) -> Any:
+        """The connected robot's protocol client (RobotClient), or None."""
+        from devices.robots.client import RobotClient
+        client = getattr(self.controller.robot_link, "client", None)
+        return client if isinstance(client, RobotClient) and client.connected else None
+
+    def refresh(self) -> None:
+        super().refresh()
+        i = self.source.findData(self.ROBOT_SOURCE[1])
+        if self._robot_client() is not None and i < 0:
+            self.source.insertItem(0, *self.ROBOT_SOURCE)
+        elif self._robot_client() is None and i >= 0:
+            self.source.removeItem(i)
+
     def start_scan(self, source: str | None = None, path: Path | None = None) -> bool:
         key = source or self.source.currentData()
         opt = wf.ScanOptions()
@@ -170,6 +186,13 @@ class ScanPage(WorkflowPage):
         self._rec = Path(tempfile.mkdtemp(prefix="twinbench-scan-")) / "recording.db3"
         if key in ("lab", "lab-quick"):
             job = wf.scan_lab(opt, record=self._rec, quick=key == "lab-quick")
+        elif key == "robot":
+            client = self._robot_client()
+            if client is None:
+                self.status.setText("no robot connected (Devices ▸ connect one first)")
+                return False
+            from app.workflows.scan_robot import scan_robot
+            job = scan_robot(client, opt, record=self._rec)
         elif key == "realsense":
             job = wf.scan_realsense(opt, record=self._rec)
         else:
