@@ -91,7 +91,7 @@ class RobotKinematics:
             ji = pb.getJointInfo(self.body, j, physicsClientId=cid)
             parent = int(ji[16])
             Tp = np.eye(4) if parent < 0 else world[parent]
-            self._chain.append((parent, np.linalg.solve(Tp, world[j]), int(ji[2]),
+            self._chain.append((parent, np.asarray(np.linalg.solve(Tp, world[j]), float), int(ji[2]),
                                 _unit(np.asarray(ji[13], float))))
 
     def _pb_link(self, j: int) -> NDArray[np.float64]:

@@ -255,12 +255,12 @@ def scan_robot(client: RobotClient, options: ScanOptions | None = None,
             pts, cols = sess.tsdf.points()
             try:
                 plane, _ = fit_table_plane(pts, seed=opt.seed, up=np.array([0.0, 0, 1]))
-                clusters = cluster_objects(pts, cols, plane, exclude=opt.exclude)
+                clusters = cluster_objects(pts, cols, plane, exclude=list(opt.exclude))  # type: ignore[arg-type]
             except TwinbenchError as exc:
                 clusters = []
                 yield Progress(None, f"no objects for a second pass ({exc})")
             second = [T for cl in clusters for T in orbit_targets(
-                cl.footprint_centre(plane), plan.object_distance, plan.object_elevation_deg,
+                tuple(cl.footprint_centre(plane)), plan.object_distance, plan.object_elevation_deg,
                 plan.object_views, (-180, 135), base_azimuth_deg=0)]
             more = _camera_poses(arm, second, X, plan, log)
             if cam is not None:
