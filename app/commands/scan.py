@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="robot: agent / lab address")
     p.add_argument("--port", type=int, default=7700, help="robot: agent / lab TCP port")
     p.add_argument("--token-file", type=Path, default=None, help="robot: token file")
-    p.add_argument("--views", type=int, default=10, help="robot: views of the guided path")
+    p.add_argument("--views", type=int, default=8, help="robot: orbit views of the guided path")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -46,11 +46,11 @@ class RobotScanPlan:
     elevation_deg: float = 55.0
     views: int = 8
     azimuth_deg: tuple[float, float] = (-80.0, 80.0)
-    object_views: int = 0            # per object found by the orbit (second pass); 0: none
+    object_views: int = 4            # per object found by the orbit (second pass); 0: none
     object_distance: float = 0.5
     object_elevation_deg: float = 40.0
     camera: str | None = None        # None: the first camera with a nominal mount pose
-    speed_rad_s: float = 0.8         # joint-space speed of the moves
+    speed_rad_s: float = 1.2         # joint-space speed of the moves
     settle_tol_rad: float = 3e-3
     settle_vel_rad_s: float = 0.02
     settle_timeout_s: float = 4.0
