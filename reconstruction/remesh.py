@@ -142,7 +142,10 @@ def _drop_fragments(m: trimesh.Trimesh, keep: float = 0.1) -> trimesh.Trimesh:
         return m
     areas = np.array([q.area for q in parts])
     big = [q for q, a in zip(parts, areas, strict=True) if a >= keep * areas.max()]
-    return trimesh.util.concatenate(big) if len(big) > 1 else big[0]
+    if len(big) == 1:
+        return big[0]
+    out: trimesh.Trimesh = trimesh.util.concatenate(big)  # type: ignore[assignment]
+    return out
 
 
 def _largest(m: trimesh.Trimesh) -> trimesh.Trimesh:

@@ -112,10 +112,11 @@ class TSDFIntegrator:
                 d_img, K, extr, depth_scale=scale, depth_max=s.depth_max,
                 trunc_voxel_multiplier=float(s.trunc_voxels))
             if self._ws_blocks is not None:
-                coords = self._in_workspace(coords)
-                if coords is None:
+                kept = self._in_workspace(coords)
+                if kept is None:
                     self.empty_frames.append(frame.index)
                     return False
+                coords = kept
             self.vbg.integrate(coords, d_img, c_img, K, K, extr, depth_scale=scale,
                                depth_max=s.depth_max, trunc_voxel_multiplier=float(s.trunc_voxels))
         except RuntimeError as exc:

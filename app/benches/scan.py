@@ -76,13 +76,13 @@ def run(quick: bool = False) -> dict[str, Any]:
         times: dict[str, list[float]] = {k: [] for k in igs}
         cpu: dict[str, list[float]] = {k: [] for k in igs}   # all threads: load-independent
         out["load_avg_1min"] = round(os.getloadavg()[0], 2)
-        for j, f in enumerate(frames):
+        for j, fr in enumerate(frames):
             for k, ig in (igs.items() if j % 2 else reversed(igs.items())):
-                t, c = time.perf_counter(), time.process_time()
-                ig.integrate(f, f.T_world_camera)
+                t, c0 = time.perf_counter(), time.process_time()
+                ig.integrate(fr, fr.T_world_camera)
                 if j:
                     times[k].append(time.perf_counter() - t)
-                    cpu[k].append(time.process_time() - c)
+                    cpu[k].append(time.process_time() - c0)
         for k, ig in igs.items():
             out[f"integrate_ms_per_frame{k}"] = round(float(np.median(times[k])) * 1000, 2)
             out[f"integrate_cpu_ms_per_frame{k}"] = round(float(np.median(cpu[k])) * 1000, 2)
