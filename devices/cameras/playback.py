@@ -69,11 +69,21 @@ class PlaybackSource:
         dev = profile.get_device()
         pb = dev.as_playback()
         # The pipeline starts playing in real time; frames can go by before we switch, so
-        # pause, drop what was already delivered, switch, rewind and resume.
-        pb.pause()
-        while pipe.try_wait_for_frames(30)[0]:
-            pass
-        pb.set_real_time(False)
+        # pause, drop what was already delivered, switch, rewind and resume. A short file can
+        # end before the pause on a loaded machine; a stopped playback does not restart on
+        # seek, so start the pipeline again (now switching to non-real-time at once).
+        for attempt in range(3):
+            pb.pause()
+            while pipe.try_wait_for_frames(30)[0]:
+                pass
+            pb.set_real_time(False)
+            if pb.current_status() != rs.playback_status.stopped or attempt == 2:
+                break
+            pipe.stop()
+            profile = pipe.start(cfg)
+            dev = profile.get_device()
+            pb = dev.as_playback()
+            pb.set_real_time(False)
         pb.seek(datetime.timedelta(0))
         pb.resume()
         self._playback = pb
