@@ -69,11 +69,11 @@ def _record_unaligned(path: Path, n: int = 3) -> None:
 
 def test_playback_aligns_depth_to_colour(tmp_path: Path) -> None:
     path = tmp_path / "unaligned.db3"
-    _record_unaligned(path)
+    _record_unaligned(path, n=5)
     with PlaybackSource(path) as pb:
         frames = list(pb.frames())
     # SDK 2.59 playback now and then loses the first frame at start; it must be reported
-    assert len(frames) + len(pb.dropped) == 3 and len(frames) >= 2
+    assert len(frames) + len(pb.dropped) == 5 and len(frames) >= 3
     f = frames[-1]
     assert f.depth.shape == (480, 640) and f.color.shape == (480, 640, 3)
     assert f.intrinsics.fx == pytest.approx(600.0)
