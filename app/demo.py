@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.jobs import Job, Progress
+from app.jobs import Job, Progress, run_to_end
 from app.project import MANIFEST, Project
 from app.session import AppController, data_dir
 from devices.robots.driver import RobotInfo, RobotState
@@ -45,7 +45,21 @@ def ensure_demo_project(root: Path | None = None) -> Project:
     proj.settings["lab_scene"] = DEMO_SCENE
     proj.save()
     log.info("created the demo project at %s", root)
+    _add_demo_twin(proj)
     return proj
+
+
+def _add_demo_twin(proj: Project) -> None:
+    """Give a new demo project something to look at: the procedural demo scan (the lab's
+    box, cylinder and U-block on a table) and a Panda twin built from it (~2 s, once)."""
+    from app.workflows.twin import build_twin  # twins/ (PyBullet) only when needed
+
+    try:
+        twin_id = run_to_end(build_twin(proj, None, procedural=True, name="demo twin"))
+    except TwinbenchError as exc:   # the project itself is fine without it: say so, go on
+        log.warning("demo project: could not build the demo twin (%s)", exc)
+        return
+    log.info("demo project: built twin %s from the procedural demo scan", twin_id)
 
 
 def lab_problem() -> str | None:

@@ -178,10 +178,15 @@ def test_demo_project_created_once_and_never_overwritten(tmp_path: Path, monkeyp
     monkeypatch.setenv("TWINBENCH_DATA_DIR", str(tmp_path / "data"))
     p = demo.ensure_demo_project()
     assert p.root == tmp_path / "data" / "demo" and p.settings["demo"] is True
+    # a new demo project comes with the procedural scan and a twin built from it
+    (scan,) = p.artifacts("scan")
+    (twin,) = p.artifacts("twin")
+    assert twin.inputs == (scan.id,)
+    assert (p.path_of(twin.id) / "twin.json").is_file()
     with p.new_artifact("scan") as f:
         (f / "scan.json").write_text("{}")
     again = demo.ensure_demo_project()
-    assert len(again.artifacts("scan")) == 1
+    assert len(again.artifacts("scan")) == 2 and len(again.artifacts("twin")) == 1
     (p.root / MANIFEST).write_text("{broken")
     with pytest.raises(ProjectError, match="corrupt manifest"):
         demo.ensure_demo_project()
