@@ -8,7 +8,6 @@ channel shapes, format version).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,7 +167,7 @@ class Trajectory:
             "source": self.source,
             "units": dict(self.units),
             "channels": shapes,
-            "meta": _jsonable(dict(self.meta)),
+            "meta": atomic.jsonable(dict(self.meta)),
         }
         atomic.write_json(folder / "meta.json", meta)
 
@@ -210,17 +209,3 @@ class Trajectory:
                 raise DataFileError(f"{data_path}: column {exc} listed in meta.json is missing") from exc
         return cls(t, channels, meta.get("units", {}), meta.get("source", "real"), meta.get("meta", {}))
 
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, (np.floating, float)):
-        f = float(obj)
-        return f if math.isfinite(f) else None
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj

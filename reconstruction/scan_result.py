@@ -109,7 +109,7 @@ class ScanResult:
             data = o.mesh.export(file_type="obj")
             atomic.write_text(folder / "objects" / f"{o.name}.obj",
                               data if isinstance(data, str) else data.decode())
-        atomic.write_json(folder / "scan.json", _clean(self.to_json()))
+        atomic.write_json(folder / "scan.json", atomic.jsonable(self.to_json()))
 
     @classmethod
     def load(cls, folder: Path) -> ScanResult:
@@ -151,20 +151,3 @@ def _load_mesh(path: Path) -> trimesh.Trimesh:
         raise DataFileError(f"{path}: not a triangle mesh")
     return m
 
-
-def _clean(obj: Any) -> Any:
-    """JSON-safe copy: numpy scalars/arrays to Python, NaN/inf to None."""
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _clean(obj.tolist())
-    if isinstance(obj, (np.floating, float)):
-        f = float(obj)
-        return f if np.isfinite(f) else None
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    return obj

@@ -56,3 +56,26 @@ def write_text(path: Path, text: str) -> None:
 def write_json(path: Path, obj: Any) -> None:
     """Atomically write `obj` as indented JSON (NaN is refused: it is not JSON)."""
     write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def jsonable(obj: Any) -> Any:
+    """JSON-safe copy: mappings/sequences recursed, numpy arrays and scalars to Python,
+    NaN/inf to None (JSON has no NaN)."""
+    import math
+
+    import numpy as np
+
+    if isinstance(obj, dict) or hasattr(obj, "items"):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj
