@@ -75,22 +75,8 @@ def close_and_clean(part: trimesh.Trimesh, plane: Plane, triangle_budget: int = 
     warnings: list[str] = []
     if len(part.faces) == 0:
         return part.copy(), 0, ["no surface for this object"], "none"
-    whole = part.copy()
-    boundary = trimesh.grouping.group_rows(whole.edges_sorted, require_count=1)
-    bverts = np.unique(whole.edges_sorted[boundary]) if len(boundary) else np.zeros(0, int)
-    low = bverts[plane.height(whole.vertices[bverts]) < snap_height]
-    if len(low):
-        v = whole.vertices.copy()
-        v[low] = plane.project(v[low])
-        whole.vertices = v
-    m = _largest_piece(part.copy())
-    boundary = trimesh.grouping.group_rows(m.edges_sorted, require_count=1)
-    bverts = np.unique(m.edges_sorted[boundary]) if len(boundary) else np.zeros(0, int)
-    low = bverts[plane.height(m.vertices[bverts]) < snap_height]
-    if len(low):
-        v = m.vertices.copy()
-        v[low] = plane.project(v[low])
-        m.vertices = v
+    whole = _snap_open_ring(part.copy(), plane, snap_height)
+    m = _snap_open_ring(_largest_piece(part.copy()), plane, snap_height)
     holes = _count_holes(m)
     closed = _close(m)
     candidates = [_close(_largest_piece(_decimate(m, int(triangle_budget * 0.95)))),
@@ -112,6 +98,19 @@ def close_and_clean(part: trimesh.Trimesh, plane: Plane, triangle_budget: int = 
         warnings.append(f"{len(filled.faces)} triangles: over the budget of {triangle_budget} "
                         "(simplifying broke watertightness)")
     return filled, holes, warnings, "hole filling"
+
+
+def _snap_open_ring(m: trimesh.Trimesh, plane: Plane, snap_height: float) -> trimesh.Trimesh:
+    """Project boundary vertices lying within `snap_height` of the table onto it (in place;
+    returns `m`), so the open bottom of a scanned object closes flat on the table."""
+    boundary = trimesh.grouping.group_rows(m.edges_sorted, require_count=1)
+    bverts = np.unique(m.edges_sorted[boundary]) if len(boundary) else np.zeros(0, int)
+    low = bverts[plane.height(m.vertices[bverts]) < snap_height]
+    if len(low):
+        v = m.vertices.copy()
+        v[low] = plane.project(v[low])
+        m.vertices = v
+    return m
 
 
 def _decimate(m: trimesh.Trimesh, budget: int) -> trimesh.Trimesh:
