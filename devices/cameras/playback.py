@@ -10,18 +10,17 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from devices.cameras.convert import frameset_to_rgbd
-from devices.cameras.source import CaptureInfo, sdk_version
+from devices.cameras.source import CaptureInfo, OpenCloseSource, sdk_version
 from devices.errors import DataFileError
 from devices.frames import RGBDFrame
 
 SUFFIXES = (".db3", ".bag")
 
 
-class PlaybackSource:
+class PlaybackSource(OpenCloseSource):
     """`CameraSource` reading a recording file frame by frame, as fast as it is consumed."""
 
     def __init__(self, path: Path, align_to_color: bool = True) -> None:
@@ -43,14 +42,6 @@ class PlaybackSource:
     def record_to(self, path: Path) -> None:
         """Re-record what is played (through a software device) to another .db3."""
         self._record = Path(path)
-
-    def __enter__(self) -> PlaybackSource:
-        self.open()
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def open(self) -> None:
         import pyrealsense2 as rs

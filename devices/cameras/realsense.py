@@ -11,11 +11,10 @@ import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from devices.cameras.convert import frameset_to_rgbd, from_rs_intrinsics
-from devices.cameras.source import CameraError, CaptureInfo, sdk_version
+from devices.cameras.source import CameraError, CaptureInfo, OpenCloseSource, sdk_version
 from devices.frames import RGBDFrame
 
 PRESETS = {"default": 1, "hand": 2, "high_accuracy": 3, "high_density": 4, "medium_density": 5}
@@ -43,7 +42,7 @@ def list_devices() -> list[DeviceInfo]:
     return out
 
 
-class RealSenseSource:
+class RealSenseSource(OpenCloseSource):
     """A connected RealSense camera (D400 family) as a `CameraSource`."""
 
     def __init__(self, serial: str | None = None, width: int = 640, height: int = 480,
@@ -59,14 +58,6 @@ class RealSenseSource:
         if self._pipe is not None:
             raise CameraError("record_to must be called before the camera is opened")
         self._record = Path(path)
-
-    def __enter__(self) -> RealSenseSource:
-        self.open()
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
 
     def open(self) -> None:
         import pyrealsense2 as rs

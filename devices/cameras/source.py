@@ -10,11 +10,12 @@ when the source knows them (a .db3 cannot hold them).
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import numpy as np
 
@@ -27,6 +28,27 @@ SIDECAR_FORMAT = "twinbench-capture"
 
 class CameraError(DeviceError):
     """A camera could not be found, opened or read (the message names the device or file)."""
+
+
+class OpenCloseSource(ABC):
+    """Context-manager half shared by sources with `open()`/`close()`: entering opens,
+    leaving closes (whatever happened inside)."""
+
+    @abstractmethod
+    def open(self) -> None:
+        """Open the device or file (idempotent)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the device or file (idempotent)."""
+
+    def __enter__(self) -> Self:
+        self.open()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
 
 
 class CameraSource(Protocol):
