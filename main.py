@@ -11,7 +11,11 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("gui", "demo") or (args[0].startswith("--") and args[0] not in ("--help", "-h")):
+    if (
+        not args
+        or args[0] in ("gui", "demo")
+        or (args[0].startswith("--") and args[0] not in ("--help", "-h"))
+    ):
         from widgets.app import run_gui  # Qt is imported only here
 
         demo = bool(args) and args[0] == "demo"

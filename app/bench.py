@@ -37,7 +37,9 @@ def run_benchmark(name: str, quick: bool = False) -> dict[str, Any]:
     result: dict[str, Any] = dict(mod.run(quick=quick))
     result.setdefault("bench", name)
     result["wall_s"] = round(time.perf_counter() - t0, 3)
-    result["machine"] = f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}"
+    result["machine"] = (
+        f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}"
+    )
     return result
 
 

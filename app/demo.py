@@ -56,7 +56,7 @@ def _add_demo_twin(proj: Project) -> None:
 
     try:
         twin_id = run_to_end(build_twin(proj, None, procedural=True, name="demo twin"))
-    except TwinbenchError as exc:   # the project itself is fine without it: say so, go on
+    except TwinbenchError as exc:  # the project itself is fine without it: say so, go on
         log.warning("demo project: could not build the demo twin (%s)", exc)
         return
     log.info("demo project: built twin %s from the procedural demo scan", twin_id)
@@ -91,8 +91,14 @@ def panda_link_positions(joint_pos: NDArray[np.float64]) -> NDArray[np.float64]:
         ca, sa = np.cos(_PANDA_ALPHA[i]), np.sin(_PANDA_ALPHA[i])
         ct, st = np.cos(th), np.sin(th)
         d, a = _PANDA_D[i], _PANDA_A[i]
-        T = T @ np.array([[ct, -st, 0, a], [st * ca, ct * ca, -sa, -sa * d],
-                          [st * sa, ct * sa, ca, ca * d], [0, 0, 0, 1]])
+        T = T @ np.array(
+            [
+                [ct, -st, 0, a],
+                [st * ca, ct * ca, -sa, -sa * d],
+                [st * sa, ct * sa, ca, ca * d],
+                [0, 0, 0, 1],
+            ]
+        )
         pts.append(T[:3, 3].copy())
     pts.append(T[:3, 3] + PANDA_TOOL_OFFSET_M * T[:3, 2])
     return np.array(pts)
@@ -177,8 +183,10 @@ def start_lab(controller: AppController, scene: str = DEMO_SCENE) -> None:
         controller.attach_robot(link, detail=f"{link.info().name} (virtual lab) at {addr}")
         if link.cameras:
             controller.set_device_status(
-                "camera", "connected",
-                f"virtual lab cameras: {', '.join(link.cameras)} (served by the lab at {addr})")
+                "camera",
+                "connected",
+                f"virtual lab cameras: {', '.join(link.cameras)} (served by the lab at {addr})",
+            )
 
     def failed(msg: str) -> None:
         controller.set_device_status("robot", "error", f"lab not available: {msg}")
@@ -186,8 +194,9 @@ def start_lab(controller: AppController, scene: str = DEMO_SCENE) -> None:
     controller.submit_job("Start virtual lab", lab_job(scene), on_done=done, on_failed=failed)
 
 
-def motion_job(link: LabLink, duration_s: float = 12.0, rate_hz: float = 50.0,
-               amplitude_rad: float = 0.35) -> Job[int]:
+def motion_job(
+    link: LabLink, duration_s: float = 12.0, rate_hz: float = 50.0, amplitude_rad: float = 0.35
+) -> Job[int]:
     """Move the lab arm gently (sinusoids on joints 1, 2 and 4 around the start pose) so the
     live view has something to show; stops (holds) the robot when done or cancelled.
     Returns the number of commands sent."""
@@ -227,8 +236,9 @@ def record_job(link: LabLink, duration_s: float = 5.0) -> Job[Trajectory]:
     yield Progress(None, f"recording {duration_s:.0f} s of robot state…")
     traj: Trajectory = link.client.stream(duration_s)
     # robot/command is NaN where nothing was commanded (by design); measured channels must be finite
-    measured = traj.with_channels(channels={k: v for k, v in traj.channels.items()
-                                            if k != "robot/command"})
+    measured = traj.with_channels(
+        channels={k: v for k, v in traj.channels.items() if k != "robot/command"}
+    )
     measured.check_finite(f"recording from {link.info().name}")
     yield Progress(1.0, f"recorded {len(traj)} states")
     return traj

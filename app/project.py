@@ -222,7 +222,9 @@ class Project:
         if not _ID_RE.match(aid):
             raise ProjectError(f"artifact id '{aid}' must be letters, digits, '.', '_' or '-'")
         if aid in self._artifacts:
-            raise ProjectError(f"{self.root}: artifact '{aid}' already exists (artifacts are immutable)")
+            raise ProjectError(
+                f"{self.root}: artifact '{aid}' already exists (artifacts are immutable)"
+            )
         base = self.root / KINDS[kind]
         base.mkdir(parents=True, exist_ok=True)
         tmp = base / f".tmp-{aid}"

@@ -230,14 +230,16 @@ class AppController:
         """Tell views the open project gained artifacts (call after a workflow wrote one)."""
         self.project_changed.emit(self.project)
 
-    def save_trajectory(self, traj: Trajectory, summary: str = "",
-                        settings: dict[str, Any] | None = None) -> str:
+    def save_trajectory(
+        self, traj: Trajectory, summary: str = "", settings: dict[str, Any] | None = None
+    ) -> str:
         """Store a trajectory as a new artifact of the open project; returns its id."""
         if self.project is None:
             raise ProjectError("no project is open; create or open one before recording")
         meta = {k: v for k, v in traj.meta.items() if isinstance(v, (str, int, float, bool))}
-        with self.project.new_artifact("trajectory", settings={**meta, **(settings or {})},
-                                       summary=summary) as folder:
+        with self.project.new_artifact(
+            "trajectory", settings={**meta, **(settings or {})}, summary=summary
+        ) as folder:
             traj.save(folder)
         aid = self.project.artifacts("trajectory")[-1].id
         log.info("saved trajectory %s (%d samples, %.1f s)", aid, len(traj), traj.duration)

@@ -36,17 +36,32 @@ class Intrinsics:
     def scaled(self, width: int, height: int) -> Intrinsics:
         """The same camera at another resolution."""
         sx, sy = width / self.width, height / self.height
-        return Intrinsics(width, height, self.fx * sx, self.fy * sy, self.cx * sx, self.cy * sy,
-                          self.coeffs)
+        return Intrinsics(
+            width, height, self.fx * sx, self.fy * sy, self.cx * sx, self.cy * sy, self.coeffs
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"width": self.width, "height": self.height, "fx": self.fx, "fy": self.fy,
-                "cx": self.cx, "cy": self.cy, "coeffs": list(self.coeffs)}
+        return {
+            "width": self.width,
+            "height": self.height,
+            "fx": self.fx,
+            "fy": self.fy,
+            "cx": self.cx,
+            "cy": self.cy,
+            "coeffs": list(self.coeffs),
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Intrinsics:
-        return cls(int(d["width"]), int(d["height"]), float(d["fx"]), float(d["fy"]),
-                   float(d["cx"]), float(d["cy"]), tuple(float(c) for c in d.get("coeffs", ())))
+        return cls(
+            int(d["width"]),
+            int(d["height"]),
+            float(d["fx"]),
+            float(d["fy"]),
+            float(d["cx"]),
+            float(d["cy"]),
+            tuple(float(c) for c in d.get("coeffs", ())),
+        )
 
 
 @dataclass(frozen=True)
@@ -58,11 +73,11 @@ class RGBDFrame:
     detect dropped frames.
     """
 
-    color: NDArray[np.uint8]          # (H, W, 3) RGB
-    depth: NDArray[np.uint16]         # (H, W) sensor units
-    depth_scale: float                # metres per depth unit
+    color: NDArray[np.uint8]  # (H, W, 3) RGB
+    depth: NDArray[np.uint16]  # (H, W) sensor units
+    depth_scale: float  # metres per depth unit
     intrinsics: Intrinsics
-    timestamp: float                  # seconds
+    timestamp: float  # seconds
     index: int = 0
     T_world_camera: NDArray[np.float64] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
@@ -86,13 +101,25 @@ class RGBDFrame:
     def save_npz(self, path: Path) -> None:
         """Save as a compressed .npz (for fixtures and debugging; recordings use .db3)."""
         np.savez_compressed(
-            path, color=self.color, depth=self.depth, depth_scale=self.depth_scale,
-            intrinsics=np.array([self.intrinsics.width, self.intrinsics.height,
-                                 self.intrinsics.fx, self.intrinsics.fy,
-                                 self.intrinsics.cx, self.intrinsics.cy]),
-            timestamp=self.timestamp, index=self.index,
-            T_world_camera=(self.T_world_camera if self.T_world_camera is not None
-                            else np.full((4, 4), np.nan)),
+            path,
+            color=self.color,
+            depth=self.depth,
+            depth_scale=self.depth_scale,
+            intrinsics=np.array(
+                [
+                    self.intrinsics.width,
+                    self.intrinsics.height,
+                    self.intrinsics.fx,
+                    self.intrinsics.fy,
+                    self.intrinsics.cx,
+                    self.intrinsics.cy,
+                ]
+            ),
+            timestamp=self.timestamp,
+            index=self.index,
+            T_world_camera=(
+                self.T_world_camera if self.T_world_camera is not None else np.full((4, 4), np.nan)
+            ),
         )
 
     @classmethod
@@ -101,8 +128,14 @@ class RGBDFrame:
             z = np.load(path)
             w, h, fx, fy, cx, cy = z["intrinsics"]
             T = z["T_world_camera"]
-            return cls(z["color"], z["depth"], float(z["depth_scale"]),
-                       Intrinsics(int(w), int(h), fx, fy, cx, cy), float(z["timestamp"]),
-                       int(z["index"]), None if np.isnan(T).any() else T)
+            return cls(
+                z["color"],
+                z["depth"],
+                float(z["depth_scale"]),
+                Intrinsics(int(w), int(h), fx, fy, cx, cy),
+                float(z["timestamp"]),
+                int(z["index"]),
+                None if np.isnan(T).any() else T,
+            )
         except (OSError, KeyError, ValueError) as exc:
             raise DataFileError(f"{path}: not a readable RGBD frame file ({exc})") from exc

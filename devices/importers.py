@@ -46,8 +46,9 @@ def _read_csv(path: Path) -> dict[str, np.ndarray]:
     return {h: data[:, i] for i, h in enumerate(header)}
 
 
-def load_pendulum_csv(measured: Path, desired: Path | None = None, joint: str = "Joint_1",
-                      command: str = "measured") -> Trajectory:
+def load_pendulum_csv(
+    measured: Path, desired: Path | None = None, joint: str = "Joint_1", command: str = "measured"
+) -> Trajectory:
     """Simple pendulum run -> Trajectory with robot/joint_pos [rad], robot/joint_vel
     [rad/s], robot/joint_effort [N*m] (measured torque) and robot/command [N*m]:
     the measured torque (what the motor produced; `command="measured"`) or the desired one
@@ -57,8 +58,11 @@ def load_pendulum_csv(measured: Path, desired: Path | None = None, joint: str = 
     if not np.all(np.diff(t) > 0):
         i = int(np.argmin(np.diff(t) > 0)) + 1
         raise DataFileError(f"{measured}: time is not strictly increasing at row {i + 1}")
-    ch = {"robot/joint_pos": m["position"], "robot/joint_vel": m["velocity"],
-          "robot/joint_effort": m["torque"]}
+    ch = {
+        "robot/joint_pos": m["position"],
+        "robot/joint_vel": m["velocity"],
+        "robot/joint_effort": m["torque"],
+    }
     if command == "measured":
         ch["robot/command"] = m["torque"]
     elif command == "desired":
@@ -74,12 +78,26 @@ def load_pendulum_csv(measured: Path, desired: Path | None = None, joint: str = 
         d = _read_csv(desired)
         if len(d["time"]) == len(t):
             ch["robot/joint_pos_desired"] = d["position"]
-    units = {"robot/joint_pos": "rad", "robot/joint_vel": "rad/s", "robot/joint_effort": "N*m",
-             "robot/command": "N*m", "robot/joint_pos_desired": "rad"}
-    traj = Trajectory(t - t[0], ch, {k: units[k] for k in ch}, "real",
-                      {"name": Path(measured).stem, "joint_names": [joint],
-                       "command_joints": [joint], "device": "dfki simple pendulum",
-                       "file": Path(measured).name})
+    units = {
+        "robot/joint_pos": "rad",
+        "robot/joint_vel": "rad/s",
+        "robot/joint_effort": "N*m",
+        "robot/command": "N*m",
+        "robot/joint_pos_desired": "rad",
+    }
+    traj = Trajectory(
+        t - t[0],
+        ch,
+        {k: units[k] for k in ch},
+        "real",
+        {
+            "name": Path(measured).stem,
+            "joint_names": [joint],
+            "command_joints": [joint],
+            "device": "dfki simple pendulum",
+            "file": Path(measured).name,
+        },
+    )
     traj.check_finite(str(measured))
     return traj
 
@@ -106,11 +124,23 @@ def load_furuta_npz(path: Path, arm: str = "arm", pendulum: str = "pendulum") ->
         raise DataFileError(f"{path}: {len(a)} actions for {len(t)} time samples")
     if len(a) == len(t) - 1:
         a = np.vstack([a, a[-1:]])
-    traj = Trajectory(t - t[0], {"robot/joint_pos": s[:, :2], "robot/joint_vel": s[:, 2:],
-                                 "robot/command": a.astype(float)},
-                      {"robot/joint_pos": "rad", "robot/joint_vel": "rad/s", "robot/command": "V"},
-                      "real", {"name": path.stem, "joint_names": [arm, pendulum],
-                               "command_joints": [arm], "device": "Quanser Qube-Servo 2",
-                               "file": path.name, "rate_hz": float(1 / np.median(np.diff(t)))})
+    traj = Trajectory(
+        t - t[0],
+        {
+            "robot/joint_pos": s[:, :2],
+            "robot/joint_vel": s[:, 2:],
+            "robot/command": a.astype(float),
+        },
+        {"robot/joint_pos": "rad", "robot/joint_vel": "rad/s", "robot/command": "V"},
+        "real",
+        {
+            "name": path.stem,
+            "joint_names": [arm, pendulum],
+            "command_joints": [arm],
+            "device": "Quanser Qube-Servo 2",
+            "file": path.name,
+            "rate_hz": float(1 / np.median(np.diff(t))),
+        },
+    )
     traj.check_finite(str(path))
     return traj

@@ -206,6 +206,9 @@ class Trajectory:
                     [table.column(f"{name}[{k}]").to_numpy() for k in range(int(width))], 1
                 )
             except KeyError as exc:
-                raise DataFileError(f"{data_path}: column {exc} listed in meta.json is missing") from exc
-        return cls(t, channels, meta.get("units", {}), meta.get("source", "real"), meta.get("meta", {}))
-
+                raise DataFileError(
+                    f"{data_path}: column {exc} listed in meta.json is missing"
+                ) from exc
+        return cls(
+            t, channels, meta.get("units", {}), meta.get("source", "real"), meta.get("meta", {})
+        )

@@ -46,8 +46,12 @@ class BoardSpec:
         return self.squares[0] * self.square, self.squares[1] * self.square
 
     def to_dict(self) -> dict[str, Any]:
-        return {"squares": list(self.squares), "square": self.square, "marker": self.marker,
-                "dictionary": self.dictionary}
+        return {
+            "squares": list(self.squares),
+            "square": self.square,
+            "marker": self.marker,
+            "dictionary": self.dictionary,
+        }
 
 
 BOARD = BoardSpec()
@@ -82,15 +86,16 @@ def save_board_png(path: Path, spec: BoardSpec = BOARD, px_per_m: float = 4000.0
 
 @dataclass(frozen=True)
 class BoardView:
-    index: int                          # frame index
+    index: int  # frame index
     T_camera_board: NDArray[np.float64]
-    corners: NDArray[np.float64]        # (N, 2) pixels
+    corners: NDArray[np.float64]  # (N, 2) pixels
     object_points: NDArray[np.float64]  # (N, 3) board frame
     rms_px: float
 
 
-def detect_board(frame: RGBDFrame, spec: BoardSpec = BOARD, min_corners: int = 8
-                 ) -> BoardView | None:
+def detect_board(
+    frame: RGBDFrame, spec: BoardSpec = BOARD, min_corners: int = 8
+) -> BoardView | None:
     """Find the board in a frame; None if it is not (fully enough) visible."""
     gray = cv2.cvtColor(frame.color, cv2.COLOR_RGB2GRAY)
     board = charuco_board(spec)
@@ -121,7 +126,7 @@ class CalibrationResult:
     """A calibration and its per-view residuals (mm / deg / px)."""
 
     method: str
-    T: NDArray[np.float64]                       # T_hand_camera or T_base_camera
+    T: NDArray[np.float64]  # T_hand_camera or T_base_camera
     T_base_board: NDArray[np.float64]
     residual_mm: list[float] = field(default_factory=list)
     residual_deg: list[float] = field(default_factory=list)
@@ -130,13 +135,17 @@ class CalibrationResult:
     warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        return {"method": self.method, "views": self.views,
-                "residual_mm": [round(v, 3) for v in self.residual_mm],
-                "residual_deg": [round(v, 4) for v in self.residual_deg],
-                "reproj_px": [round(v, 3) for v in self.reproj_px],
-                "mean_residual_mm": float(np.mean(self.residual_mm)) if self.residual_mm else None,
-                "max_reproj_px": float(np.max(self.reproj_px)) if self.reproj_px else None,
-                "T_base_board": self.T_base_board.tolist(), "warnings": self.warnings}
+        return {
+            "method": self.method,
+            "views": self.views,
+            "residual_mm": [round(v, 3) for v in self.residual_mm],
+            "residual_deg": [round(v, 4) for v in self.residual_deg],
+            "reproj_px": [round(v, 3) for v in self.reproj_px],
+            "mean_residual_mm": float(np.mean(self.residual_mm)) if self.residual_mm else None,
+            "max_reproj_px": float(np.max(self.reproj_px)) if self.reproj_px else None,
+            "T_base_board": self.T_base_board.tolist(),
+            "warnings": self.warnings,
+        }
 
 
 def _to_vec(T: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -150,32 +159,38 @@ def _to_mat(v: NDArray[np.float64]) -> NDArray[np.float64]:
     return T
 
 
-def _reproject(T_cam_board: NDArray[np.float64], view: BoardView, intr: Intrinsics
-               ) -> NDArray[np.float64]:
+def _reproject(
+    T_cam_board: NDArray[np.float64], view: BoardView, intr: Intrinsics
+) -> NDArray[np.float64]:
     p = view.object_points @ T_cam_board[:3, :3].T + T_cam_board[:3, 3]
     uv = p[:, :2] / p[:, 2:3]
     return np.column_stack([uv[:, 0] * intr.fx + intr.cx, uv[:, 1] * intr.fy + intr.cy])
 
 
-def hand_eye(T_base_hand: Sequence[NDArray[np.float64]], views: Sequence[BoardView],
-             intrinsics: Intrinsics) -> CalibrationResult:
+def hand_eye(
+    T_base_hand: Sequence[NDArray[np.float64]], views: Sequence[BoardView], intrinsics: Intrinsics
+) -> CalibrationResult:
     """Eye-in-hand calibration from robot hand poses and board views of a fixed board.
 
     Needs >= 3 views with rotation between them. Residuals per view: how far that view's
     board pose in the base frame lies from the consensus (mm, deg) and its reprojection RMS.
     """
     if len(views) < 3 or len(views) != len(T_base_hand):
-        raise CalibrationError(f"hand-eye needs >= 3 board views with robot poses, got "
-                               f"{len(views)} views and {len(T_base_hand)} poses")
+        raise CalibrationError(
+            f"hand-eye needs >= 3 board views with robot poses, got "
+            f"{len(views)} views and {len(T_base_hand)} poses"
+        )
     if hasattr(cv2, "calibrateHandEye"):
-        R, t = cv2.calibrateHandEye([T[:3, :3] for T in T_base_hand],
-                                    [T[:3, 3] for T in T_base_hand],
-                                    [v.T_camera_board[:3, :3] for v in views],
-                                    [v.T_camera_board[:3, 3] for v in views],
-                                    method=cv2.CALIB_HAND_EYE_PARK)
+        R, t = cv2.calibrateHandEye(
+            [T[:3, :3] for T in T_base_hand],
+            [T[:3, 3] for T in T_base_hand],
+            [v.T_camera_board[:3, :3] for v in views],
+            [v.T_camera_board[:3, 3] for v in views],
+            method=cv2.CALIB_HAND_EYE_PARK,
+        )
         X = np.eye(4)
         X[:3, :3], X[:3, 3] = R, np.ravel(t)
-    else:   # OpenCV 5.0's Python bindings dropped calibrateHandEye
+    else:  # OpenCV 5.0's Python bindings dropped calibrateHandEye
         X = park_martin(T_base_hand, [v.T_camera_board for v in views])
     boards = [Tb @ X @ v.T_camera_board for Tb, v in zip(T_base_hand, views, strict=True)]
     B = _mean_pose(boards)
@@ -190,7 +205,9 @@ def hand_eye(T_base_hand: Sequence[NDArray[np.float64]], views: Sequence[BoardVi
 
     sol = least_squares(resid, np.concatenate([_to_vec(X), _to_vec(B)]), method="lm")
     X, B = _to_mat(sol.x[:6]), _to_mat(sol.x[6:])
-    res = CalibrationResult("hand_eye_park_martin+reprojection", X, B, views=[v.index for v in views])
+    res = CalibrationResult(
+        "hand_eye_park_martin+reprojection", X, B, views=[v.index for v in views]
+    )
     for Tb, v in zip(T_base_hand, views, strict=True):
         Bi = Tb @ X @ v.T_camera_board
         res.residual_mm.append(float(np.linalg.norm(Bi[:3, 3] - B[:3, 3]) * 1000))
@@ -201,8 +218,9 @@ def hand_eye(T_base_hand: Sequence[NDArray[np.float64]], views: Sequence[BoardVi
     return res
 
 
-def park_martin(T_base_hand: Sequence[NDArray[np.float64]],
-                T_camera_board: Sequence[NDArray[np.float64]]) -> NDArray[np.float64]:
+def park_martin(
+    T_base_hand: Sequence[NDArray[np.float64]], T_camera_board: Sequence[NDArray[np.float64]]
+) -> NDArray[np.float64]:
     """Closed-form AX = XB (Park & Martin 1994) over all view pairs -> T_hand_camera."""
     M = np.zeros((3, 3))
     rows, rhs = [], []
@@ -218,9 +236,11 @@ def park_martin(T_base_hand: Sequence[NDArray[np.float64]],
         motions.append((A, B))
     w, V = np.linalg.eigh(M.T @ M)
     if w.min() < 1e-10:
-        raise CalibrationError("hand-eye: the robot views rotate about one axis only; add "
-                               "views tilted about another axis")
-    R = V @ np.diag(w ** -0.5) @ V.T @ M.T
+        raise CalibrationError(
+            "hand-eye: the robot views rotate about one axis only; add "
+            "views tilted about another axis"
+        )
+    R = V @ np.diag(w**-0.5) @ V.T @ M.T
     for A, B in motions:
         rows.append(A[:3, :3] - np.eye(3))
         rhs.append(R @ B[:3, 3] - A[:3, 3])
@@ -230,8 +250,7 @@ def park_martin(T_base_hand: Sequence[NDArray[np.float64]],
     return X
 
 
-def refine_with_depth(view: BoardView, frame: RGBDFrame, spec: BoardSpec = BOARD
-                      ) -> BoardView:
+def refine_with_depth(view: BoardView, frame: RGBDFrame, spec: BoardSpec = BOARD) -> BoardView:
     """Correct the board's tilt and distance with the depth image.
 
     A far, oblique board's PnP pose is weakest in its tilt and distance; thousands of depth
@@ -242,8 +261,9 @@ def refine_with_depth(view: BoardView, frame: RGBDFrame, spec: BoardSpec = BOARD
     intr, T = frame.intrinsics, view.T_camera_board
     w, h = spec.size_m
     inset = spec.square * 0.5
-    outline = np.array([[inset, inset, 0], [w - inset, inset, 0], [w - inset, h - inset, 0],
-                        [inset, h - inset, 0]])
+    outline = np.array(
+        [[inset, inset, 0], [w - inset, inset, 0], [w - inset, h - inset, 0], [inset, h - inset, 0]]
+    )
     pix = _reproject(T, BoardView(0, T, np.zeros((4, 2)), outline, 0.0), intr)
     mask = np.zeros(frame.depth.shape, np.uint8)
     cv2.fillConvexPoly(mask, np.round(pix).astype(np.int32), 1)
@@ -271,8 +291,12 @@ def refine_with_depth(view: BoardView, frame: RGBDFrame, spec: BoardSpec = BOARD
     return BoardView(view.index, T2, view.corners, view.object_points, rms)
 
 
-def fixed_camera(views: Sequence[BoardView], T_base_board: NDArray[np.float64],
-                 intrinsics: Intrinsics, depth_refined: bool = False) -> CalibrationResult:
+def fixed_camera(
+    views: Sequence[BoardView],
+    T_base_board: NDArray[np.float64],
+    intrinsics: Intrinsics,
+    depth_refined: bool = False,
+) -> CalibrationResult:
     """A fixed camera's T_base_camera from views of a board at a known base pose.
 
     Without depth the pose is refined on the reprojection error; with `depth_refined` views
@@ -283,14 +307,14 @@ def fixed_camera(views: Sequence[BoardView], T_base_board: NDArray[np.float64],
 
     def resid(p: NDArray[np.float64]) -> NDArray[np.float64]:
         T_cb = invert(_to_mat(p)) @ T_base_board
-        return np.concatenate([(_reproject(T_cb, v, intrinsics) - v.corners).ravel()
-                               for v in views])
+        return np.concatenate(
+            [(_reproject(T_cb, v, intrinsics) - v.corners).ravel() for v in views]
+        )
 
     T0 = _mean_pose([T_base_board @ invert(v.T_camera_board) for v in views])
     T = T0 if depth_refined else _to_mat(least_squares(resid, _to_vec(T0), method="lm").x)
     method = "fixed_board_depth_plane" if depth_refined else "fixed_board_reprojection"
-    res = CalibrationResult(method, T, T_base_board,
-                            views=[v.index for v in views])
+    res = CalibrationResult(method, T, T_base_board, views=[v.index for v in views])
     for v in views:
         Ti = T_base_board @ invert(v.T_camera_board)
         res.residual_mm.append(float(np.linalg.norm(Ti[:3, 3] - T[:3, 3]) * 1000))
@@ -308,23 +332,39 @@ def intrinsics_check(views: Sequence[BoardView], intrinsics: Intrinsics) -> dict
     if len(views) < 3:
         return {"checked": False, "why": f"needs >= 3 board views, got {len(views)}"}
     K0 = intrinsics.K.copy()
-    flags = (cv2.CALIB_USE_INTRINSIC_GUESS | cv2.CALIB_FIX_PRINCIPAL_POINT | cv2.CALIB_FIX_K1
-             | cv2.CALIB_FIX_K2 | cv2.CALIB_FIX_K3 | cv2.CALIB_ZERO_TANGENT_DIST)
+    flags = (
+        cv2.CALIB_USE_INTRINSIC_GUESS
+        | cv2.CALIB_FIX_PRINCIPAL_POINT
+        | cv2.CALIB_FIX_K1
+        | cv2.CALIB_FIX_K2
+        | cv2.CALIB_FIX_K3
+        | cv2.CALIB_ZERO_TANGENT_DIST
+    )
     obj = [v.object_points.astype(np.float32) for v in views]
     img = [v.corners.astype(np.float32) for v in views]
-    rms, K, *_ = cv2.calibrateCamera(obj, img, (intrinsics.width, intrinsics.height), K0,
-                                     np.zeros(5), flags=flags)
+    rms, K, *_ = cv2.calibrateCamera(
+        obj, img, (intrinsics.width, intrinsics.height), K0, np.zeros(5), flags=flags
+    )
     rel = max(abs(K[0, 0] / intrinsics.fx - 1), abs(K[1, 1] / intrinsics.fy - 1))
-    return {"checked": True, "fx": float(K[0, 0]), "fy": float(K[1, 1]),
-            "stated_fx": intrinsics.fx, "stated_fy": intrinsics.fy,
-            "relative_error": float(rel), "rms_px": float(rms), "ok": bool(rel < 0.02)}
+    return {
+        "checked": True,
+        "fx": float(K[0, 0]),
+        "fy": float(K[1, 1]),
+        "stated_fx": intrinsics.fx,
+        "stated_fy": intrinsics.fy,
+        "relative_error": float(rel),
+        "rms_px": float(rms),
+        "ok": bool(rel < 0.02),
+    }
 
 
 def _flag_outliers(res: CalibrationResult) -> None:
     for i, (px, idx) in enumerate(zip(res.reproj_px, res.views, strict=True)):
         if px > 2.0:
-            res.warnings.append(f"view {idx}: reprojection {px:.2f} px (> 2 px); check the "
-                                "intrinsics or drop this view")
+            res.warnings.append(
+                f"view {idx}: reprojection {px:.2f} px (> 2 px); check the "
+                "intrinsics or drop this view"
+            )
         if res.residual_mm and res.residual_mm[i] > 10.0:
             res.warnings.append(f"view {idx}: {res.residual_mm[i]:.1f} mm from the consensus")
 
@@ -336,8 +376,9 @@ def _mean_pose(Ts: Sequence[NDArray[np.float64]]) -> NDArray[np.float64]:
     return T
 
 
-def workspace_frame(plane: NDArray[np.float64], origin_near: NDArray[np.float64]
-                    ) -> NDArray[np.float64]:
+def workspace_frame(
+    plane: NDArray[np.float64], origin_near: NDArray[np.float64]
+) -> NDArray[np.float64]:
     """T_base_workspace: z = table normal, origin = `origin_near` projected onto the table,
     x = base x projected onto the table."""
     n = np.asarray(plane[:3], float)
@@ -354,24 +395,33 @@ def workspace_frame(plane: NDArray[np.float64], origin_near: NDArray[np.float64]
     return T
 
 
-def paint_board(frame: RGBDFrame, T_camera_board: NDArray[np.float64], spec: BoardSpec = BOARD,
-                occlusion_tol: float = 0.02) -> RGBDFrame:
+def paint_board(
+    frame: RGBDFrame,
+    T_camera_board: NDArray[np.float64],
+    spec: BoardSpec = BOARD,
+    occlusion_tol: float = 0.02,
+) -> RGBDFrame:
     """A copy of `frame` with a flat board drawn at `T_camera_board` (a sticker: depth
     unchanged). Pixels whose measured depth is nearer than the board by more than
     `occlusion_tol` are occluders and keep their colour. For simulated calibration data."""
     intr = frame.intrinsics
     ppm = 4000.0
     img = board_image(spec, ppm)
-    S = np.diag([1 / ppm, 1 / ppm, 1.0])                 # board px -> board metres
+    S = np.diag([1 / ppm, 1 / ppm, 1.0])  # board px -> board metres
     M = T_camera_board[:3, [0, 1, 3]]
     H = intr.K @ M @ S
     if T_camera_board[2, 3] <= 0:
         return frame
     w, h = intr.width, intr.height
-    warped = cv2.warpPerspective(img, H, (w, h), flags=cv2.INTER_AREA,
-                                 borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-    mask = cv2.warpPerspective(np.full(img.shape, 255, np.uint8), H, (w, h),
-                               flags=cv2.INTER_NEAREST, borderValue=0) > 0
+    warped = cv2.warpPerspective(
+        img, H, (w, h), flags=cv2.INTER_AREA, borderMode=cv2.BORDER_CONSTANT, borderValue=0
+    )
+    mask = (
+        cv2.warpPerspective(
+            np.full(img.shape, 255, np.uint8), H, (w, h), flags=cv2.INTER_NEAREST, borderValue=0
+        )
+        > 0
+    )
     # depth of the board plane along each pixel ray
     n = T_camera_board[:3, 2]
     p0 = T_camera_board[:3, 3]
@@ -381,9 +431,20 @@ def paint_board(frame: RGBDFrame, T_camera_board: NDArray[np.float64], spec: Boa
     z_meas = frame.depth_m
     visible = mask & ((z_meas == 0) | (z_meas > z_board - occlusion_tol))
     color = frame.color.copy()
-    shade = frame.color.mean(axis=2, keepdims=True) / 255.0 * 0.4 + 0.6   # keep scene light
+    shade = frame.color.mean(axis=2, keepdims=True) / 255.0 * 0.4 + 0.6  # keep scene light
     painted = (warped[..., None].astype(np.float32) * shade).clip(0, 255).astype(np.uint8)
-    color[visible] = painted[visible].repeat(1, axis=-1) if painted.shape[-1] == 3 else \
-        np.repeat(painted[visible], 3, axis=-1)
-    return RGBDFrame(color, frame.depth, frame.depth_scale, frame.intrinsics, frame.timestamp,
-                     frame.index, frame.T_world_camera, dict(frame.meta))
+    color[visible] = (
+        painted[visible].repeat(1, axis=-1)
+        if painted.shape[-1] == 3
+        else np.repeat(painted[visible], 3, axis=-1)
+    )
+    return RGBDFrame(
+        color,
+        frame.depth,
+        frame.depth_scale,
+        frame.intrinsics,
+        frame.timestamp,
+        frame.index,
+        frame.T_world_camera,
+        dict(frame.meta),
+    )

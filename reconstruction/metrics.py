@@ -10,8 +10,9 @@ from scipy.optimize import linear_sum_assignment
 from scipy.spatial import cKDTree
 
 
-def surface_distances(a: trimesh.Trimesh, b: trimesh.Trimesh, n: int = 30000, seed: int = 0
-                      ) -> tuple[np.ndarray, np.ndarray]:
+def surface_distances(
+    a: trimesh.Trimesh, b: trimesh.Trimesh, n: int = 30000, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """(distances a->b, distances b->a) between area-uniform surface samples, metres."""
     rng = np.random.default_rng(seed)
     pa = _sample(a, n, rng)
@@ -29,8 +30,9 @@ def _sample(m: trimesh.Trimesh, n: int, rng: np.random.Generator) -> np.ndarray:
     return tri[:, 0] + r[:, :1] * (tri[:, 1] - tri[:, 0]) + r[:, 1:] * (tri[:, 2] - tri[:, 0])
 
 
-def chamfer_fscore(a: trimesh.Trimesh, b: trimesh.Trimesh, tau: float = 0.005
-                   ) -> tuple[float, float]:
+def chamfer_fscore(
+    a: trimesh.Trimesh, b: trimesh.Trimesh, tau: float = 0.005
+) -> tuple[float, float]:
     """Symmetric mean Chamfer distance (m) and F-score at `tau` (m)."""
     d1, d2 = surface_distances(a, b)
     p, r = float((d1 < tau).mean()), float((d2 < tau).mean())
@@ -38,13 +40,18 @@ def chamfer_fscore(a: trimesh.Trimesh, b: trimesh.Trimesh, tau: float = 0.005
     return float((d1.mean() + d2.mean()) / 2), f
 
 
-def match_objects(found: Sequence[trimesh.Trimesh], truth: Mapping[str, trimesh.Trimesh],
-                  max_dist: float = 0.06) -> list[tuple[int, str]]:
+def match_objects(
+    found: Sequence[trimesh.Trimesh], truth: Mapping[str, trimesh.Trimesh], max_dist: float = 0.06
+) -> list[tuple[int, str]]:
     """Pairs (found index, truth name) by footprint-centre distance (Hungarian)."""
     names = list(truth)
     if not found or not names:
         return []
-    C = np.array([[np.linalg.norm(f.bounds.mean(0)[:2] - truth[n].bounds.mean(0)[:2])
-                   for n in names] for f in found])
+    C = np.array(
+        [
+            [np.linalg.norm(f.bounds.mean(0)[:2] - truth[n].bounds.mean(0)[:2]) for n in names]
+            for f in found
+        ]
+    )
     rows, cols = linear_sum_assignment(C)
     return [(int(r), names[c]) for r, c in zip(rows, cols, strict=True) if C[r, c] < max_dist]

@@ -24,13 +24,13 @@ from reconstruction.segment import Cluster, Plane
 
 @dataclass
 class ObjectMesh:
-    mesh: trimesh.Trimesh                 # in the object frame
-    T_world_object: NDArray[np.float64]   # origin on the table under the object, z = plane normal
+    mesh: trimesh.Trimesh  # in the object frame
+    T_world_object: NDArray[np.float64]  # origin on the table under the object, z = plane normal
     watertight: bool
     holes_filled: int
     triangles_before: int
     warnings: list[str]
-    method: str = "hole filling"          # or "voxel remesh" (the watertight last resort)
+    method: str = "hole filling"  # or "voxel remesh" (the watertight last resort)
 
 
 def object_frame(points: NDArray[np.float64], plane: Plane) -> NDArray[np.float64]:
@@ -51,23 +51,36 @@ def object_frame(points: NDArray[np.float64], plane: Plane) -> NDArray[np.float6
     return T
 
 
-def cut_object(scene: trimesh.Trimesh, cluster: Cluster, plane: Plane, radius: float = 0.008,
-               cut_height: float = 0.004) -> trimesh.Trimesh:
+def cut_object(
+    scene: trimesh.Trimesh,
+    cluster: Cluster,
+    plane: Plane,
+    radius: float = 0.008,
+    cut_height: float = 0.004,
+) -> trimesh.Trimesh:
     """Faces of `scene` near the cluster's points and above `cut_height` (world frame)."""
     v = scene.vertices
     tree = cKDTree(cluster.points)
     near, _ = tree.query(v, distance_upper_bound=radius)
     near = np.isfinite(near) & (plane.height(v) > cut_height)
     faces = scene.faces[near[scene.faces].all(axis=1)]
-    sub = trimesh.Trimesh(v, faces, vertex_colors=scene.visual.vertex_colors
-                          if scene.visual.kind == "vertex" else None, process=False)
+    sub = trimesh.Trimesh(
+        v,
+        faces,
+        vertex_colors=scene.visual.vertex_colors if scene.visual.kind == "vertex" else None,
+        process=False,
+    )
     sub.remove_unreferenced_vertices()
     return sub
 
 
-def close_and_clean(part: trimesh.Trimesh, plane: Plane, triangle_budget: int = 5000,
-                    snap_height: float = 0.015, remesh_pitch: float = 0.002
-                    ) -> tuple[trimesh.Trimesh, int, list[str], str]:
+def close_and_clean(
+    part: trimesh.Trimesh,
+    plane: Plane,
+    triangle_budget: int = 5000,
+    snap_height: float = 0.015,
+    remesh_pitch: float = 0.002,
+) -> tuple[trimesh.Trimesh, int, list[str], str]:
     """Snap the open bottom ring onto the plane, fill holes, keep the largest piece, simplify.
     When that cannot give a watertight mesh, remesh from a filled voxel occupancy of the
     whole part (`remesh.voxel_remesh`), which is watertight by construction.
@@ -79,24 +92,32 @@ def close_and_clean(part: trimesh.Trimesh, plane: Plane, triangle_budget: int = 
     m = _snap_open_ring(_largest_piece(part.copy()), plane, snap_height)
     holes = _count_holes(m)
     closed = _close(m)
-    candidates = [_close(_largest_piece(_decimate(m, int(triangle_budget * 0.95)))),
-                  _close(_decimate(closed, triangle_budget)), closed]
+    candidates = [
+        _close(_largest_piece(_decimate(m, int(triangle_budget * 0.95)))),
+        _close(_decimate(closed, triangle_budget)),
+        closed,
+    ]
     ok = [c for c in candidates if c.is_watertight]
     fits = [c for c in ok if len(c.faces) <= triangle_budget]
     filled = fits[0] if fits else ok[0] if ok else candidates[-1]
     if not filled.is_watertight:
-        remeshed, notes = voxel_remesh(whole, plane, triangle_budget, pitch=remesh_pitch,
-                                       base_height=snap_height)
+        remeshed, notes = voxel_remesh(
+            whole, plane, triangle_budget, pitch=remesh_pitch, base_height=snap_height
+        )
         if remeshed is not None and remeshed.is_watertight:
-            warnings.append("hole filling left the mesh open: remeshed from a "
-                            f"{remesh_pitch * 1000:.0f} mm voxel occupancy (" +
-                            "; ".join(notes) + ")")
+            warnings.append(
+                "hole filling left the mesh open: remeshed from a "
+                f"{remesh_pitch * 1000:.0f} mm voxel occupancy (" + "; ".join(notes) + ")"
+            )
             return remeshed, holes, warnings, "voxel remesh"
-        warnings.append("mesh is not watertight after hole filling; voxel remesh failed: " +
-                        "; ".join(notes))
+        warnings.append(
+            "mesh is not watertight after hole filling; voxel remesh failed: " + "; ".join(notes)
+        )
     elif len(filled.faces) > triangle_budget:
-        warnings.append(f"{len(filled.faces)} triangles: over the budget of {triangle_budget} "
-                        "(simplifying broke watertightness)")
+        warnings.append(
+            f"{len(filled.faces)} triangles: over the budget of {triangle_budget} "
+            "(simplifying broke watertightness)"
+        )
     return filled, holes, warnings, "hole filling"
 
 
@@ -117,8 +138,9 @@ def _decimate(m: trimesh.Trimesh, budget: int) -> trimesh.Trimesh:
     if len(m.faces) <= budget:
         return m
     lm = _to_legacy(m).simplify_quadric_decimation(target_number_of_triangles=int(budget))
-    out = trimesh.Trimesh(np.asarray(lm.vertices).copy(), np.asarray(lm.triangles).copy(),
-                          process=True)
+    out = trimesh.Trimesh(
+        np.asarray(lm.vertices).copy(), np.asarray(lm.triangles).copy(), process=True
+    )
     out.remove_unreferenced_vertices()
     return out
 
@@ -144,25 +166,34 @@ def _close(m: trimesh.Trimesh) -> trimesh.Trimesh:
         filled.merge_vertices()
         filled = _largest_piece(filled)
     if filled.is_watertight and filled.volume < 0:
-        filled = trimesh.Trimesh(filled.vertices.copy(), filled.faces[:, ::-1].copy(),
-                                 process=False)
+        filled = trimesh.Trimesh(
+            filled.vertices.copy(), filled.faces[:, ::-1].copy(), process=False
+        )
     return filled
 
 
-def extract_object(scene: trimesh.Trimesh, cluster: Cluster, plane: Plane,
-                   triangle_budget: int = 5000, voxel: float = 0.004) -> ObjectMesh:
+def extract_object(
+    scene: trimesh.Trimesh,
+    cluster: Cluster,
+    plane: Plane,
+    triangle_budget: int = 5000,
+    voxel: float = 0.004,
+) -> ObjectMesh:
     """Cut, close, clean and express one object in its own frame. The cut sits 1.5 voxels
     above the table, below which the TSDF blends the object into the table."""
     part = cut_object(scene, cluster, plane, radius=2 * voxel, cut_height=1.5 * voxel)
     tri_before = len(part.faces)
-    mesh, holes, warnings, method = close_and_clean(part, plane, triangle_budget,
-                                                    snap_height=3.5 * voxel)
+    mesh, holes, warnings, method = close_and_clean(
+        part, plane, triangle_budget, snap_height=3.5 * voxel
+    )
     T = object_frame(cluster.points, plane)
     Tinv = np.linalg.inv(T)
-    mesh = trimesh.Trimesh(mesh.vertices @ Tinv[:3, :3].T + Tinv[:3, 3], mesh.faces.copy(),
-                           process=False)
-    return ObjectMesh(mesh, T, bool(mesh.is_watertight), holes, tri_before,
-                      [*cluster.warnings, *warnings], method)
+    mesh = trimesh.Trimesh(
+        mesh.vertices @ Tinv[:3, :3].T + Tinv[:3, 3], mesh.faces.copy(), process=False
+    )
+    return ObjectMesh(
+        mesh, T, bool(mesh.is_watertight), holes, tri_before, [*cluster.warnings, *warnings], method
+    )
 
 
 def _largest_piece(m: trimesh.Trimesh) -> trimesh.Trimesh:
@@ -230,7 +261,7 @@ def fill_holes_fan(m: trimesh.Trimesh) -> trimesh.Trimesh:
                 break
         if len(loop) < 3:
             continue
-        ring = np.asarray(loop[::-1])   # cap faces run against the open edges
+        ring = np.asarray(loop[::-1])  # cap faces run against the open edges
         tris = ear_clip(_plane_coords(m.vertices[ring]))
         if tris is not None:
             new_faces.append(ring[tris])
@@ -255,7 +286,9 @@ def ear_clip(poly: NDArray[np.float64]) -> NDArray[np.int64] | None:
     Returns (n-2, 3) indices into `poly`, or None if the polygon is not simple enough."""
     n = len(poly)
     idx = list(range(n))
-    area2 = float(np.sum(poly[:, 0] * np.roll(poly[:, 1], -1) - np.roll(poly[:, 0], -1) * poly[:, 1]))
+    area2 = float(
+        np.sum(poly[:, 0] * np.roll(poly[:, 1], -1) - np.roll(poly[:, 0], -1) * poly[:, 1])
+    )
     sign = 1.0 if area2 >= 0 else -1.0
     out: list[tuple[int, int, int]] = []
 
@@ -270,7 +303,7 @@ def ear_clip(poly: NDArray[np.float64]) -> NDArray[np.int64] | None:
             i0, i1, i2 = idx[k - 1], idx[k], idx[(k + 1) % len(idx)]
             a, b, c = poly[i0], poly[i1], poly[i2]
             if sign * cross(a, b, c) <= 1e-14:
-                continue   # reflex or degenerate corner
+                continue  # reflex or degenerate corner
             others = [j for j in idx if j not in (i0, i1, i2)]
             q = poly[others]
             if len(q):
@@ -293,4 +326,5 @@ def ear_clip(poly: NDArray[np.float64]) -> NDArray[np.int64] | None:
 def _to_legacy(m: trimesh.Trimesh) -> o3d.geometry.TriangleMesh:
     return o3d.geometry.TriangleMesh(
         o3d.utility.Vector3dVector(np.array(m.vertices, dtype=np.float64, copy=True)),
-        o3d.utility.Vector3iVector(np.array(m.faces, dtype=np.int32, copy=True)))
+        o3d.utility.Vector3iVector(np.array(m.faces, dtype=np.int32, copy=True)),
+    )

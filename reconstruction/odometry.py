@@ -16,14 +16,14 @@ from devices.frames import RGBDFrame
 
 
 class Odometry:
-    def __init__(self, depth_max: float = 1.5, min_fitness: float = 0.3,
-                 max_step_m: float = 0.15) -> None:
+    def __init__(
+        self, depth_max: float = 1.5, min_fitness: float = 0.3, max_step_m: float = 0.15
+    ) -> None:
         self.depth_max, self.min_fitness, self.max_step_m = depth_max, min_fitness, max_step_m
         self._prev: o3d.t.geometry.RGBDImage | None = None
         self._pose = np.eye(4)
-        self._motion = np.eye(4)       # last frame-to-frame motion: the next initial guess
-        self._crit = [o3d.t.pipelines.odometry.OdometryConvergenceCriteria(i)
-                      for i in (30, 20, 10)]
+        self._motion = np.eye(4)  # last frame-to-frame motion: the next initial guess
+        self._crit = [o3d.t.pipelines.odometry.OdometryConvergenceCriteria(i) for i in (30, 20, 10)]
 
     def _rgbd(self, f: RGBDFrame) -> o3d.t.geometry.RGBDImage:
         color = o3d.t.geometry.Image(o3c.Tensor(np.ascontiguousarray(f.color)))
@@ -39,9 +39,15 @@ class Odometry:
         K = o3c.Tensor(f.intrinsics.K, o3c.float64)
         try:
             res = o3d.t.pipelines.odometry.rgbd_odometry_multi_scale(
-                cur, self._prev, K, o3c.Tensor(self._motion), 1.0 / f.depth_scale,
-                self.depth_max, self._crit,
-                o3d.t.pipelines.odometry.Method.Hybrid)
+                cur,
+                self._prev,
+                K,
+                o3c.Tensor(self._motion),
+                1.0 / f.depth_scale,
+                self.depth_max,
+                self._crit,
+                o3d.t.pipelines.odometry.Method.Hybrid,
+            )
         except RuntimeError as exc:
             return None, f"tracking failed ({exc})"
         T = res.transformation.numpy()

@@ -21,9 +21,14 @@ from skimage.measure import marching_cubes
 from reconstruction.segment import Plane
 
 
-def voxel_remesh(part: trimesh.Trimesh, plane: Plane, triangle_budget: int = 5000,
-                 pitch: float = 0.002, close_voxels: int = 2, base_height: float = 0.015
-                 ) -> tuple[trimesh.Trimesh | None, list[str]]:
+def voxel_remesh(
+    part: trimesh.Trimesh,
+    plane: Plane,
+    triangle_budget: int = 5000,
+    pitch: float = 0.002,
+    close_voxels: int = 2,
+    base_height: float = 0.015,
+) -> tuple[trimesh.Trimesh | None, list[str]]:
     """A watertight mesh (world frame) of the solid under `part` down to `plane`. Surface
     lower than `base_height` above the plane (the cut-off foot of the walls) is extended
     down to the plane. Returns (None, [why]) only when `part` has no surface to remesh."""
@@ -36,7 +41,7 @@ def voxel_remesh(part: trimesh.Trimesh, plane: Plane, triangle_budget: int = 500
     best: trimesh.Trimesh | None = None
     for k, p in enumerate((pitch, 1.5 * pitch, 2 * pitch, 3 * pitch)):
         local = _surface_samples(part, p) - origin
-        local = local @ B                                       # plane frame: z = height
+        local = local @ B  # plane frame: z = height
         local[:, 2] = np.maximum(local[:, 2], 0.0)
         solid, lo, how = _solid(local, p, close_voxels, base_height)
         if solid is None:
@@ -45,7 +50,7 @@ def voxel_remesh(part: trimesh.Trimesh, plane: Plane, triangle_budget: int = 500
         if mesh is None:
             continue
         v = mesh.vertices.copy()
-        up = v[:, 2] > 0.5 * p                                  # the bottom cap stays on z = 0
+        up = v[:, 2] > 0.5 * p  # the bottom cap stays on z = 0
         v[up] -= 0.5 * p * mesh.vertex_normals[up]
         v[:, 2] = np.maximum(v[:, 2], 0.0)
         mesh = trimesh.Trimesh(v @ B.T + origin, mesh.faces, process=False)
@@ -66,13 +71,15 @@ def decimate_watertight(m: trimesh.Trimesh, budget: int) -> trimesh.Trimesh | No
     """Quadric decimation to `budget` triangles; None if the result is not watertight."""
     lm = o3d.geometry.TriangleMesh(
         o3d.utility.Vector3dVector(np.array(m.vertices, dtype=np.float64)),
-        o3d.utility.Vector3iVector(np.array(m.faces, dtype=np.int32)))
+        o3d.utility.Vector3iVector(np.array(m.faces, dtype=np.int32)),
+    )
     for target in (budget, int(budget * 0.9), int(budget * 0.75)):
         s = lm.simplify_quadric_decimation(target_number_of_triangles=target)
         s.remove_degenerate_triangles()
         s.remove_unreferenced_vertices()
-        out = trimesh.Trimesh(np.asarray(s.vertices).copy(), np.asarray(s.triangles).copy(),
-                              process=True)
+        out = trimesh.Trimesh(
+            np.asarray(s.vertices).copy(), np.asarray(s.triangles).copy(), process=True
+        )
         if len(out.faces) <= budget and out.is_watertight and out.is_winding_consistent:
             return _outward(out)
     return None
@@ -80,15 +87,17 @@ def decimate_watertight(m: trimesh.Trimesh, budget: int) -> trimesh.Trimesh | No
 
 def _surface_samples(m: trimesh.Trimesh, pitch: float) -> NDArray[np.float64]:
     """Vertices of `m` subdivided until every edge is shorter than half a voxel."""
-    v, _ = trimesh.remesh.subdivide_to_size(np.asarray(m.vertices), np.asarray(m.faces),
-                                            max_edge=pitch / 2, max_iter=12)
+    v, _ = trimesh.remesh.subdivide_to_size(
+        np.asarray(m.vertices), np.asarray(m.faces), max_edge=pitch / 2, max_iter=12
+    )
     return np.asarray(v, dtype=np.float64)
 
 
-def _solid(local: NDArray[np.float64], p: float, r: int, base: float
-           ) -> tuple[NDArray[np.bool_] | None, NDArray[np.float64], str]:
+def _solid(
+    local: NDArray[np.float64], p: float, r: int, base: float
+) -> tuple[NDArray[np.bool_] | None, NDArray[np.float64], str]:
     """Occupancy (x, y, z) of the filled object, its lower corner, and how it was filled."""
-    local = local[local[:, 2] < 1.0]                            # ignore absurd heights
+    local = local[local[:, 2] < 1.0]  # ignore absurd heights
     if len(local) == 0:
         return None, np.zeros(3), ""
     pad = r + 2
@@ -104,11 +113,12 @@ def _solid(local: NDArray[np.float64], p: float, r: int, base: float
     shell |= (zs <= bottom[:, :, None]) & (bottom[:, :, None] * p < base)
     disk = ndimage.generate_binary_structure(2, 1)
     foot = ndimage.binary_fill_holes(ndimage.binary_closing(shell.any(axis=2), disk, r))
-    shell[:, :, 0] |= foot                                      # the bottom cap on the table
+    shell[:, :, 0] |= foot  # the bottom cap on the table
     ball = ndimage.generate_binary_structure(3, 1)
     # the cap repeated below the table, so the closing's erosion does not eat the bottom
-    closed = ndimage.binary_closing(np.pad(shell, ((0, 0), (0, 0), (r, 0)), mode="edge"),
-                                    ball, r)[:, :, r:]
+    closed = ndimage.binary_closing(np.pad(shell, ((0, 0), (0, 0), (r, 0)), mode="edge"), ball, r)[
+        :, :, r:
+    ]
     solid = ndimage.binary_fill_holes(closed) | shell
     if solid.sum() > 1.2 * closed.sum():
         return solid, lo, "the enclosed volume"
@@ -118,10 +128,11 @@ def _solid(local: NDArray[np.float64], p: float, r: int, base: float
     return closed | (zs <= top[:, :, None]), lo, "columns (surface did not enclose a volume)"
 
 
-def _marching_cubes(solid: NDArray[np.bool_], lo: NDArray[np.float64], p: float
-                    ) -> trimesh.Trimesh | None:
+def _marching_cubes(
+    solid: NDArray[np.bool_], lo: NDArray[np.float64], p: float
+) -> trimesh.Trimesh | None:
     field = ndimage.gaussian_filter(solid.astype(np.float32), sigma=0.6)
-    field = np.pad(field, 1)                                    # closed by construction
+    field = np.pad(field, 1)  # closed by construction
     field[:, :, 0] = 0.0
     if field.max() <= 0.5:
         return None

@@ -12,11 +12,12 @@ from scipy.spatial.transform import Rotation
 
 from devices.poses import invert
 
-FK = Callable[[NDArray[np.float64]], NDArray[np.float64]]   # joint_pos -> T_base_hand
+FK = Callable[[NDArray[np.float64]], NDArray[np.float64]]  # joint_pos -> T_base_hand
 
 
-def look_at(eye: NDArray[np.floating], target: NDArray[np.floating],
-            up: Sequence[float] = (0.0, 0.0, 1.0)) -> NDArray[np.float64]:
+def look_at(
+    eye: NDArray[np.floating], target: NDArray[np.floating], up: Sequence[float] = (0.0, 0.0, 1.0)
+) -> NDArray[np.float64]:
     """T_base_camera of an OpenCV camera (z forward, y down) at `eye` looking at `target`."""
     e, t = np.asarray(eye, float), np.asarray(target, float)
     z = (t - e) / np.linalg.norm(t - e)
@@ -29,24 +30,33 @@ def look_at(eye: NDArray[np.floating], target: NDArray[np.floating],
     return T
 
 
-def orbit_targets(center: Sequence[float], distance: float, elevation_deg: float, n: int,
-                  azimuth_deg: tuple[float, float] = (-60.0, 60.0),
-                  base_azimuth_deg: float = 180.0) -> list[NDArray[np.float64]]:
+def orbit_targets(
+    center: Sequence[float],
+    distance: float,
+    elevation_deg: float,
+    n: int,
+    azimuth_deg: tuple[float, float] = (-60.0, 60.0),
+    base_azimuth_deg: float = 180.0,
+) -> list[NDArray[np.float64]]:
     """`n` camera poses on an arc around `center` at `distance` m, looking at it."""
     c = np.asarray(center, float)
     el = np.radians(elevation_deg)
     out = []
     for a in np.radians(base_azimuth_deg + np.linspace(*azimuth_deg, n)):
-        eye = c + distance * np.array([np.cos(el) * np.cos(a), np.cos(el) * np.sin(a),
-                                       np.sin(el)])
+        eye = c + distance * np.array([np.cos(el) * np.cos(a), np.cos(el) * np.sin(a), np.sin(el)])
         out.append(look_at(eye, c))
     return out
 
 
-def solve_view(fk: FK, q0: NDArray[np.float64], T_base_camera: NDArray[np.float64],
-               T_hand_camera: NDArray[np.float64], lower: NDArray[np.float64],
-               upper: NDArray[np.float64], roll_free: bool = True
-               ) -> tuple[NDArray[np.float64], float, float]:
+def solve_view(
+    fk: FK,
+    q0: NDArray[np.float64],
+    T_base_camera: NDArray[np.float64],
+    T_hand_camera: NDArray[np.float64],
+    lower: NDArray[np.float64],
+    upper: NDArray[np.float64],
+    roll_free: bool = True,
+) -> tuple[NDArray[np.float64], float, float]:
     """Joint positions putting the camera at `T_base_camera` (roll about the optical axis
     free if `roll_free`). Returns (q, position error m, viewing-axis error deg)."""
     target_hand = T_base_camera @ invert(T_hand_camera)

@@ -35,8 +35,8 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 @dataclass(frozen=True)
 class ScannedObject:
     name: str
-    mesh: trimesh.Trimesh                  # object frame
-    T_base_object: NDArray[np.float64]     # 4x4
+    mesh: trimesh.Trimesh  # object frame
+    T_base_object: NDArray[np.float64]  # 4x4
     color: tuple[int, int, int] = (180, 180, 180)
     watertight: bool = False
     stats: dict[str, Any] = field(default_factory=dict)
@@ -52,13 +52,13 @@ class ScanResult:
     """A reconstructed workspace in the robot base frame."""
 
     scene_mesh: trimesh.Trimesh
-    table_plane: NDArray[np.float64] | None          # (4,) n x, n y, n z, d (n.p + d = 0)
+    table_plane: NDArray[np.float64] | None  # (4,) n x, n y, n z, d (n.p + d = 0)
     objects: tuple[ScannedObject, ...]
-    T_base_camera: NDArray[np.float64] | None        # fixed camera, or the hand-eye for wrist
-    calibration: dict[str, Any] = field(default_factory=dict)   # method, residuals, errors
-    quality: dict[str, Any] = field(default_factory=dict)       # frames, skipped, timings
+    T_base_camera: NDArray[np.float64] | None  # fixed camera, or the hand-eye for wrist
+    calibration: dict[str, Any] = field(default_factory=dict)  # method, residuals, errors
+    quality: dict[str, Any] = field(default_factory=dict)  # frames, skipped, timings
     warnings: tuple[str, ...] = ()
-    capture: dict[str, Any] = field(default_factory=dict)       # sdk version, intrinsics, ...
+    capture: dict[str, Any] = field(default_factory=dict)  # sdk version, intrinsics, ...
 
     def object(self, name: str) -> ScannedObject:
         for o in self.objects:
@@ -78,8 +78,10 @@ class ScanResult:
         return replace(self, objects=tuple(o for o in self.objects if o.name != name))
 
     def recolored(self, name: str, color: tuple[int, int, int]) -> ScanResult:
-        objs = tuple(replace(o, color=tuple(int(c) for c in color)) if o.name == name else o
-                     for o in self.objects)
+        objs = tuple(
+            replace(o, color=tuple(int(c) for c in color)) if o.name == name else o
+            for o in self.objects
+        )
         return replace(self, objects=objs)
 
     # --- files -----------------------------------------------------------------------------
@@ -88,16 +90,28 @@ class ScanResult:
             return None if T is None else np.asarray(T, float).tolist()
 
         return {
-            "format": FORMAT, "format_version": FORMAT_VERSION,
-            "table_plane": None if self.table_plane is None else
-            [float(v) for v in self.table_plane],
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "table_plane": None
+            if self.table_plane is None
+            else [float(v) for v in self.table_plane],
             "T_base_camera": mat(self.T_base_camera),
-            "objects": [{"name": o.name, "file": f"objects/{o.name}.obj",
-                         "T_base_object": mat(o.T_base_object), "color": list(o.color),
-                         "watertight": o.watertight, "triangles": int(len(o.mesh.faces)),
-                         "stats": o.stats} for o in self.objects],
-            "calibration": self.calibration, "quality": self.quality,
-            "warnings": list(self.warnings), "capture": self.capture,
+            "objects": [
+                {
+                    "name": o.name,
+                    "file": f"objects/{o.name}.obj",
+                    "T_base_object": mat(o.T_base_object),
+                    "color": list(o.color),
+                    "watertight": o.watertight,
+                    "triangles": int(len(o.mesh.faces)),
+                    "stats": o.stats,
+                }
+                for o in self.objects
+            ],
+            "calibration": self.calibration,
+            "quality": self.quality,
+            "warnings": list(self.warnings),
+            "capture": self.capture,
         }
 
     def save(self, folder: Path) -> None:
@@ -107,8 +121,10 @@ class ScanResult:
         atomic.write_bytes(folder / "mesh.ply", self.scene_mesh.export(file_type="ply"))
         for o in self.objects:
             data = o.mesh.export(file_type="obj")
-            atomic.write_text(folder / "objects" / f"{o.name}.obj",
-                              data if isinstance(data, str) else data.decode())
+            atomic.write_text(
+                folder / "objects" / f"{o.name}.obj",
+                data if isinstance(data, str) else data.decode(),
+            )
         atomic.write_json(folder / "scan.json", atomic.jsonable(self.to_json()))
 
     @classmethod
@@ -123,21 +139,35 @@ class ScanResult:
         if d.get("format") != FORMAT:
             raise DataFileError(f"{jpath}: not a Twinbench scan (format field)")
         if int(d.get("format_version", 0)) > FORMAT_VERSION:
-            raise DataFileError(f"{jpath}: scan format {d['format_version']} is newer than "
-                                f"this Twinbench supports ({FORMAT_VERSION})")
+            raise DataFileError(
+                f"{jpath}: scan format {d['format_version']} is newer than "
+                f"this Twinbench supports ({FORMAT_VERSION})"
+            )
         scene = _load_mesh(folder / "mesh.ply")
         objs = []
         for o in d.get("objects", []):
-            objs.append(ScannedObject(
-                str(o["name"]), _load_mesh(folder / o["file"]),
-                np.asarray(o["T_base_object"], float), tuple(o.get("color", (180,) * 3)),
-                bool(o.get("watertight", False)), dict(o.get("stats", {}))))
+            objs.append(
+                ScannedObject(
+                    str(o["name"]),
+                    _load_mesh(folder / o["file"]),
+                    np.asarray(o["T_base_object"], float),
+                    tuple(o.get("color", (180,) * 3)),
+                    bool(o.get("watertight", False)),
+                    dict(o.get("stats", {})),
+                )
+            )
         T = d.get("T_base_camera")
         plane = d.get("table_plane")
-        return cls(scene, None if plane is None else np.asarray(plane, float), tuple(objs),
-                   None if T is None else np.asarray(T, float), dict(d.get("calibration", {})),
-                   dict(d.get("quality", {})), tuple(d.get("warnings", [])),
-                   dict(d.get("capture", {})))
+        return cls(
+            scene,
+            None if plane is None else np.asarray(plane, float),
+            tuple(objs),
+            None if T is None else np.asarray(T, float),
+            dict(d.get("calibration", {})),
+            dict(d.get("quality", {})),
+            tuple(d.get("warnings", [])),
+            dict(d.get("capture", {})),
+        )
 
 
 def _load_mesh(path: Path) -> trimesh.Trimesh:
@@ -150,4 +180,3 @@ def _load_mesh(path: Path) -> trimesh.Trimesh:
     if not isinstance(m, trimesh.Trimesh):
         raise DataFileError(f"{path}: not a triangle mesh")
     return m
-

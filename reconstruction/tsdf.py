@@ -30,15 +30,15 @@ from reconstruction.errors import ReconstructionError
 
 @dataclass(frozen=True)
 class TSDFSettings:
-    voxel_size: float = 0.004        # m
-    block_resolution: int = 8        # 8^3 voxels per block: fewer idle voxels than 16^3
-    block_count: int = 4000          # initial capacity; the hash map grows when full
-    depth_min: float = 0.1           # m, nearer depth is ignored
-    depth_max: float = 1.1           # m, farther depth is ignored (the floor, walls)
-    trunc_voxels: float = 4.0        # truncation distance in voxels (3 scanned worse in the lab)
-    weight_threshold: float = 2.0    # frames a voxel needs before it appears in the mesh
-    compact: bool = False            # uint16 weight/colour: half the memory, ~25 % slower
-    table_z: float | None = 0.0      # world z centred in a block layer; None: grid at origin
+    voxel_size: float = 0.004  # m
+    block_resolution: int = 8  # 8^3 voxels per block: fewer idle voxels than 16^3
+    block_count: int = 4000  # initial capacity; the hash map grows when full
+    depth_min: float = 0.1  # m, nearer depth is ignored
+    depth_max: float = 1.1  # m, farther depth is ignored (the floor, walls)
+    trunc_voxels: float = 4.0  # truncation distance in voxels (3 scanned worse in the lab)
+    weight_threshold: float = 2.0  # frames a voxel needs before it appears in the mesh
+    compact: bool = False  # uint16 weight/colour: half the memory, ~25 % slower
+    table_z: float | None = 0.0  # world z centred in a block layer; None: grid at origin
     workspace: tuple[tuple[float, float, float], tuple[float, float, float]] | None = None
     # world-frame box (lo, hi), m: blocks entirely outside are not integrated
 
@@ -63,11 +63,15 @@ class TSDFIntegrator:
         self.device = o3c.Device("CPU:0")
         self.vbg = o3d.t.geometry.VoxelBlockGrid(
             attr_names=("tsdf", "weight", "color"),
-            attr_dtypes=(o3c.float32, o3c.uint16, o3c.uint16) if s.compact
+            attr_dtypes=(o3c.float32, o3c.uint16, o3c.uint16)
+            if s.compact
             else (o3c.float32, o3c.float32, o3c.float32),
             attr_channels=((1,), (1,), (3,)),
-            voxel_size=s.voxel_size, block_resolution=s.block_resolution,
-            block_count=s.block_count, device=self.device)
+            voxel_size=s.voxel_size,
+            block_resolution=s.block_resolution,
+            block_count=s.block_count,
+            device=self.device,
+        )
         self.frames_integrated = 0
         self.empty_frames: list[int] = []
         self._shift = s.grid_shift
@@ -76,8 +80,10 @@ class TSDFIntegrator:
             lo, hi = (np.asarray(b, float) + [0.0, 0.0, self._shift] for b in s.workspace)
             if not (hi > lo).all():
                 raise ReconstructionError(f"TSDF workspace {s.workspace}: lo must be < hi")
-            self._ws_blocks = (np.floor(lo / s.block_size).astype(np.int64),
-                               np.floor(hi / s.block_size).astype(np.int64))
+            self._ws_blocks = (
+                np.floor(lo / s.block_size).astype(np.int64),
+                np.floor(hi / s.block_size).astype(np.int64),
+            )
 
     def integrate(self, frame: RGBDFrame, T_world_camera: NDArray[np.float64]) -> bool:
         """Fuse one frame seen from `T_world_camera` (4x4). Returns False (and remembers the
@@ -89,19 +95,21 @@ class TSDFIntegrator:
         if depth.shape != frame.color.shape[:2]:
             raise ReconstructionError(
                 f"frame {frame.index}: depth {depth.shape} and colour {frame.color.shape[:2]} "
-                "differ in size; align depth to colour first")
+                "differ in size; align depth to colour first"
+            )
         scale = 1.0 / frame.depth_scale
         dmin_units = s.depth_min * scale
-        sub = depth[::2, ::2]                  # a quarter of the pixels decide "no depth"
+        sub = depth[::2, ::2]  # a quarter of the pixels decide "no depth"
         valid = (sub > dmin_units) & (sub < s.depth_max * scale)
         if np.count_nonzero(valid) < 0.001 * sub.size:
             self.empty_frames.append(frame.index)
             return False
         if dmin_units > 1:
-            depth = depth * (depth > dmin_units)    # nearer than depth_min: no depth
+            depth = depth * (depth > dmin_units)  # nearer than depth_min: no depth
         # zero-copy views of the frame's arrays (Open3D only reads them)
-        d_img = o3d.t.geometry.Image(o3c.Tensor.from_numpy(
-            np.ascontiguousarray(depth, dtype=np.uint16)))
+        d_img = o3d.t.geometry.Image(
+            o3c.Tensor.from_numpy(np.ascontiguousarray(depth, dtype=np.uint16))
+        )
         c_img = o3d.t.geometry.Image(o3c.Tensor.from_numpy(np.ascontiguousarray(frame.color)))
         K = o3c.Tensor(frame.intrinsics.K, o3c.float64)
         T_grid_camera = np.array(T_world_camera, dtype=np.float64)
@@ -109,23 +117,38 @@ class TSDFIntegrator:
         extr = o3c.Tensor(invert(T_grid_camera), o3c.float64)
         try:
             coords = self.vbg.compute_unique_block_coordinates(
-                d_img, K, extr, depth_scale=scale, depth_max=s.depth_max,
-                trunc_voxel_multiplier=float(s.trunc_voxels))
+                d_img,
+                K,
+                extr,
+                depth_scale=scale,
+                depth_max=s.depth_max,
+                trunc_voxel_multiplier=float(s.trunc_voxels),
+            )
             if self._ws_blocks is not None:
                 kept = self._in_workspace(coords)
                 if kept is None:
                     self.empty_frames.append(frame.index)
                     return False
                 coords = kept
-            self.vbg.integrate(coords, d_img, c_img, K, K, extr, depth_scale=scale,
-                               depth_max=s.depth_max, trunc_voxel_multiplier=float(s.trunc_voxels))
+            self.vbg.integrate(
+                coords,
+                d_img,
+                c_img,
+                K,
+                K,
+                extr,
+                depth_scale=scale,
+                depth_max=s.depth_max,
+                trunc_voxel_multiplier=float(s.trunc_voxels),
+            )
         except RuntimeError as exc:
             if "No block is touched" in str(exc):
                 self.empty_frames.append(frame.index)
                 return False
             raise ReconstructionError(
                 f"frame {frame.index}: TSDF integration failed ({exc}); the volume may be full "
-                f"(block_count={s.block_count}) — use a larger voxel size or fewer frames") from exc
+                f"(block_count={s.block_count}) — use a larger voxel size or fewer frames"
+            ) from exc
         self.frames_integrated += 1
         return True
 
@@ -144,8 +167,11 @@ class TSDFIntegrator:
         if self.frames_integrated == 0:
             return trimesh.Trimesh(np.zeros((0, 3)), np.zeros((0, 3), dtype=np.int64))
         m = self.vbg.extract_triangle_mesh(weight_threshold=self._weight_threshold())
-        v = m.vertex.positions.numpy().astype(np.float64) if "positions" in m.vertex else \
-            np.zeros((0, 3))
+        v = (
+            m.vertex.positions.numpy().astype(np.float64)
+            if "positions" in m.vertex
+            else np.zeros((0, 3))
+        )
         v[:, 2] -= self._shift
         if len(v) == 0 or "indices" not in m.triangle:
             return trimesh.Trimesh(np.zeros((0, 3)), np.zeros((0, 3), dtype=np.int64))

@@ -28,8 +28,14 @@ sys.exit(code)
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("QT_QPA_PLATFORM", None)
-    return subprocess.run([sys.executable, "-c", _PROBE, *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", _PROBE, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_help_lists_design_commands_without_qt() -> None:

@@ -34,6 +34,14 @@ sys.exit(1 if failed else 0)
 
 
 def test_core_packages_import_without_qt() -> None:
-    res = subprocess.run([sys.executable, "-c", _BLOCK_QT], cwd=REPO, capture_output=True,
-                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert res.returncode == 0, f"modules needing Qt below widgets/:\n{res.stdout}\n{res.stderr[-2000:]}"
+    res = subprocess.run(
+        [sys.executable, "-c", _BLOCK_QT],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert res.returncode == 0, (
+        f"modules needing Qt below widgets/:\n{res.stdout}\n{res.stderr[-2000:]}"
+    )

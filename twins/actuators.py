@@ -55,9 +55,14 @@ def configure_joints(world: TwinWorld) -> None:
             ids.append(world.joint_index[j.name])
             friction.append(v[f"robot.joints.{j.name}.friction"])
     if ids:
-        pb.setJointMotorControlArray(world.robot_id, ids, pb.VELOCITY_CONTROL,
-                                     targetVelocities=[0.0] * len(ids), forces=friction,
-                                     physicsClientId=cid)
+        pb.setJointMotorControlArray(
+            world.robot_id,
+            ids,
+            pb.VELOCITY_CONTROL,
+            targetVelocities=[0.0] * len(ids),
+            forces=friction,
+            physicsClientId=cid,
+        )
 
 
 def hold_initial(world: TwinWorld) -> None:
@@ -100,7 +105,9 @@ class Actuators:
         self.pd = np.flatnonzero(m == "pd")
         self.tq = np.flatnonzero((m == "torque") | (m == "dc_motor"))
         ids = np.array(world.joint_ids(self.joints), dtype=int)
-        self.sv_ids, self.pd_ids, self.tq_ids = (ids[g].tolist() for g in (self.sv, self.pd, self.tq))
+        self.sv_ids, self.pd_ids, self.tq_ids = (
+            ids[g].tolist() for g in (self.sv, self.pd, self.tq)
+        )
         self.step_ids = self.pd_ids + self.tq_ids
 
         def arr(idx: np.ndarray, key: str, default: float = 0.0) -> np.ndarray:
@@ -114,13 +121,18 @@ class Actuators:
         self.pd_force = arr(self.pd, "effort_limit")
         # torque-like models: tau = a * clip(u, -ulim, ulim) + b, then clip(tau, -e, e)
         is_dc = np.array([self.models[i] == "dc_motor" for i in self.tq], dtype=bool)
-        kt = arr(self.tq, "gear_ratio", 1.0) * arr(self.tq, "k_emf", 1.0) / arr(self.tq, "resistance", 1.0)
+        kt = (
+            arr(self.tq, "gear_ratio", 1.0)
+            * arr(self.tq, "k_emf", 1.0)
+            / arr(self.tq, "resistance", 1.0)
+        )
         self.tq_a = np.where(is_dc, kt, arr(self.tq, "gain", 1.0))
         self.tq_b = np.where(is_dc, 0.0, arr(self.tq, "bias"))
         self.tq_ulim = np.where(is_dc, arr(self.tq, "voltage_limit", np.inf), np.inf)
         self.tq_elim = np.where(is_dc, np.inf, arr(self.tq, "effort_limit", np.inf))
-        self.emf = np.array([emf_damping(v, joints[i]) if self.models[i] == "dc_motor" else 0.0
-                             for i in self.tq])
+        self.emf = np.array(
+            [emf_damping(v, joints[i]) if self.models[i] == "dc_motor" else 0.0 for i in self.tq]
+        )
         self.latency = np.array([v.get(f"robot.actuators.{j}.latency", 0.0) for j in joints])
         self.needs_per_step = bool(len(self.step_ids))
         self._pd_target = np.zeros(len(self.pd))
@@ -130,8 +142,10 @@ class Actuators:
         """TwinError unless `unit` is what every commanded joint's model accepts."""
         for j, model in zip(self.joints, self.models, strict=True):
             if unit not in COMMAND_UNITS[model]:
-                raise TwinError(f"command unit '{unit}' does not fit joint '{j}', whose "
-                                f"'{model}' actuator takes {' or '.join(COMMAND_UNITS[model])}")
+                raise TwinError(
+                    f"command unit '{unit}' does not fit joint '{j}', whose "
+                    f"'{model}' actuator takes {' or '.join(COMMAND_UNITS[model])}"
+                )
 
     def hold_command(self, q: np.ndarray) -> np.ndarray:
         """Command that holds position `q` for servos and applies nothing elsewhere."""
@@ -150,9 +164,16 @@ class Actuators:
         u = np.asarray(u)
         if len(self.sv):
             pb.setJointMotorControlArray(
-                self.rid, self.sv_ids, pb.POSITION_CONTROL, targetPositions=u[self.sv].tolist(),
-                targetVelocities=[0.0] * len(self.sv), positionGains=self.sv_kp,
-                velocityGains=self.sv_kd, forces=self.sv_force, physicsClientId=self.cid)
+                self.rid,
+                self.sv_ids,
+                pb.POSITION_CONTROL,
+                targetPositions=u[self.sv].tolist(),
+                targetVelocities=[0.0] * len(self.sv),
+                positionGains=self.sv_kp,
+                velocityGains=self.sv_kd,
+                forces=self.sv_force,
+                physicsClientId=self.cid,
+            )
         if len(self.pd):
             self._pd_target = u[self.pd]
         if len(self.tq):
@@ -163,12 +184,17 @@ class Actuators:
             st = pb.getJointStates(self.rid, self.pd_ids, physicsClientId=self.cid)
             q = np.array([s[0] for s in st])
             qd = np.array([s[1] for s in st])
-            tau = np.clip(self.kp * (self._pd_target - q) - self.kd * qd,
-                          -self.pd_force, self.pd_force).tolist() + self._tau
+            tau = (
+                np.clip(
+                    self.kp * (self._pd_target - q) - self.kd * qd, -self.pd_force, self.pd_force
+                ).tolist()
+                + self._tau
+            )
         else:
             tau = self._tau
-        pb.setJointMotorControlArray(self.rid, self.step_ids, pb.TORQUE_CONTROL, forces=tau,
-                                     physicsClientId=self.cid)
+        pb.setJointMotorControlArray(
+            self.rid, self.step_ids, pb.TORQUE_CONTROL, forces=tau, physicsClientId=self.cid
+        )
 
     def effort(self, u: np.ndarray, q: np.ndarray, qd: np.ndarray) -> np.ndarray:
         """Joint torque the models produce for command u at state (q, qd); servo joints

@@ -27,10 +27,17 @@ from twins.inertia import principal_axes
 from twins.spec import ObjectSpec, TwinSpec
 from twins.urdf import loadable_urdf
 
-ROBOT_GROUP = 4   # collision filter bit of the robot's links (PyBullet: 1 dynamic, 2 static)
+ROBOT_GROUP = 4  # collision filter bit of the robot's links (PyBullet: 1 dynamic, 2 static)
 STATIC_GROUP = 2
-_DYN = {"mass": 0, "friction": 1, "restitution": 5, "rolling_friction": 6,
-        "spinning_friction": 7, "contact_damping": 8, "contact_stiffness": 9}
+_DYN = {
+    "mass": 0,
+    "friction": 1,
+    "restitution": 5,
+    "rolling_friction": 6,
+    "spinning_friction": 7,
+    "contact_damping": 8,
+    "contact_stiffness": 9,
+}
 
 
 @dataclass(frozen=True)
@@ -46,8 +53,10 @@ class BodyRef:
 def _check(param: str, wrote: Any, got: Any, rtol: float = 1e-5, atol: float = 1e-9) -> None:
     w, g = np.asarray(wrote, float), np.asarray(got, float)
     if w.shape != g.shape or not np.allclose(w, g, rtol=rtol, atol=atol):
-        raise TwinError(f"parameter '{param}': wrote {np.round(w, 9).tolist()} but PyBullet "
-                        f"reports {np.round(g, 9).tolist()} (value ignored by the engine)")
+        raise TwinError(
+            f"parameter '{param}': wrote {np.round(w, 9).tolist()} but PyBullet "
+            f"reports {np.round(g, 9).tolist()} (value ignored by the engine)"
+        )
 
 
 class TwinWorld:
@@ -62,8 +71,8 @@ class TwinWorld:
         self.robot_id: int | None = None
         self.joint_index: dict[str, int] = {}
         self.link_index: dict[str, int] = {}
-        self.sleepers: list[str] = []   # objects at rest at the start: asleep after reset
-        self._woken: set[str] = set()   # sleepers woken since (kept awake until reset)
+        self.sleepers: list[str] = []  # objects at rest at the start: asleep after reset
+        self._woken: set[str] = set()  # sleepers woken since (kept awake until reset)
         try:
             self._build()
         except BaseException:
@@ -110,8 +119,9 @@ class TwinWorld:
         cid = self.cid
         for i in range(pb.getNumBodies(physicsClientId=cid)):
             bid = pb.getBodyUniqueId(i, physicsClientId=cid)
-            pb.resetBasePositionAndOrientation(bid, (1e3 * (i + 1), 1e3, 1e3), (0, 0, 0, 1),
-                                               physicsClientId=cid)
+            pb.resetBasePositionAndOrientation(
+                bid, (1e3 * (i + 1), 1e3, 1e3), (0, 0, 0, 1), physicsClientId=cid
+            )
         pb.performCollisionDetection(physicsClientId=cid)
 
     def save_state(self) -> int:
@@ -132,9 +142,13 @@ class TwinWorld:
         # With substeps PyBullet splits fixedTimeStep into numSubSteps internal steps.
         # deterministicOverlappingPairs costs ~20 % of step rate but without it two rollouts
         # from the same restored state differ (tests/twins/test_builder.py).
-        pb.setPhysicsEngineParameter(fixedTimeStep=dt, numSubSteps=sub if sub > 1 else 0,
-                                     numSolverIterations=it, deterministicOverlappingPairs=1,
-                                     physicsClientId=cid)
+        pb.setPhysicsEngineParameter(
+            fixedTimeStep=dt,
+            numSubSteps=sub if sub > 1 else 0,
+            numSolverIterations=it,
+            deterministicOverlappingPairs=1,
+            physicsClientId=cid,
+        )
         pb.setGravity(0, 0, -v["sim.gravity"], physicsClientId=cid)
         got = pb.getPhysicsEngineParameters(physicsClientId=cid)
         _check("sim.time_step", dt, got["fixedTimeStep"])
@@ -177,27 +191,35 @@ class TwinWorld:
         kw: dict[str, float] = {}
         if "friction" in want:
             kw["lateralFriction"] = want["friction"]
-        for k, arg in (("rolling_friction", "rollingFriction"),
-                       ("spinning_friction", "spinningFriction"), ("restitution", "restitution"),
-                       ("contact_stiffness", "contactStiffness"),
-                       ("contact_damping", "contactDamping")):
+        for k, arg in (
+            ("rolling_friction", "rollingFriction"),
+            ("spinning_friction", "spinningFriction"),
+            ("restitution", "restitution"),
+            ("contact_stiffness", "contactStiffness"),
+            ("contact_damping", "contactDamping"),
+        ):
             if k in want:
                 kw[arg] = want[k]
-        pb.changeDynamics(body, link, linearDamping=0.0, angularDamping=0.0, **kw,
-                          physicsClientId=self.cid)
+        pb.changeDynamics(
+            body, link, linearDamping=0.0, angularDamping=0.0, **kw, physicsClientId=self.cid
+        )
         info = pb.getDynamicsInfo(body, link, physicsClientId=self.cid)
         for k, val in want.items():
             _check(f"{prefix}.{k}", val, info[_DYN[k]])
 
     def _object(self, obj: ObjectSpec, prefix: str) -> None:
         cid, sh = self.cid, obj.shape
-        frame = {"collisionFramePosition": sh.collision_pose[:3],
-                 "collisionFrameOrientation": sh.collision_pose[3:], "physicsClientId": cid}
+        frame = {
+            "collisionFramePosition": sh.collision_pose[:3],
+            "collisionFrameOrientation": sh.collision_pose[3:],
+            "physicsClientId": cid,
+        }
         if sh.kind == "box":
             col = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=sh.size, **frame)
         elif sh.kind == "cylinder":
-            col = pb.createCollisionShape(pb.GEOM_CYLINDER, radius=sh.size[0], height=sh.size[1],
-                                          **frame)
+            col = pb.createCollisionShape(
+                pb.GEOM_CYLINDER, radius=sh.size[0], height=sh.size[1], **frame
+            )
         elif sh.kind == "sphere":
             col = pb.createCollisionShape(pb.GEOM_SPHERE, radius=sh.size[0], **frame)
         else:
@@ -207,8 +229,9 @@ class TwinWorld:
                 if not f.is_file():
                     raise TwinError(f"object '{obj.name}': collision hull file {f} is missing")
                 files.append(str(f))
-            col = pb.createCollisionShapeArray([pb.GEOM_MESH] * len(files), fileNames=files,
-                                               physicsClientId=cid)
+            col = pb.createCollisionShapeArray(
+                [pb.GEOM_MESH] * len(files), fileNames=files, physicsClientId=cid
+            )
         if col < 0:
             raise TwinError(f"object '{obj.name}': PyBullet could not create its collision shape")
         Ib = np.asarray(obj.inertia_per_kg).reshape(3, 3)
@@ -224,16 +247,18 @@ class TwinWorld:
         else:
             mass = self.values[f"{prefix}.density"] * obj.volume
         pose = np.asarray(obj.pose)
-        bid = pb.createMultiBody(mass, col, -1, pose[:3], pose[3:], com_pose[:3], com_pose[3:],
-                                 physicsClientId=cid)
+        bid = pb.createMultiBody(
+            mass, col, -1, pose[:3], pose[3:], com_pose[:3], com_pose[3:], physicsClientId=cid
+        )
         if bid < 0:
             raise TwinError(f"object '{obj.name}': PyBullet could not create the body")
         self.bodies[obj.name] = BodyRef(obj.name, bid, T_body_com, np.linalg.inv(T_body_com))
         if not obj.static:
             pname = f"{prefix}.{obj.mass_from}"
             pb.changeDynamics(bid, -1, mass=mass, physicsClientId=cid)
-            pb.changeDynamics(bid, -1, localInertiaDiagonal=(diag * mass).tolist(),
-                              physicsClientId=cid)
+            pb.changeDynamics(
+                bid, -1, localInertiaDiagonal=(diag * mass).tolist(), physicsClientId=cid
+            )
             info = pb.getDynamicsInfo(bid, -1, physicsClientId=cid)
             _check(pname, mass, info[0])
             _check(f"{pname} (inertia)", diag * mass, info[2])
@@ -248,8 +273,14 @@ class TwinWorld:
         self.notes += [n for n in notes if n not in r.notes] + list(r.notes)
         flags = pb.URDF_USE_INERTIA_FROM_FILE | pb.URDF_MAINTAIN_LINK_ORDER
         try:
-            rid = pb.loadURDF(str(loadable), r.base_pose[:3], r.base_pose[3:],
-                              useFixedBase=r.fixed_base, flags=flags, physicsClientId=cid)
+            rid = pb.loadURDF(
+                str(loadable),
+                r.base_pose[:3],
+                r.base_pose[3:],
+                useFixedBase=r.fixed_base,
+                flags=flags,
+                physicsClientId=cid,
+            )
         except pb.error as exc:
             raise TwinError(f"{path}: PyBullet cannot load this URDF ({exc})") from None
         self.robot_id = rid
@@ -263,8 +294,9 @@ class TwinWorld:
         if r.fixed_base:  # bolted down: its base touching the table must not push the arm
             for env in ("ground", "table"):
                 if env in self.bodies:
-                    pb.setCollisionFilterPair(rid, self.bodies[env].body_id, -1, -1, 0,
-                                              physicsClientId=cid)
+                    pb.setCollisionFilterPair(
+                        rid, self.bodies[env].body_id, -1, -1, 0, physicsClientId=cid
+                    )
         self.link_index[pb.getBodyInfo(rid, physicsClientId=cid)[0].decode()] = -1
         for j in range(pb.getNumJoints(rid, physicsClientId=cid)):
             info = pb.getJointInfo(rid, j, physicsClientId=cid)
@@ -273,15 +305,19 @@ class TwinWorld:
         for js in r.joints:
             if js.name not in self.joint_index:
                 raise TwinError(f"{path}: joint '{js.name}' named by the twin is not in the URDF")
-        armature = {self.joint_index[j.name]: (j.name, v[f"robot.joints.{j.name}.armature"])
-                    for j in r.joints}
+        armature = {
+            self.joint_index[j.name]: (j.name, v[f"robot.joints.{j.name}.armature"])
+            for j in r.joints
+        }
         for ln in r.links:
             if ln not in self.link_index:
                 raise TwinError(f"{path}: link '{ln}' named by the twin is not in the URDF")
             li = self.link_index[ln]
             if li == -1 and r.fixed_base:
-                raise TwinError(f"parameter 'robot.links.{ln}.mass': the fixed base link does "
-                                "not move and cannot take a mass in PyBullet")
+                raise TwinError(
+                    f"parameter 'robot.links.{ln}.mass': the fixed base link does "
+                    "not move and cannot take a mass in PyBullet"
+                )
             info0 = pb.getDynamicsInfo(rid, li, physicsClientId=cid)
             m0, diag0 = info0[0], np.asarray(info0[2])
             m = v[f"robot.links.{ln}.mass"]
@@ -290,8 +326,10 @@ class TwinWorld:
             if arm > 0:
                 jinfo = pb.getJointInfo(rid, li, physicsClientId=cid)
                 if jinfo[2] == pb.JOINT_PRISMATIC:
-                    raise TwinError(f"parameter 'robot.joints.{jname}.armature': armature is "
-                                    "modelled for revolute joints only")
+                    raise TwinError(
+                        f"parameter 'robot.joints.{jname}.armature': armature is "
+                        "modelled for revolute joints only"
+                    )
                 axis = Rotation.from_quat(info0[4]).inv().apply(np.asarray(jinfo[13]))
                 diag = diag + arm * axis**2
             # Order matters: a mass change makes PyBullet recompute the inertia (§9 trap).
@@ -299,17 +337,30 @@ class TwinWorld:
             pb.changeDynamics(rid, li, localInertiaDiagonal=diag.tolist(), physicsClientId=cid)
             got = pb.getDynamicsInfo(rid, li, physicsClientId=cid)
             _check(f"robot.links.{ln}.mass", m, got[0])
-            _check(f"robot.links.{ln}.mass (inertia)" if not arm else
-                   f"robot.joints.{jname}.armature", diag, got[2])
+            _check(
+                f"robot.links.{ln}.mass (inertia)" if not arm else f"robot.joints.{jname}.armature",
+                diag,
+                got[2],
+            )
         for jspec in r.joints:
-            if v[f"robot.joints.{jspec.name}.armature"] > 0 and \
-                    self._link_name(self.joint_index[jspec.name]) not in r.links:
-                raise TwinError(f"parameter 'robot.joints.{jspec.name}.armature': the joint's "
-                                "child link has no mass parameter")
+            if (
+                v[f"robot.joints.{jspec.name}.armature"] > 0
+                and self._link_name(self.joint_index[jspec.name]) not in r.links
+            ):
+                raise TwinError(
+                    f"parameter 'robot.joints.{jspec.name}.armature': the joint's "
+                    "child link has no mass parameter"
+                )
         for li in range(-1, pb.getNumJoints(rid, physicsClientId=cid)):
-            pb.changeDynamics(rid, li, linearDamping=0.0, angularDamping=0.0,
-                              lateralFriction=v["robot.material.friction"],
-                              restitution=v["robot.material.restitution"], physicsClientId=cid)
+            pb.changeDynamics(
+                rid,
+                li,
+                linearDamping=0.0,
+                angularDamping=0.0,
+                lateralFriction=v["robot.material.friction"],
+                restitution=v["robot.material.restitution"],
+                physicsClientId=cid,
+            )
             got = pb.getDynamicsInfo(rid, li, physicsClientId=cid)
             _check("robot.material.friction", v["robot.material.friction"], got[1])
             _check("robot.material.restitution", v["robot.material.restitution"], got[5])
@@ -353,8 +404,9 @@ class TwinWorld:
         st = pb.getJointStates(self.robot_id, self.joint_ids(names), physicsClientId=self.cid)
         return np.array([s[0] for s in st]), np.array([s[1] for s in st])
 
-    def set_joint_state(self, pos: np.ndarray, vel: np.ndarray | None = None,
-                        names: list[str] | None = None) -> None:
+    def set_joint_state(
+        self, pos: np.ndarray, vel: np.ndarray | None = None, names: list[str] | None = None
+    ) -> None:
         ids = self.joint_ids(names)
         vel = np.zeros(len(ids)) if vel is None else vel
         for i, q, qd in zip(ids, pos, vel, strict=True):

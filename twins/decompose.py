@@ -57,23 +57,29 @@ def convexity(mesh: trimesh.Trimesh) -> float:
     return float(abs(mesh.volume) / hull) if hull > 0 else 0.0
 
 
-def convex_pieces(mesh: trimesh.Trimesh, name: str, max_hulls: int = 6,
-                  convex_tol: float = 0.97) -> list[trimesh.Trimesh]:
+def convex_pieces(
+    mesh: trimesh.Trimesh, name: str, max_hulls: int = 6, convex_tol: float = 0.97
+) -> list[trimesh.Trimesh]:
     """Convex hulls whose union approximates `mesh`; one hull when it is convex already."""
     if convexity(mesh) >= convex_tol:
         return [hull(mesh.vertices)]
-    key = hashlib.sha1(np.ascontiguousarray(mesh.vertices).tobytes()
-                       + np.ascontiguousarray(mesh.faces).tobytes()
-                       + str(max_hulls).encode()).hexdigest()
+    key = hashlib.sha1(
+        np.ascontiguousarray(mesh.vertices).tobytes()
+        + np.ascontiguousarray(mesh.faces).tobytes()
+        + str(max_hulls).encode()
+    ).hexdigest()
     if key not in _CACHE:
         try:
             import vhacdx
 
             with _quiet():  # V-HACD prints progress on stdout
-                parts = vhacdx.compute_vhacd(np.asarray(mesh.vertices, float),
-                                             np.asarray(mesh.faces, np.uint32),
-                                             maxConvexHulls=max_hulls, resolution=40000,
-                                             maxNumVerticesPerCH=32)
+                parts = vhacdx.compute_vhacd(
+                    np.asarray(mesh.vertices, float),
+                    np.asarray(mesh.faces, np.uint32),
+                    maxConvexHulls=max_hulls,
+                    resolution=40000,
+                    maxNumVerticesPerCH=32,
+                )
             hulls = [hull(v) for v, _ in parts if _solid(v)]
         except ImportError:
             hulls = _pybullet_vhacd(mesh)

@@ -32,17 +32,35 @@ def _rel(spec: TwinSpec, ref: str | None, out: Path) -> str | None:
         return str(p)
 
 
-def object_link(spec: TwinSpec, o: ObjectSpec, prefix: str, values: Mapping[str, float],
-                out: Path, name: str | None = None) -> str:
+def object_link(
+    spec: TwinSpec,
+    o: ObjectSpec,
+    prefix: str,
+    values: Mapping[str, float],
+    out: Path,
+    name: str | None = None,
+) -> str:
     m = _mass(spec, o, prefix, values)
     Ib = np.asarray(o.inertia_per_kg).reshape(3, 3) * max(m, 0.0)
     mesh = _rel(spec, o.shape.mesh, out)
     hulls = tuple(_rel(spec, h, out) or "" for h in o.shape.hulls)
-    return link_xml(name or o.name, o.shape.kind, o.shape.size, mesh, hulls, m, o.com, Ib,
-                    o.rgba, o.shape.collision_pose)
+    return link_xml(
+        name or o.name,
+        o.shape.kind,
+        o.shape.size,
+        mesh,
+        hulls,
+        m,
+        o.com,
+        Ib,
+        o.rgba,
+        o.shape.collision_pose,
+    )
 
 
-def export_urdfs(spec: TwinSpec, out: Path, values: Mapping[str, float] | None = None) -> list[Path]:
+def export_urdfs(
+    spec: TwinSpec, out: Path, values: Mapping[str, float] | None = None
+) -> list[Path]:
     """Write `<out>/<object>.urdf` per object and `<out>/scene.urdf`; returns the paths."""
     vals = spec.params.validate(values)
     out = Path(out)
@@ -60,9 +78,13 @@ def export_urdfs(spec: TwinSpec, out: Path, values: Mapping[str, float] | None =
         parts.append(object_link(spec, o, prefix, vals, out))
         xyz = " ".join(f"{x:.9g}" for x in o.pose[:3])
         rpy = " ".join(f"{x:.9g}" for x in Rotation.from_quat(o.pose[3:]).as_euler("xyz"))
-        parts.append(f'<joint name="world_{o.name}" type="fixed"><parent link="world"/>'
-                     f'<child link="{o.name}"/><origin xyz="{xyz}" rpy="{rpy}"/></joint>')
-    atomic.write_text(out / "scene.urdf",
-                      f'<?xml version="1.0"?><robot name="{spec.name}_scene">{"".join(parts)}</robot>\n')
+        parts.append(
+            f'<joint name="world_{o.name}" type="fixed"><parent link="world"/>'
+            f'<child link="{o.name}"/><origin xyz="{xyz}" rpy="{rpy}"/></joint>'
+        )
+    atomic.write_text(
+        out / "scene.urdf",
+        f'<?xml version="1.0"?><robot name="{spec.name}_scene">{"".join(parts)}</robot>\n',
+    )
     written.append(out / "scene.urdf")
     return written

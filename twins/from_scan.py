@@ -34,9 +34,14 @@ def resolve_robot_ref(ref: str) -> Path:
     return Path(ref).expanduser().resolve()
 
 
-def robot_into(folder: Path, ref: str, base_pose: Sequence[float] = IDENTITY_POSE,
-               actuator: str = "servo", initial_joint_pos: Sequence[float] = (),
-               time_step: float = 1 / 240) -> tuple[Any, list[Any], list[str]]:
+def robot_into(
+    folder: Path,
+    ref: str,
+    base_pose: Sequence[float] = IDENTITY_POSE,
+    actuator: str = "servo",
+    initial_joint_pos: Sequence[float] = (),
+    time_step: float = 1 / 240,
+) -> tuple[Any, list[Any], list[str]]:
     """A robot spec for `ref`. Bundled descriptions stay references; a user file is copied
     into `folder/robot/` (repaired if needed) so the twin folder is self-contained."""
     src = resolve_robot_ref(ref)
@@ -53,9 +58,15 @@ def robot_into(folder: Path, ref: str, base_pose: Sequence[float] = IDENTITY_POS
             notes.append(f"{src.name}: copied into the twin; meshes resolved from {src.parent}")
             _, _ = loadable_urdf(loadable, out)
         path, spec_ref = loadable, str(loadable.relative_to(folder))
-    robot, params = robot_from_urdf(spec_ref, path, base_pose, actuator,
-                                    initial_joint_pos=initial_joint_pos, notes=notes,
-                                    time_step=time_step)
+    robot, params = robot_from_urdf(
+        spec_ref,
+        path,
+        base_pose,
+        actuator,
+        initial_joint_pos=initial_joint_pos,
+        notes=notes,
+        time_step=time_step,
+    )
     return robot, params, notes
 
 
@@ -67,8 +78,10 @@ def table_from_plane(scan: ScanInput) -> Any:
     if np.linalg.norm(n) < 1e-9:
         raise TwinError("scan table plane has a zero normal")
     if abs(n[2]) < 0.9 * np.linalg.norm(n):
-        raise TwinError(f"scan table plane normal {n.round(3).tolist()} is far from vertical; "
-                        "is the camera-to-robot calibration applied?")
+        raise TwinError(
+            f"scan table plane normal {n.round(3).tolist()} is far from vertical; "
+            "is the camera-to-robot calibration applied?"
+        )
     n = n / np.linalg.norm(n)
     x0, x1, y0, y1 = scan.table_extent
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
@@ -77,10 +90,15 @@ def table_from_plane(scan: ScanInput) -> Any:
     return obj, params
 
 
-def build_twin_steps(scan: Any, folder: Path, robot: str | None = PANDA,
-                     base_pose: Sequence[float] = IDENTITY_POSE, name: str = "twin",
-                     density: float = 500.0, meta: dict[str, Any] | None = None,
-                     ) -> Generator[tuple[float | None, str], None, TwinSpec]:
+def build_twin_steps(
+    scan: Any,
+    folder: Path,
+    robot: str | None = PANDA,
+    base_pose: Sequence[float] = IDENTITY_POSE,
+    name: str = "twin",
+    density: float = 500.0,
+    meta: dict[str, Any] | None = None,
+) -> Generator[tuple[float | None, str], None, TwinSpec]:
     """Build a twin into `folder` from a scan (ScanResult, scan folder or ScanInput) and a
     robot URDF reference (None: no robot). Yields (fraction, message); returns the spec,
     already saved as `folder/twin.json` with URDF exports in `folder/urdf/`."""
@@ -92,8 +110,9 @@ def build_twin_steps(scan: Any, folder: Path, robot: str | None = PANDA,
     objects = []
     for i, o in enumerate(sc.objects):
         yield 0.05 + 0.6 * i / max(len(sc.objects), 1), f"object '{o.name}': inertia, collision"
-        obj, params, n = mesh_object(o.name, o.mesh, tuple(o.pose), folder, density=density,
-                                     source=sc.source, rgba=o.rgba)
+        obj, params, n = mesh_object(
+            o.name, o.mesh, tuple(o.pose), folder, density=density, source=sc.source, rgba=o.rgba
+        )
         objects.append((obj, params))
         notes += n
     rob = None
@@ -104,9 +123,16 @@ def build_twin_steps(scan: Any, folder: Path, robot: str | None = PANDA,
         rob = (r, rp)
         notes += rn
     table = table_from_plane(sc)
-    spec = assemble(name, rob, objects, table, ground=table is None,
-                    sim=sim_params(), base_dir=folder,
-                    meta={**(meta or {}), "scan": sc.source, "notes": notes})
+    spec = assemble(
+        name,
+        rob,
+        objects,
+        table,
+        ground=table is None,
+        sim=sim_params(),
+        base_dir=folder,
+        meta={**(meta or {}), "scan": sc.source, "notes": notes},
+    )
     yield 0.85, "checking the twin builds and steps"
     from twins.builder import TwinWorld
 
@@ -119,10 +145,16 @@ def build_twin_steps(scan: Any, folder: Path, robot: str | None = PANDA,
     return spec
 
 
-def build_twin(scan: Any, folder: Path, robot: str | None = PANDA,
-               base_pose: Sequence[float] = IDENTITY_POSE, name: str = "twin",
-               density: float = 500.0, meta: dict[str, Any] | None = None,
-               progress: Progress | None = None) -> TwinSpec:
+def build_twin(
+    scan: Any,
+    folder: Path,
+    robot: str | None = PANDA,
+    base_pose: Sequence[float] = IDENTITY_POSE,
+    name: str = "twin",
+    density: float = 500.0,
+    meta: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> TwinSpec:
     """`build_twin_steps` run to the end (progress callback optional)."""
     gen = build_twin_steps(scan, folder, robot, base_pose, name, density, meta)
     try:

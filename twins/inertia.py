@@ -28,14 +28,17 @@ class MassProps:
 def check_mesh(mesh: trimesh.Trimesh, name: str) -> None:
     """TwinError naming `name` if the mesh is empty, non-finite, flat or zero-area."""
     if len(mesh.vertices) < 4 or len(mesh.faces) < 4:
-        raise TwinError(f"{name}: mesh is degenerate ({len(mesh.vertices)} vertices, "
-                        f"{len(mesh.faces)} faces)")
+        raise TwinError(
+            f"{name}: mesh is degenerate ({len(mesh.vertices)} vertices, {len(mesh.faces)} faces)"
+        )
     if not np.all(np.isfinite(mesh.vertices)):
         raise TwinError(f"{name}: mesh has NaN/inf vertex coordinates")
     ext = mesh.extents
     if np.min(ext) < 1e-4:
-        raise TwinError(f"{name}: mesh is flat (extents {np.round(ext, 5).tolist()} m); "
-                        "a rigid body needs volume — wrong units or a single scan side?")
+        raise TwinError(
+            f"{name}: mesh is flat (extents {np.round(ext, 5).tolist()} m); "
+            "a rigid body needs volume — wrong units or a single scan side?"
+        )
     if mesh.area <= 0:
         raise TwinError(f"{name}: mesh has zero surface area")
 
@@ -62,8 +65,10 @@ def mesh_mass_props(mesh: trimesh.Trimesh, name: str, open_mesh: str = "error") 
             solid = hull(mesh.vertices)
             notes = (f"{name}: mesh is not watertight; volume and inertia from its convex hull",)
         else:
-            raise TwinError(f"{name}: mesh is not watertight, so its volume is undefined; "
-                            "repair it, give a mass, or build with open_mesh='hull'")
+            raise TwinError(
+                f"{name}: mesh is not watertight, so its volume is undefined; "
+                "repair it, give a mass, or build with open_mesh='hull'"
+            )
     if solid.volume < 0:
         solid = solid.copy()
         solid.invert()

@@ -49,9 +49,12 @@ class RobotKinematics:
         self.urdf = Path(urdf)
         self.cid = pb.connect(pb.DIRECT)
         try:
-            self.body = pb.loadURDF(str(self.urdf), useFixedBase=True,
-                                    flags=pb.URDF_USE_INERTIA_FROM_FILE,
-                                    physicsClientId=self.cid)
+            self.body = pb.loadURDF(
+                str(self.urdf),
+                useFixedBase=True,
+                flags=pb.URDF_USE_INERTIA_FROM_FILE,
+                physicsClientId=self.cid,
+            )
         except pb.error as exc:
             pb.disconnect(physicsClientId=self.cid)
             raise TwinError(f"kinematics: PyBullet cannot load {self.urdf}: {exc}") from None
@@ -65,15 +68,15 @@ class RobotKinematics:
         missing = [n for n in joint_names if n not in joints]
         if missing:
             self.close()
-            raise TwinError(f"kinematics: {self.urdf.name} has no joint(s) {missing} "
-                            f"(it has {sorted(joints)})")
+            raise TwinError(
+                f"kinematics: {self.urdf.name} has no joint(s) {missing} (it has {sorted(joints)})"
+            )
         self.joint_index = [joints[n] for n in joint_names]
         self.joint_names = tuple(joint_names)
         self._frames_at_zero()
 
     @classmethod
-    def from_description(cls, description: str, joint_names: Sequence[str]
-                         ) -> RobotKinematics:
+    def from_description(cls, description: str, joint_names: Sequence[str]) -> RobotKinematics:
         return cls(description_path(description), joint_names)
 
     def _frames_at_zero(self) -> None:
@@ -91,12 +94,19 @@ class RobotKinematics:
             ji = pb.getJointInfo(self.body, j, physicsClientId=cid)
             parent = int(ji[16])
             Tp = np.eye(4) if parent < 0 else world[parent]
-            self._chain.append((parent, np.asarray(np.linalg.solve(Tp, world[j]), float), int(ji[2]),
-                                _unit(np.asarray(ji[13], float))))
+            self._chain.append(
+                (
+                    parent,
+                    np.asarray(np.linalg.solve(Tp, world[j]), float),
+                    int(ji[2]),
+                    _unit(np.asarray(ji[13], float)),
+                )
+            )
 
     def _pb_link(self, j: int) -> NDArray[np.float64]:
-        st = self._pb.getLinkState(self.body, j, computeForwardKinematics=True,
-                                   physicsClientId=self.cid)
+        st = self._pb.getLinkState(
+            self.body, j, computeForwardKinematics=True, physicsClientId=self.cid
+        )
         T = np.eye(4)
         T[:3, :3] = np.asarray(self._pb.getMatrixFromQuaternion(st[5]), float).reshape(3, 3)
         T[:3, 3] = st[4]
@@ -105,11 +115,15 @@ class RobotKinematics:
     def _check(self, link: str, joint_pos: ArrayLike) -> NDArray[np.float64]:
         q = np.asarray(joint_pos, float).ravel()
         if q.size != len(self.joint_index):
-            raise TwinError(f"kinematics: {q.size} joint positions for "
-                            f"{len(self.joint_index)} joints {self.joint_names}")
+            raise TwinError(
+                f"kinematics: {q.size} joint positions for "
+                f"{len(self.joint_index)} joints {self.joint_names}"
+            )
         if link != self.base_link and link not in self.links:
-            raise TwinError(f"kinematics: {self.urdf.name} has no link '{link}' "
-                            f"(links: {', '.join(sorted(self.links))})")
+            raise TwinError(
+                f"kinematics: {self.urdf.name} has no link '{link}' "
+                f"(links: {', '.join(sorted(self.links))})"
+            )
         return q
 
     def link_pose(self, link: str, joint_pos: ArrayLike) -> NDArray[np.float64]:
@@ -126,9 +140,10 @@ class RobotKinematics:
             M = np.eye(4)
             v = qj.get(j, 0.0)
             if kind == self._pb.JOINT_REVOLUTE:
-                K = np.array([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]],
-                              [-axis[1], axis[0], 0.0]])
-                M[:3, :3] += np.sin(v) * K + (1.0 - np.cos(v)) * (K @ K)   # Rodrigues
+                K = np.array(
+                    [[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]]
+                )
+                M[:3, :3] += np.sin(v) * K + (1.0 - np.cos(v)) * (K @ K)  # Rodrigues
             elif kind == self._pb.JOINT_PRISMATIC:
                 M[:3, 3] = axis * v
             T = T0 @ M @ T

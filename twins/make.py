@@ -30,8 +30,12 @@ from twins.urdf import read_urdf
 DEFAULT_TIME_STEP = 1.0 / 240.0
 
 
-def sim_params(time_step: float = DEFAULT_TIME_STEP, substeps: int = 1,
-               solver_iterations: int = 50, gravity: float = 9.81) -> list[Param]:
+def sim_params(
+    time_step: float = DEFAULT_TIME_STEP,
+    substeps: int = 1,
+    solver_iterations: int = 50,
+    gravity: float = 9.81,
+) -> list[Param]:
     """Solver settings are parameters because restitution and contact stiffness depend on
     them (DESIGN §9); they are saved with the twin."""
     return [
@@ -42,9 +46,14 @@ def sim_params(time_step: float = DEFAULT_TIME_STEP, substeps: int = 1,
     ]
 
 
-def material_params(prefix: str, friction: float = 0.5, restitution: float = 0.1,
-                    stiffness: float = 1e5, damping: float = 1e3,
-                    compliant: bool = False) -> list[Param]:
+def material_params(
+    prefix: str,
+    friction: float = 0.5,
+    restitution: float = 0.1,
+    stiffness: float = 1e5,
+    damping: float = 1e3,
+    compliant: bool = False,
+) -> list[Param]:
     """Friction coefficients are unitless Coulomb ratios. Compliant contacts add stiffness
     and damping per contact point, combined in series between the two bodies (PyBullet turns
     them into ERP/CFM, stable for any value, but it keeps about
@@ -57,19 +66,28 @@ def material_params(prefix: str, friction: float = 0.5, restitution: float = 0.1
         p_(f"{prefix}.restitution", "1", restitution, 0.0, 1.0),
     ]
     if compliant:
-        ps += [p_(f"{prefix}.contact_stiffness", "N/m", stiffness, 1e2, 1e8, "lognormal"),
-               p_(f"{prefix}.contact_damping", "N*s/m", damping, 1e-1, 1e6, "loguniform")]
+        ps += [
+            p_(f"{prefix}.contact_stiffness", "N/m", stiffness, 1e2, 1e8, "lognormal"),
+            p_(f"{prefix}.contact_damping", "N*s/m", damping, 1e-1, 1e6, "loguniform"),
+        ]
     return ps
 
 
-def _log_range(name: str, unit: str, nominal: float, lo_f: float = 0.1, hi_f: float = 10.0,
-               floor: float = 1e-9) -> Param:
+def _log_range(
+    name: str, unit: str, nominal: float, lo_f: float = 0.1, hi_f: float = 10.0, floor: float = 1e-9
+) -> Param:
     nominal = max(nominal, floor)
     return p_(name, unit, nominal, nominal * lo_f, nominal * hi_f, "lognormal")
 
 
-def actuator_params(joint: str, model: str, effort: float | None, kind: str,
-                    inertia: float = 0.1, time_step: float = DEFAULT_TIME_STEP) -> list[Param]:
+def actuator_params(
+    joint: str,
+    model: str,
+    effort: float | None,
+    kind: str,
+    inertia: float = 0.1,
+    time_step: float = DEFAULT_TIME_STEP,
+) -> list[Param]:
     """Default ranges. PD: critically damped at wn = 0.3 / dt for the joint's inertia
     (kp = I wn^2, kd = 2 I wn) — the stiffest an explicit PD integrates stably at that step.
     DC motor: a small servo (the Qube: 8.4 ohm, 0.042 V*s/rad)."""
@@ -78,90 +96,154 @@ def actuator_params(joint: str, model: str, effort: float | None, kind: str,
     effort = float(effort) if effort and effort > 0 else 100.0
     lat = p_(f"{pre}.latency", "s", 0.0, 0.0, 0.1, doc="command delay")
     if model == "servo":
-        return [p_(f"{pre}.bandwidth", "1/s", 30.0, 0.5, 2000.0, "loguniform",
-                   doc="position error corrected per second (capped at 1/dt)"),
-                p_(f"{pre}.velocity_gain", "1", 1.0, 0.5, 1.0,
-                   doc="1 = pure first-order servo; below 0.5 it oscillates"),
-                p_(f"{pre}.effort_limit", unit_t, effort, 0.01 * effort, 3 * effort), lat]
+        return [
+            p_(
+                f"{pre}.bandwidth",
+                "1/s",
+                30.0,
+                0.5,
+                2000.0,
+                "loguniform",
+                doc="position error corrected per second (capped at 1/dt)",
+            ),
+            p_(
+                f"{pre}.velocity_gain",
+                "1",
+                1.0,
+                0.5,
+                1.0,
+                doc="1 = pure first-order servo; below 0.5 it oscillates",
+            ),
+            p_(f"{pre}.effort_limit", unit_t, effort, 0.01 * effort, 3 * effort),
+            lat,
+        ]
     if model == "pd":
         wn = 0.3 / time_step
         kp = float(max(inertia, 1e-4) * wn * wn)
         ang = "m" if kind == "prismatic" else "rad"
-        return [_log_range(f"{pre}.kp", f"{unit_t}/{ang}", kp, 0.01, 10),
-                _log_range(f"{pre}.kd", f"{unit_t}*s/{ang}", 2 * kp / wn, 0.01, 10),
-                p_(f"{pre}.effort_limit", unit_t, effort, 0.01 * effort, 3 * effort), lat]
+        return [
+            _log_range(f"{pre}.kp", f"{unit_t}/{ang}", kp, 0.01, 10),
+            _log_range(f"{pre}.kd", f"{unit_t}*s/{ang}", 2 * kp / wn, 0.01, 10),
+            p_(f"{pre}.effort_limit", unit_t, effort, 0.01 * effort, 3 * effort),
+            lat,
+        ]
     if model == "torque":
-        return [p_(f"{pre}.gain", "1", 1.0, 0.5, 1.5, doc="applied / commanded"),
-                p_(f"{pre}.bias", unit_t, 0.0, -0.2 * effort, 0.2 * effort,
-                   doc="added to every command"),
-                p_(f"{pre}.effort_limit", unit_t, effort, 0.01 * effort, 3 * effort), lat]
+        return [
+            p_(f"{pre}.gain", "1", 1.0, 0.5, 1.5, doc="applied / commanded"),
+            p_(
+                f"{pre}.bias",
+                unit_t,
+                0.0,
+                -0.2 * effort,
+                0.2 * effort,
+                doc="added to every command",
+            ),
+            p_(f"{pre}.effort_limit", unit_t, effort, 0.01 * effort, 3 * effort),
+            lat,
+        ]
     if model == "dc_motor":
-        return [_log_range(f"{pre}.resistance", "ohm", 8.4, 0.25, 4),
-                _log_range(f"{pre}.k_emf", "V*s/rad", 0.042, 0.25, 4),
-                p_(f"{pre}.gear_ratio", "1", 1.0, 1.0, 1000.0),
-                p_(f"{pre}.voltage_limit", "V", 12.0, 0.1, 100.0), lat]
+        return [
+            _log_range(f"{pre}.resistance", "ohm", 8.4, 0.25, 4),
+            _log_range(f"{pre}.k_emf", "V*s/rad", 0.042, 0.25, 4),
+            p_(f"{pre}.gear_ratio", "1", 1.0, 1.0, 1000.0),
+            p_(f"{pre}.voltage_limit", "V", 12.0, 0.1, 100.0),
+            lat,
+        ]
     raise TwinError(f"joint '{joint}': unknown actuator model '{model}'")
 
 
-def robot_from_urdf(urdf: str, path: Path, base_pose: Sequence[float] = IDENTITY_POSE,
-                    actuator: str = "servo", name: str | None = None, fixed_base: bool = True,
-                    initial_joint_pos: Sequence[float] = (), notes: Sequence[str] = (),
-                    joints: Sequence[str] | None = None, time_step: float = DEFAULT_TIME_STEP,
-                    actuated: Sequence[str] | None = None,
-                    ) -> tuple[RobotSpec, list[Param]]:
+def robot_from_urdf(
+    urdf: str,
+    path: Path,
+    base_pose: Sequence[float] = IDENTITY_POSE,
+    actuator: str = "servo",
+    name: str | None = None,
+    fixed_base: bool = True,
+    initial_joint_pos: Sequence[float] = (),
+    notes: Sequence[str] = (),
+    joints: Sequence[str] | None = None,
+    time_step: float = DEFAULT_TIME_STEP,
+    actuated: Sequence[str] | None = None,
+) -> tuple[RobotSpec, list[Param]]:
     """A RobotSpec for the URDF at `path` (referenced in the spec as `urdf`), with joint and
     link-mass parameters for every movable joint (or only `joints`) and an `actuator`-model
     actuator on each of `actuated` (default: all of them; the rest are passive)."""
     info = read_urdf(path)
     movable = [j for j in info.movable if joints is None or j.name in joints]
     if joints is not None and len(movable) != len(joints):
-        raise TwinError(f"{path}: joints {sorted(set(joints) - {j.name for j in movable})} "
-                        "are not movable joints of this robot")
-    params: list[Param] = [*material_params("robot.material")[:1],
-                           p_("robot.material.restitution", "1", 0.0, 0.0, 1.0)]
+        raise TwinError(
+            f"{path}: joints {sorted(set(joints) - {j.name for j in movable})} "
+            "are not movable joints of this robot"
+        )
+    params: list[Param] = [
+        *material_params("robot.material")[:1],
+        p_("robot.material.restitution", "1", 0.0, 0.0, 1.0),
+    ]
     jspecs = []
     acted = {j.name for j in movable} if actuated is None else set(actuated)
     for j in movable:
         kind = "continuous" if j.kind == "continuous" else j.kind
         limited = j.lower is not None and j.upper is not None and j.lower < j.upper
-        jspecs.append(JointSpec(j.name, kind, j.lower if limited else None,
-                                j.upper if limited else None))
+        jspecs.append(
+            JointSpec(j.name, kind, j.lower if limited else None, j.upper if limited else None)
+        )
         pre = f"robot.joints.{j.name}"
         u = "N" if kind == "prismatic" else "N*m"
         ang = "m" if kind == "prismatic" else "rad"
-        params += [p_(f"{pre}.damping", f"{u}*s/{ang}", j.damping, 0.0, max(10 * j.damping, 5.0)),
-                   *([] if actuator == "servo" and j.name in acted else
-                     [p_(f"{pre}.friction", u, j.friction, 0.0, max(10 * j.friction, 5.0))]),
-                   p_(f"{pre}.armature", "kg*m^2" if ang == "rad" else "kg", 0.0, 0.0, 1.0,
-                      doc="rotor inertia reflected through the gear")]
+        params += [
+            p_(f"{pre}.damping", f"{u}*s/{ang}", j.damping, 0.0, max(10 * j.damping, 5.0)),
+            *(
+                []
+                if actuator == "servo" and j.name in acted
+                else [p_(f"{pre}.friction", u, j.friction, 0.0, max(10 * j.friction, 5.0))]
+            ),
+            p_(
+                f"{pre}.armature",
+                "kg*m^2" if ang == "rad" else "kg",
+                0.0,
+                0.0,
+                1.0,
+                doc="rotor inertia reflected through the gear",
+            ),
+        ]
         if j.name in acted:
             params += actuator_params(j.name, actuator, j.effort, kind)
     if actuator == "pd":
-        inertias = joint_inertias(path, fixed_base, [j.name for j in movable],
-                                  initial_joint_pos or [0.0] * len(movable))
+        inertias = joint_inertias(
+            path, fixed_base, [j.name for j in movable], initial_joint_pos or [0.0] * len(movable)
+        )
         params = [q for q in params if not q.name.startswith("robot.actuators.")]
         for j in movable:
             if j.name in acted:
-                params += actuator_params(j.name, actuator, j.effort, j.kind,
-                                          inertias[j.name], time_step)
+                params += actuator_params(
+                    j.name, actuator, j.effort, j.kind, inertias[j.name], time_step
+                )
     children = {j.child for j in info.joints}
     # a fixed base does not move: PyBullet gives it mass 0, and a mass written there breaks
     # the arm's dynamics, so it gets no parameter
-    links = tuple(ln for ln, m in info.link_masses.items()
-                  if m > 0 and (ln in children or not fixed_base))
+    links = tuple(
+        ln for ln, m in info.link_masses.items() if m > 0 and (ln in children or not fixed_base)
+    )
     for ln in links:
         m = info.link_masses[ln]
         params.append(p_(f"robot.links.{ln}.mass", "kg", m, 0.2 * m, 5 * m, "lognormal"))
-    spec = RobotSpec(urdf=urdf, name=name or info.name, base_pose=tuple(base_pose),
-                     fixed_base=fixed_base, joints=tuple(jspecs),
-                     actuators=tuple(ActuatorSpec(j.name, actuator) for j in jspecs
-                                     if j.name in acted),
-                     links=links, initial_joint_pos=tuple(initial_joint_pos), notes=tuple(notes))
+    spec = RobotSpec(
+        urdf=urdf,
+        name=name or info.name,
+        base_pose=tuple(base_pose),
+        fixed_base=fixed_base,
+        joints=tuple(jspecs),
+        actuators=tuple(ActuatorSpec(j.name, actuator) for j in jspecs if j.name in acted),
+        links=links,
+        initial_joint_pos=tuple(initial_joint_pos),
+        notes=tuple(notes),
+    )
     return spec, params
 
 
-def joint_inertias(path: Path, fixed_base: bool, joints: list[str],
-                   q0: Sequence[float]) -> dict[str, float]:
+def joint_inertias(
+    path: Path, fixed_base: bool, joints: list[str], q0: Sequence[float]
+) -> dict[str, float]:
     """Diagonal of the joint-space mass matrix at q0 (kg*m^2 or kg) for each joint."""
     import pybullet as pb
 
@@ -170,8 +252,12 @@ def joint_inertias(path: Path, fixed_base: bool, joints: list[str],
     loadable, _ = loadable_urdf(path)
     cid = pb.connect(pb.DIRECT)
     try:
-        rid = pb.loadURDF(str(loadable), useFixedBase=fixed_base,
-                          flags=pb.URDF_USE_INERTIA_FROM_FILE, physicsClientId=cid)
+        rid = pb.loadURDF(
+            str(loadable),
+            useFixedBase=fixed_base,
+            flags=pb.URDF_USE_INERTIA_FROM_FILE,
+            physicsClientId=cid,
+        )
         names: dict[str, int] = {}
         movable: list[int] = []
         for i in range(pb.getNumJoints(rid, physicsClientId=cid)):
@@ -190,11 +276,13 @@ def joint_inertias(path: Path, fixed_base: bool, joints: list[str],
         pb.disconnect(physicsClientId=cid)
 
 
-def _body_params(prefix: str, static: bool, mass_from: str, value: float,
-                 material: dict[str, float] | None) -> list[Param]:
+def _body_params(
+    prefix: str, static: bool, mass_from: str, value: float, material: dict[str, float] | None
+) -> list[Param]:
     m = material or {}
-    ps = material_params(prefix, friction=m.get("friction", 0.5),
-                         restitution=m.get("restitution", 0.1))
+    ps = material_params(
+        prefix, friction=m.get("friction", 0.5), restitution=m.get("restitution", 0.1)
+    )
     if static:
         return ps
     if mass_from == "mass":
@@ -206,26 +294,49 @@ def _body_params(prefix: str, static: bool, mass_from: str, value: float,
     return [p_(f"{prefix}.density", "kg/m^3", value, 0.2 * value, 5 * value, "lognormal"), *ps]
 
 
-def primitive_object(name: str, kind: str, size: Sequence[float], pose: Sequence[float],
-                     mass: float | None = None, density: float | None = None,
-                     static: bool = False, rgba: Sequence[float] = (0.8, 0.5, 0.2, 1),
-                     material: dict[str, float] | None = None,
-                     prefix: str | None = None) -> tuple[ObjectSpec, list[Param]]:
+def primitive_object(
+    name: str,
+    kind: str,
+    size: Sequence[float],
+    pose: Sequence[float],
+    mass: float | None = None,
+    density: float | None = None,
+    static: bool = False,
+    rgba: Sequence[float] = (0.8, 0.5, 0.2, 1),
+    material: dict[str, float] | None = None,
+    prefix: str | None = None,
+) -> tuple[ObjectSpec, list[Param]]:
     """A box (half extents), cylinder (radius, length) or sphere (radius) object."""
     shape = Shape(kind, tuple(size))
     mp = primitive_mass_props(kind, shape.size)
     mass_from = "density" if density is not None else "mass"
     value = density if density is not None else (mass if mass is not None else 0.1)
-    obj = ObjectSpec(name, shape, tuple(pose), static, mass_from, mp.volume, mp.com,
-                     tuple(mp.inertia_per_kg.reshape(-1)), tuple(rgba))
+    obj = ObjectSpec(
+        name,
+        shape,
+        tuple(pose),
+        static,
+        mass_from,
+        mp.volume,
+        mp.com,
+        tuple(mp.inertia_per_kg.reshape(-1)),
+        tuple(rgba),
+    )
     return obj, _body_params(prefix or obj.prefix, static, mass_from, float(value), material)
 
 
-def mesh_object(name: str, mesh: trimesh.Trimesh, pose: Sequence[float], folder: Path,
-                mass: float | None = None, density: float | None = 500.0,
-                open_mesh: str = "hull", rgba: Sequence[float] = (0.3, 0.6, 0.8, 1),
-                source: str = "", max_hulls: int = 6,
-                ) -> tuple[ObjectSpec, list[Param], list[str]]:
+def mesh_object(
+    name: str,
+    mesh: trimesh.Trimesh,
+    pose: Sequence[float],
+    folder: Path,
+    mass: float | None = None,
+    density: float | None = 500.0,
+    open_mesh: str = "hull",
+    rgba: Sequence[float] = (0.3, 0.6, 0.8, 1),
+    source: str = "",
+    max_hulls: int = 6,
+) -> tuple[ObjectSpec, list[Param], list[str]]:
     """An object from a mesh in its body frame: writes `objects/<name>.obj` and its convex
     hulls into `folder` (the twin folder) and returns the spec, params and notes."""
     mp = mesh_mass_props(mesh, f"object '{name}'", open_mesh)
@@ -237,8 +348,10 @@ def mesh_object(name: str, mesh: trimesh.Trimesh, pose: Sequence[float], folder:
     if prim is not None:
         kind, size, cpose = prim
         shape = Shape(kind, size, f"objects/{name}.obj", (), tuple(cpose))
-        notes.append(f"object '{name}': collides as a {kind} {np.round(size, 4).tolist()} m "
-                     "(the mesh matches it within 3 % of volume)")
+        notes.append(
+            f"object '{name}': collides as a {kind} {np.round(size, 4).tolist()} m "
+            "(the mesh matches it within 3 % of volume)"
+        )
     else:
         hull_src = mesh if mesh.is_watertight else hull(mesh.vertices)
         hulls = convex_pieces(hull_src, f"object '{name}'", max_hulls)
@@ -247,32 +360,59 @@ def mesh_object(name: str, mesh: trimesh.Trimesh, pose: Sequence[float], folder:
         if len(hulls) > 1:
             notes.append(f"object '{name}': concave; {len(hulls)} convex hulls by V-HACD")
         elif not mesh.is_watertight:
-            notes.append(f"object '{name}': mesh is open, so it collides as one convex hull "
-                         "(concavities of an open mesh cannot be decomposed reliably)")
+            notes.append(
+                f"object '{name}': mesh is open, so it collides as one convex hull "
+                "(concavities of an open mesh cannot be decomposed reliably)"
+            )
     mass_from = "mass" if mass is not None else "density"
-    obj = ObjectSpec(name, shape, tuple(pose), False, mass_from, mp.volume, mp.com,
-                     tuple(mp.inertia_per_kg.reshape(-1)), tuple(rgba), source)
+    obj = ObjectSpec(
+        name,
+        shape,
+        tuple(pose),
+        False,
+        mass_from,
+        mp.volume,
+        mp.com,
+        tuple(mp.inertia_per_kg.reshape(-1)),
+        tuple(rgba),
+        source,
+    )
     value = float(mass if mass is not None else density)  # type: ignore[arg-type]
     return obj, _body_params(obj.prefix, False, mass_from, value, None), notes
 
 
-def table_box(half_extents: Sequence[float], top_center: Sequence[float],
-              friction: float = 0.5) -> tuple[ObjectSpec, list[Param]]:
+def table_box(
+    half_extents: Sequence[float], top_center: Sequence[float], friction: float = 0.5
+) -> tuple[ObjectSpec, list[Param]]:
     """A static table box whose top face is centred at `top_center`."""
     hx, hy, hz = (float(v) for v in half_extents)
     x, y, z = (float(v) for v in top_center)
-    return primitive_object("table", "box", (hx, hy, hz), (x, y, z - hz, 0, 0, 0, 1),
-                            static=True, rgba=(0.72, 0.6, 0.45, 1),
-                            material={"friction": friction}, prefix="env.table")
+    return primitive_object(
+        "table",
+        "box",
+        (hx, hy, hz),
+        (x, y, z - hz, 0, 0, 0, 1),
+        static=True,
+        rgba=(0.72, 0.6, 0.45, 1),
+        material={"friction": friction},
+        prefix="env.table",
+    )
 
 
-def assemble(name: str, robot: tuple[RobotSpec, list[Param]] | None = None,
-             objects: Sequence[tuple[ObjectSpec, list[Param]]] = (),
-             table: tuple[ObjectSpec, list[Param]] | None = None, ground: bool = True,
-             ground_z: float = 0.0, sim: list[Param] | None = None,
-             meta: dict | None = None, base_dir: Path | None = None,
-             contact_model: str = "rigid", stiffness: float = 1e5,
-             damping: float = 1e3) -> TwinSpec:
+def assemble(
+    name: str,
+    robot: tuple[RobotSpec, list[Param]] | None = None,
+    objects: Sequence[tuple[ObjectSpec, list[Param]]] = (),
+    table: tuple[ObjectSpec, list[Param]] | None = None,
+    ground: bool = True,
+    ground_z: float = 0.0,
+    sim: list[Param] | None = None,
+    meta: dict | None = None,
+    base_dir: Path | None = None,
+    contact_model: str = "rigid",
+    stiffness: float = 1e5,
+    damping: float = 1e3,
+) -> TwinSpec:
     """Put the pieces and their parameters together into a TwinSpec. With
     `contact_model="compliant"` every body gets contact stiffness and damping parameters."""
     params: list[Param] = list(sim or sim_params())
@@ -285,10 +425,24 @@ def assemble(name: str, robot: tuple[RobotSpec, list[Param]] | None = None,
     if ground:
         params += material_params("env.ground")
     if contact_model == "compliant":
-        bodies = [o.prefix for o, _ in objects] + (["env.table"] if table else []) + \
-            (["env.ground"] if ground else [])
-        params += [q for b in bodies for q in material_params(b, stiffness=stiffness,
-                   damping=damping, compliant=True)[4:]]
+        bodies = (
+            [o.prefix for o, _ in objects]
+            + (["env.table"] if table else [])
+            + (["env.ground"] if ground else [])
+        )
+        params += [
+            q
+            for b in bodies
+            for q in material_params(b, stiffness=stiffness, damping=damping, compliant=True)[4:]
+        ]
     env = EnvironmentSpec(ground, table[0] if table else None, ground_z)
-    return TwinSpec(name, ParamSet(params), robot[0] if robot else None, env,
-                    tuple(o for o, _ in objects), dict(meta or {}), base_dir, contact_model)
+    return TwinSpec(
+        name,
+        ParamSet(params),
+        robot[0] if robot else None,
+        env,
+        tuple(o for o, _ in objects),
+        dict(meta or {}),
+        base_dir,
+        contact_model,
+    )

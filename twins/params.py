@@ -44,7 +44,9 @@ class Param:
         for label in ("nominal", "low", "high"):
             v = getattr(self, label)
             if not isinstance(v, (int, float)) or not math.isfinite(float(v)):
-                raise TwinError(f"parameter '{self.name}': {label} must be a finite number, not {v!r}")
+                raise TwinError(
+                    f"parameter '{self.name}': {label} must be a finite number, not {v!r}"
+                )
             object.__setattr__(self, label, float(v))
         if not self.low <= self.nominal <= self.high:
             raise TwinError(
@@ -75,12 +77,26 @@ class Param:
 
     def with_nominal(self, value: float) -> Param:
         """Copy with a new nominal (checked against the bounds)."""
-        return Param(self.name, self.unit, self.check(value), self.low, self.high,
-                     self.prior, self.integer, self.doc)
+        return Param(
+            self.name,
+            self.unit,
+            self.check(value),
+            self.low,
+            self.high,
+            self.prior,
+            self.integer,
+            self.doc,
+        )
 
     def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"name": self.name, "unit": self.unit, "nominal": self.nominal,
-                             "low": self.low, "high": self.high, "prior": self.prior}
+        d: dict[str, Any] = {
+            "name": self.name,
+            "unit": self.unit,
+            "nominal": self.nominal,
+            "low": self.low,
+            "high": self.high,
+            "prior": self.prior,
+        }
         if self.integer:
             d["integer"] = True
         if self.doc:
@@ -90,9 +106,16 @@ class Param:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Param:
         try:
-            return cls(str(d["name"]), str(d["unit"]), d["nominal"], d["low"], d["high"],
-                       str(d.get("prior", "uniform")), bool(d.get("integer", False)),
-                       str(d.get("doc", "")))
+            return cls(
+                str(d["name"]),
+                str(d["unit"]),
+                d["nominal"],
+                d["low"],
+                d["high"],
+                str(d.get("prior", "uniform")),
+                bool(d.get("integer", False)),
+                str(d.get("doc", "")),
+            )
         except KeyError as exc:
             raise TwinError(f"parameter entry {dict(d)!r} lacks field {exc}") from None
 

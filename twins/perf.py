@@ -28,44 +28,65 @@ class BareWorld:
             raise ValueError(f"BareWorld settings must be 'twin' or 'default', not {settings!r}")
         self.cid = cid = pb.connect(pb.DIRECT)
         pb.setGravity(0, 0, -9.81, physicsClientId=cid)
-        pb.setPhysicsEngineParameter(fixedTimeStep=spec.params["sim.time_step"].nominal,
-                                     physicsClientId=cid)
+        pb.setPhysicsEngineParameter(
+            fixedTimeStep=spec.params["sim.time_step"].nominal, physicsClientId=cid
+        )
         twin = settings == "twin"
         if twin:
             pb.setPhysicsEngineParameter(
                 numSolverIterations=int(spec.params["sim.solver_iterations"].nominal),
-                deterministicOverlappingPairs=1, physicsClientId=cid)
+                deterministicOverlappingPairs=1,
+                physicsClientId=cid,
+            )
         statics, movers = [], []
         if spec.environment.ground:
             plane = pb.createCollisionShape(pb.GEOM_PLANE, physicsClientId=cid)
-            statics.append(pb.createMultiBody(0, plane, -1, [0, 0, spec.environment.ground_z],
-                                              physicsClientId=cid))
+            statics.append(
+                pb.createMultiBody(
+                    0, plane, -1, [0, 0, spec.environment.ground_z], physicsClientId=cid
+                )
+            )
         vals = spec.params.nominal()
         bodies = [*spec.objects] + ([spec.environment.table] if spec.environment.table else [])
         for o in bodies:
             sh = o.shape
-            kw = {"collisionFramePosition": sh.collision_pose[:3],
-                  "collisionFrameOrientation": sh.collision_pose[3:], "physicsClientId": cid}
+            kw = {
+                "collisionFramePosition": sh.collision_pose[:3],
+                "collisionFrameOrientation": sh.collision_pose[3:],
+                "physicsClientId": cid,
+            }
             if sh.kind == "box":
                 col = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=sh.size, **kw)
             elif sh.kind == "cylinder":
-                col = pb.createCollisionShape(pb.GEOM_CYLINDER, radius=sh.size[0],
-                                              height=sh.size[1], **kw)
+                col = pb.createCollisionShape(
+                    pb.GEOM_CYLINDER, radius=sh.size[0], height=sh.size[1], **kw
+                )
             elif sh.kind == "sphere":
                 col = pb.createCollisionShape(pb.GEOM_SPHERE, radius=sh.size[0], **kw)
             else:
                 col = pb.createCollisionShapeArray(
                     [pb.GEOM_MESH] * len(sh.hulls),
-                    fileNames=[str(spec.resolve(h)) for h in sh.hulls], physicsClientId=cid)
-            mass = 0.0 if o.static else (vals[f"{o.prefix}.mass"] if o.mass_from == "mass"
-                                         else vals[f"{o.prefix}.density"] * o.volume)
+                    fileNames=[str(spec.resolve(h)) for h in sh.hulls],
+                    physicsClientId=cid,
+                )
+            mass = (
+                0.0
+                if o.static
+                else (
+                    vals[f"{o.prefix}.mass"]
+                    if o.mass_from == "mass"
+                    else vals[f"{o.prefix}.density"] * o.volume
+                )
+            )
             diag, R = principal_axes(np.asarray(o.inertia_per_kg).reshape(3, 3))
             q = Rotation.from_matrix(R).as_quat()
-            bid = pb.createMultiBody(mass, col, -1, o.pose[:3], o.pose[3:], o.com, q,
-                                     physicsClientId=cid)
+            bid = pb.createMultiBody(
+                mass, col, -1, o.pose[:3], o.pose[3:], o.com, q, physicsClientId=cid
+            )
             if mass > 0:
-                pb.changeDynamics(bid, -1, localInertiaDiagonal=(diag * mass).tolist(),
-                                  physicsClientId=cid)
+                pb.changeDynamics(
+                    bid, -1, localInertiaDiagonal=(diag * mass).tolist(), physicsClientId=cid
+                )
             if o.static:
                 statics.append(bid)
             else:
@@ -74,11 +95,19 @@ class BareWorld:
             from twins.urdf import loadable_urdf
 
             path, _ = loadable_urdf(spec.resolve(spec.robot.urdf))
-            rid = pb.loadURDF(str(path), spec.robot.base_pose[:3], spec.robot.base_pose[3:],
-                              useFixedBase=spec.robot.fixed_base,
-                              flags=pb.URDF_USE_INERTIA_FROM_FILE, physicsClientId=cid)
-            ids = [i for i in range(pb.getNumJoints(rid, physicsClientId=cid))
-                   if pb.getJointInfo(rid, i, physicsClientId=cid)[2] != pb.JOINT_FIXED]
+            rid = pb.loadURDF(
+                str(path),
+                spec.robot.base_pose[:3],
+                spec.robot.base_pose[3:],
+                useFixedBase=spec.robot.fixed_base,
+                flags=pb.URDF_USE_INERTIA_FROM_FILE,
+                physicsClientId=cid,
+            )
+            ids = [
+                i
+                for i in range(pb.getNumJoints(rid, physicsClientId=cid))
+                if pb.getJointInfo(rid, i, physicsClientId=cid)[2] != pb.JOINT_FIXED
+            ]
             q0 = list(spec.robot.initial_joint_pos) or [0.0] * len(ids)
             for i, q in zip(ids, q0, strict=False):
                 pb.resetJointState(rid, i, q, physicsClientId=cid)
@@ -90,29 +119,43 @@ class BareWorld:
                 for li in range(-1, pb.getNumJoints(rid, physicsClientId=cid)):
                     g = ROBOT_GROUP | (STATIC_GROUP if li == -1 and spec.robot.fixed_base else 0)
                     pb.setCollisionFilterGroupMask(rid, li, g, -1 & ~g, physicsClientId=cid)
-            self.robot_id, self.joint_ids = rid, ids[:len(q0)]
+            self.robot_id, self.joint_ids = rid, ids[: len(q0)]
             self._gains: dict[str, list[float]] = {}
             if twin:  # the twin's servo gains and effort limits (servo joints only)
                 r, nom = spec.robot, spec.params.nominal()
                 names = [j.name for j in r.joints]
-                pre = [f"robot.actuators.{n}" for n in names[:len(q0)]]
-                if all(r.actuator(n) is not None and r.actuator(n).model == "servo"  # type: ignore[union-attr]
-                       for n in names[:len(q0)]):
+                pre = [f"robot.actuators.{n}" for n in names[: len(q0)]]
+                if all(
+                    r.actuator(n) is not None and r.actuator(n).model == "servo"  # type: ignore[union-attr]
+                    for n in names[: len(q0)]
+                ):
                     dt = nom["sim.time_step"]
                     self._gains = {
                         "positionGains": [min(nom[f"{p}.bandwidth"] * dt, 1.0) for p in pre],
                         "velocityGains": [nom[f"{p}.velocity_gain"] for p in pre],
-                        "forces": [nom[f"{p}.effort_limit"] for p in pre]}
-            pb.setJointMotorControlArray(rid, self.joint_ids, pb.POSITION_CONTROL,
-                                         targetPositions=q0, **self._gains, physicsClientId=cid)
+                        "forces": [nom[f"{p}.effort_limit"] for p in pre],
+                    }
+            pb.setJointMotorControlArray(
+                rid,
+                self.joint_ids,
+                pb.POSITION_CONTROL,
+                targetPositions=q0,
+                **self._gains,
+                physicsClientId=cid,
+            )
         self.dt = spec.params["sim.time_step"].nominal
         self.movers = movers
         if twin and spec.object_sleeping and movers:
             from twins.sleeping import SLEEP_SPEED, SLEEP_TIMEOUT_S
 
             for b in movers:
-                pb.changeDynamics(b, -1, activationState=pb.ACTIVATION_STATE_ENABLE_SLEEPING,
-                                  sleepThreshold=SLEEP_SPEED**2, physicsClientId=cid)
+                pb.changeDynamics(
+                    b,
+                    -1,
+                    activationState=pb.ACTIVATION_STATE_ENABLE_SLEEPING,
+                    sleepThreshold=SLEEP_SPEED**2,
+                    physicsClientId=cid,
+                )
             self.step(int(1.25 * SLEEP_TIMEOUT_S / self.dt))
         self._start = pb.saveState(physicsClientId=cid)
 
@@ -140,9 +183,14 @@ class BareWorld:
             for i, b in enumerate(movers):
                 p, q = pb.getBasePositionAndOrientation(b, physicsClientId=cid)
                 poses[k, i, :3], poses[k, i, 3:] = p, q
-            pb.setJointMotorControlArray(rid, ids, pb.POSITION_CONTROL,
-                                         targetPositions=commands[k].tolist(), **self._gains,
-                                         physicsClientId=cid)
+            pb.setJointMotorControlArray(
+                rid,
+                ids,
+                pb.POSITION_CONTROL,
+                targetPositions=commands[k].tolist(),
+                **self._gains,
+                physicsClientId=cid,
+            )
         return out
 
     def close(self) -> None:

@@ -9,15 +9,16 @@ import trimesh
 from devices.poses import matrix_to_pose
 
 
-def fit_primitive(mesh: trimesh.Trimesh, tol: float = 0.03
-                  ) -> tuple[str, tuple[float, ...], np.ndarray] | None:
+def fit_primitive(
+    mesh: trimesh.Trimesh, tol: float = 0.03
+) -> tuple[str, tuple[float, ...], np.ndarray] | None:
     """("box", half extents, pose) or ("cylinder", (radius, length), pose) when the closed
     mesh's volume matches the primitive within `tol`; pose of the primitive in the mesh
     frame (xyz + quat xyzw). None otherwise (or for open meshes)."""
     if not mesh.is_watertight or mesh.volume <= 0:
         return None
     vol = float(mesh.volume)
-    T, ext = trimesh.bounds.oriented_bounds(mesh)   # T maps mesh -> box frame
+    T, ext = trimesh.bounds.oriented_bounds(mesh)  # T maps mesh -> box frame
     T_mesh_box = np.linalg.inv(T)
     ext = np.asarray(ext, float)
     if abs(np.prod(ext) - vol) / vol < tol:

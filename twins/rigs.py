@@ -21,8 +21,13 @@ from twins.spec import TwinSpec
 from twins.urdf import loadable_urdf, read_urdf
 
 # authors' identification (results_..._system_identification.txt)
-PENDULUM_ID = {"J": 6.259e-02, "m_cx": 1.022e-01, "Fv": 4.707e-02, "Fc": 1.839e-01,
-               "offset": -7.586e-02}
+PENDULUM_ID = {
+    "J": 6.259e-02,
+    "m_cx": 1.022e-01,
+    "Fv": 4.707e-02,
+    "Fc": 1.839e-01,
+    "offset": -7.586e-02,
+}
 # CAD values of Link_1 in data_urdf_dfki_simple_pendulum.urdf
 _CAD_MASS, _CAD_COM_DIST, _CAD_IXX = 0.67531, 0.4338, 0.0033459
 
@@ -31,31 +36,42 @@ def pendulum_values(identified: dict[str, float] = PENDULUM_ID) -> dict[str, flo
     """Twin parameter values equivalent to the authors' identified model."""
     m = identified["m_cx"] / _CAD_COM_DIST
     j_link = _CAD_IXX * m / _CAD_MASS + m * _CAD_COM_DIST**2
-    return {"robot.links.Link_1.mass": m,
-            "robot.joints.Joint_1.armature": identified["J"] - j_link,
-            "robot.joints.Joint_1.damping": identified["Fv"],
-            # Fc atan(100 qd) saturates at Fc * pi / 2: that is the Coulomb level
-            "robot.joints.Joint_1.friction": identified["Fc"] * np.pi / 2,
-            "robot.actuators.Joint_1.bias": -identified["offset"]}
+    return {
+        "robot.links.Link_1.mass": m,
+        "robot.joints.Joint_1.armature": identified["J"] - j_link,
+        "robot.joints.Joint_1.damping": identified["Fv"],
+        # Fc atan(100 qd) saturates at Fc * pi / 2: that is the Coulomb level
+        "robot.joints.Joint_1.friction": identified["Fc"] * np.pi / 2,
+        "robot.actuators.Joint_1.bias": -identified["offset"],
+    }
 
 
-def simple_pendulum_twin(urdf: Path, folder: Path | None = None,
-                         time_step: float = 1e-3) -> TwinSpec:
+def simple_pendulum_twin(
+    urdf: Path, folder: Path | None = None, time_step: float = 1e-3
+) -> TwinSpec:
     """The pendulum twin at the authors' values (nominals); `folder` receives the repaired
     URDF (default: a cache folder)."""
     loadable, notes = loadable_urdf(Path(urdf), folder)
     ref = str(loadable.relative_to(folder)) if folder else str(loadable)
-    robot, params = robot_from_urdf(ref, loadable, actuator="torque", notes=notes,
-                                    time_step=time_step)
-    spec = assemble("simple_pendulum", (robot, params), ground=False,
-                    sim=sim_params(time_step=time_step), base_dir=folder,
-                    meta={"source": str(Path(urdf).name), "notes": notes})
+    robot, params = robot_from_urdf(
+        ref, loadable, actuator="torque", notes=notes, time_step=time_step
+    )
+    spec = assemble(
+        "simple_pendulum",
+        (robot, params),
+        ground=False,
+        sim=sim_params(time_step=time_step),
+        base_dir=folder,
+        meta={"source": str(Path(urdf).name), "notes": notes},
+    )
     vals = pendulum_values()
     # the identified damping and friction lie above the CAD defaults' bounds; widen them
     from twins.spec import p_
 
-    widened = [p_(n, spec.params[n].unit, spec.params[n].nominal, 0.0, 2.0)
-               for n in ("robot.joints.Joint_1.damping", "robot.joints.Joint_1.friction")]
+    widened = [
+        p_(n, spec.params[n].unit, spec.params[n].nominal, 0.0, 2.0)
+        for n in ("robot.joints.Joint_1.damping", "robot.joints.Joint_1.friction")
+    ]
     spec = spec.__class__(**{**spec.__dict__, "params": spec.params.replace(*widened)})
     return spec.with_values(vals)
 
@@ -66,13 +82,23 @@ def qube_twin(time_step: float = 1e-3) -> TwinSpec:
 
     urdf = path("robots", "qube_servo2.urdf")
     read_urdf(urdf)
-    robot, params = robot_from_urdf("resources:robots/qube_servo2.urdf", urdf,
-                                    actuator="dc_motor", actuated=["arm"], time_step=time_step)
-    spec = assemble("qube_servo2", (robot, params), ground=False,
-                    sim=sim_params(time_step=time_step))
-    return spec.with_values({"robot.actuators.arm.resistance": 8.4,
-                             "robot.actuators.arm.k_emf": 0.042,
-                             "robot.actuators.arm.voltage_limit": 12.0})
+    robot, params = robot_from_urdf(
+        "resources:robots/qube_servo2.urdf",
+        urdf,
+        actuator="dc_motor",
+        actuated=["arm"],
+        time_step=time_step,
+    )
+    spec = assemble(
+        "qube_servo2", (robot, params), ground=False, sim=sim_params(time_step=time_step)
+    )
+    return spec.with_values(
+        {
+            "robot.actuators.arm.resistance": 8.4,
+            "robot.actuators.arm.k_emf": 0.042,
+            "robot.actuators.arm.voltage_limit": 12.0,
+        }
+    )
 
 
 def angle_rmse(a: np.ndarray, b: np.ndarray) -> float:

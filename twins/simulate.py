@@ -23,8 +23,8 @@ from twins.builder import TwinWorld
 from twins.errors import TwinError
 from twins.spec import TwinSpec
 
-MAX_JOINT_VEL = 1e3      # rad/s (or m/s): beyond this a twin has exploded
-MAX_OBJECT_DIST = 1e2    # m from the origin
+MAX_JOINT_VEL = 1e3  # rad/s (or m/s): beyond this a twin has exploded
+MAX_OBJECT_DIST = 1e2  # m from the origin
 
 
 def _names(meta: Mapping[str, Any], key: str, n: int, fallback: list[str], what: str) -> list[str]:
@@ -32,12 +32,15 @@ def _names(meta: Mapping[str, Any], key: str, n: int, fallback: list[str], what:
     if names is not None:
         names = [str(x) for x in names]
         if len(names) != n:
-            raise TwinError(f"trajectory meta '{key}' lists {len(names)} joints but {what} has "
-                            f"{n} columns")
+            raise TwinError(
+                f"trajectory meta '{key}' lists {len(names)} joints but {what} has {n} columns"
+            )
         return names
     if n > len(fallback):
-        raise TwinError(f"{what} has {n} columns but the twin has only {len(fallback)} "
-                        f"candidate joints ({', '.join(fallback)})")
+        raise TwinError(
+            f"{what} has {n} columns but the twin has only {len(fallback)} "
+            f"candidate joints ({', '.join(fallback)})"
+        )
     return fallback[:n]
 
 
@@ -64,32 +67,45 @@ def _com_to_body(pos: np.ndarray, quat: np.ndarray, T_com_body: np.ndarray) -> n
     uv = np.cross(u, v)
     p = pos + v + 2 * w * uv + 2 * np.cross(u, uv)
     cu, cw = c[:3], c[3]
-    q = np.concatenate([w * cu + cw * u + np.cross(u, cu),
-                        cw * w - (u @ cu)[:, None]], axis=1)
+    q = np.concatenate([w * cu + cw * u + np.cross(u, cu), cw * w - (u @ cu)[:, None]], axis=1)
     q[q[:, 3] < 0] *= -1
     return np.concatenate([p, q], axis=1)
 
 
-def _check_finite(t: np.ndarray, q: np.ndarray, qd: np.ndarray, joints: list[str],
-                  objs: dict[str, np.ndarray], twin: str) -> None:
+def _check_finite(
+    t: np.ndarray,
+    q: np.ndarray,
+    qd: np.ndarray,
+    joints: list[str],
+    objs: dict[str, np.ndarray],
+    twin: str,
+) -> None:
     """TwinError naming the body that left the physical range first, and when."""
     first: list[tuple[int, str]] = []
     for i, name in enumerate(joints):
         bad = ~np.isfinite(q[:, i]) | ~np.isfinite(qd[:, i]) | (np.abs(qd[:, i]) > MAX_JOINT_VEL)
         if bad.any():
             k = int(np.argmax(bad))
-            first.append((k, f"joint '{name}' at t={t[k]:.4f} s (q={q[k, i]:.4g}, "
-                             f"qd={qd[k, i]:.4g})"))
+            first.append(
+                (k, f"joint '{name}' at t={t[k]:.4f} s (q={q[k, i]:.4g}, qd={qd[k, i]:.4g})")
+            )
     for name, P in objs.items():
         bad = ~np.all(np.isfinite(P), axis=1) | (np.linalg.norm(P[:, :3], axis=1) > MAX_OBJECT_DIST)
         if bad.any():
             k = int(np.argmax(bad))
-            first.append((k, f"object '{name}' at t={t[k]:.4f} s (position "
-                             f"{np.round(P[k, :3], 3).tolist()} m)"))
+            first.append(
+                (
+                    k,
+                    f"object '{name}' at t={t[k]:.4f} s (position "
+                    f"{np.round(P[k, :3], 3).tolist()} m)",
+                )
+            )
     if first:
         what = min(first, key=lambda x: x[0])[1]
-        raise TwinError(f"twin '{twin}' exploded: {what}; lower sim.time_step, raise "
-                        "sim.substeps or soften gains and damping")
+        raise TwinError(
+            f"twin '{twin}' exploded: {what}; lower sim.time_step, raise "
+            "sim.substeps or soften gains and damping"
+        )
 
 
 def replay(spec: TwinSpec, values: Mapping[str, float] | None, real: Trajectory) -> Trajectory:
@@ -111,8 +127,9 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
     jids = world.joint_ids(joints) if joints else []
     # initial state
     if joints and "robot/joint_pos" in real.channels:
-        st_names = _names(real.meta, "joint_names", real["robot/joint_pos"].shape[1], joints,
-                          "robot/joint_pos")
+        st_names = _names(
+            real.meta, "joint_names", real["robot/joint_pos"].shape[1], joints, "robot/joint_pos"
+        )
         q0 = real["robot/joint_pos"][0]
         qd0 = real["robot/joint_vel"][0] if "robot/joint_vel" in real.channels else None
         world.set_joint_state(q0, qd0, st_names)
@@ -174,9 +191,17 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
     for s in range(steps):
         if fast:
             if changed[s]:
-                set_motors(rid, sv_ids, mode, targetPositions=targets[s], targetVelocities=zeros,
-                           positionGains=kp, velocityGains=kd, forces=force,
-                           physicsClientId=cid)
+                set_motors(
+                    rid,
+                    sv_ids,
+                    mode,
+                    targetPositions=targets[s],
+                    targetVelocities=zeros,
+                    positionGains=kp,
+                    velocityGains=kd,
+                    forces=force,
+                    physicsClientId=cid,
+                )
         elif bank is not None:
             if changed[s]:
                 bank.apply(u_steps[s], tau_steps[s])
@@ -194,7 +219,8 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
         channels["robot/joint_pos"], channels["robot/joint_vel"] = Q, QD
         unit = {"prismatic": ("m", "m/s")}
         units["robot/joint_pos"], units["robot/joint_vel"] = unit.get(
-            spec.robot.joints[0].kind, ("rad", "rad/s"))  # type: ignore[union-attr]
+            spec.robot.joints[0].kind, ("rad", "rad/s")
+        )  # type: ignore[union-attr]
     if bank is not None and (len(bank.pd) or len(bank.tq)):
         at = np.clip(rec_step - 1, 0, max(steps - 1, 0))
         u_at = u_steps[at] if steps else U_ext[[0] * K]
@@ -208,8 +234,13 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
     for n, P in objs.items():
         channels[f"objects/{n}/pose"] = P
         units[f"objects/{n}/pose"] = POSE_UNIT
-    meta = {"twin": spec.name, "replay_of": dict(real.meta).get("name", ""),
-            "joint_names": joints, "params": dict(world.values), "time_step": dt}
+    meta = {
+        "twin": spec.name,
+        "replay_of": dict(real.meta).get("name", ""),
+        "joint_names": joints,
+        "params": dict(world.values),
+        "time_step": dt,
+    }
     if bank is not None:
         meta["command_joints"] = bank.joints
     return Trajectory(t, channels, units, "sim", meta)
@@ -218,8 +249,15 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
 Policy = Callable[[float, Mapping[str, np.ndarray]], np.ndarray]
 
 
-def rollout(world: TwinWorld, policy: Policy, duration: float, control_rate_hz: float,
-            unit: str = "rad", joints: list[str] | None = None, reset: bool = True) -> Trajectory:
+def rollout(
+    world: TwinWorld,
+    policy: Policy,
+    duration: float,
+    control_rate_hz: float,
+    unit: str = "rad",
+    joints: list[str] | None = None,
+    reset: bool = True,
+) -> Trajectory:
     """Run `policy(t, obs) -> command` in closed loop at `control_rate_hz` for `duration`
     seconds. obs holds `robot/joint_pos`, `robot/joint_vel` and `objects/<name>/pose`.
     Commands pass through the actuator models, each joint's latency included."""
@@ -246,8 +284,10 @@ def rollout(world: TwinWorld, policy: Policy, duration: float, control_rate_hz: 
             P[name].append(obs[f"objects/{name}/pose"])
         u = np.asarray(policy(now, obs), dtype=float).reshape(-1)
         if u.shape != (len(joints),) or not np.all(np.isfinite(u)):
-            raise TwinError(f"policy returned {u.tolist()} at t={now:.3f} s; expected "
-                            f"{len(joints)} finite values for {joints}")
+            raise TwinError(
+                f"policy returned {u.tolist()} at t={now:.3f} s; expected "
+                f"{len(joints)} finite values for {joints}"
+            )
         T.append(now)
         Q.append(q)
         QD.append(qd)
@@ -257,8 +297,14 @@ def rollout(world: TwinWorld, policy: Policy, duration: float, control_rate_hz: 
         for _ in range(per_ctrl):
             eff = current.copy()
             for j in range(len(joints)):
-                i = int(np.searchsorted(np.asarray(history_t) + bank.latency[j], now + 1e-9,
-                                        side="right")) - 1
+                i = (
+                    int(
+                        np.searchsorted(
+                            np.asarray(history_t) + bank.latency[j], now + 1e-9, side="right"
+                        )
+                    )
+                    - 1
+                )
                 if i >= 0:
                     eff[j] = history_u[i][j]
             if c == 0 or not np.array_equal(eff, current) or bank.needs_per_step:
@@ -272,12 +318,24 @@ def rollout(world: TwinWorld, policy: Policy, duration: float, control_rate_hz: 
     objs = {n: np.asarray(v) for n, v in P.items()}
     jn = [j.name for j in spec.robot.joints] if spec.robot else []
     _check_finite(t, np.asarray(Q), np.asarray(QD), jn, objs, spec.name)
-    channels = {"robot/joint_pos": np.asarray(Q), "robot/joint_vel": np.asarray(QD),
-                "robot/command": np.asarray(U)}
+    channels = {
+        "robot/joint_pos": np.asarray(Q),
+        "robot/joint_vel": np.asarray(QD),
+        "robot/command": np.asarray(U),
+    }
     units = {"robot/joint_pos": "rad", "robot/joint_vel": "rad/s", "robot/command": unit}
     for n, arr in objs.items():
         channels[f"objects/{n}/pose"] = arr
         units[f"objects/{n}/pose"] = POSE_UNIT
-    return Trajectory(t, channels, units, "sim",
-                      {"twin": spec.name, "joint_names": jn, "command_joints": joints,
-                       "control_rate_hz": control_rate_hz})
+    return Trajectory(
+        t,
+        channels,
+        units,
+        "sim",
+        {
+            "twin": spec.name,
+            "joint_names": jn,
+            "command_joints": joints,
+            "control_rate_hz": control_rate_hz,
+        },
+    )

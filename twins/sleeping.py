@@ -29,24 +29,27 @@ import pybullet as pb
 if TYPE_CHECKING:
     from twins.builder import TwinWorld
 
-SLEEP_TIMEOUT_S = 2.0     # btMultiBody's sleep timeout (PyBullet 3.2.x does not expose it)
-SLEEP_SPEED = 0.01        # m/s (and rad/s): Bullet's default is 0.22 (on |v|^2 + |w|^2),
+SLEEP_TIMEOUT_S = 2.0  # btMultiBody's sleep timeout (PyBullet 3.2.x does not expose it)
+SLEEP_SPEED = 0.01  # m/s (and rad/s): Bullet's default is 0.22 (on |v|^2 + |w|^2),
 #                           which would freeze an object rolling slowly for 2 s
-REST_PROBE_S = 0.2        # the start-up check for objects at rest
-REST_TOL_M = 2e-3         # an object that moves more than this in the probe is not at rest
+REST_PROBE_S = 0.2  # the start-up check for objects at rest
+REST_TOL_M = 2e-3  # an object that moves more than this in the probe is not at rest
 REST_TOL_RAD = 2e-2
-SNAP_M = 1e-4             # a resting object further than this from its start starts settled
+SNAP_M = 1e-4  # a resting object further than this from its start starts settled
 SNAP_RAD = 1e-3
 
 
 def set_sleeping(world: TwinWorld, body: int, can_sleep: bool, wake: bool = True) -> None:
-    state = pb.ACTIVATION_STATE_ENABLE_SLEEPING if can_sleep else \
-        pb.ACTIVATION_STATE_DISABLE_SLEEPING
-    pb.changeDynamics(body, -1, activationState=state, sleepThreshold=SLEEP_SPEED**2,
-                      physicsClientId=world.cid)
+    state = (
+        pb.ACTIVATION_STATE_ENABLE_SLEEPING if can_sleep else pb.ACTIVATION_STATE_DISABLE_SLEEPING
+    )
+    pb.changeDynamics(
+        body, -1, activationState=state, sleepThreshold=SLEEP_SPEED**2, physicsClientId=world.cid
+    )
     if wake:
-        pb.changeDynamics(body, -1, activationState=pb.ACTIVATION_STATE_WAKE_UP,
-                          physicsClientId=world.cid)
+        pb.changeDynamics(
+            body, -1, activationState=pb.ACTIVATION_STATE_WAKE_UP, physicsClientId=world.cid
+        )
 
 
 def dynamic_objects(world: TwinWorld) -> list[str]:
@@ -82,8 +85,7 @@ def resting(world: TwinWorld) -> Settled:
         dq = abs(float(np.dot(p[3:], start[n][3:])))
         angle = 2 * np.arccos(min(1.0, dq))
         still = np.linalg.norm(p[:3] - late[n][:3]) <= 1e-3 * (n_probe // 4) * world.dt
-        if np.linalg.norm(p[:3] - start[n][:3]) <= REST_TOL_M and angle <= REST_TOL_RAD \
-                and still:
+        if np.linalg.norm(p[:3] - start[n][:3]) <= REST_TOL_M and angle <= REST_TOL_RAD and still:
             b = world.bodies[n].body_id
             if np.linalg.norm(p[:3] - start[n][:3]) > SNAP_M or angle > SNAP_RAD:
                 pos, orn = pb.getBasePositionAndOrientation(b, physicsClientId=cid)
@@ -122,11 +124,13 @@ def put_to_sleep(world: TwinWorld, state: int, sleepers: list[str]) -> None:
     for name, ref in world.bodies.items():
         if name not in sleepers and name in dynamic_objects(world):
             far += 1
-            pb.resetBasePositionAndOrientation(ref.body_id, (1e3 * far, -1e3, 1e3), (0, 0, 0, 1),
-                                               physicsClientId=cid)
+            pb.resetBasePositionAndOrientation(
+                ref.body_id, (1e3 * far, -1e3, 1e3), (0, 0, 0, 1), physicsClientId=cid
+            )
     if world.robot_id is not None:
-        pb.resetBasePositionAndOrientation(world.robot_id, (-1e3, -1e3, 1e3), (0, 0, 0, 1),
-                                           physicsClientId=cid)
+        pb.resetBasePositionAndOrientation(
+            world.robot_id, (-1e3, -1e3, 1e3), (0, 0, 0, 1), physicsClientId=cid
+        )
     for n in sleepers:
         b = world.bodies[n].body_id
         set_sleeping(world, b, True)

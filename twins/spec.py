@@ -43,7 +43,12 @@ ACTUATOR_PARAMS = {
     "torque": ("gain", "bias", "effort_limit", "latency"),
     "dc_motor": ("resistance", "k_emf", "gear_ratio", "voltage_limit", "latency"),
 }
-COMMAND_UNITS = {"servo": ("rad", "m"), "pd": ("rad", "m"), "torque": ("N*m", "N"), "dc_motor": ("V",)}
+COMMAND_UNITS = {
+    "servo": ("rad", "m"),
+    "pd": ("rad", "m"),
+    "torque": ("N*m", "N"),
+    "dc_motor": ("V",),
+}
 MATERIAL_PARAMS = ("friction", "rolling_friction", "spinning_friction", "restitution")
 COMPLIANT_PARAMS = ("contact_stiffness", "contact_damping")
 CONTACT_MODELS = ("rigid", "compliant")
@@ -65,7 +70,7 @@ class JointSpec:
     """A movable robot joint, by its URDF name. Limits in rad (or m); None = unlimited."""
 
     name: str
-    kind: str = "revolute"            # revolute | prismatic | continuous
+    kind: str = "revolute"  # revolute | prismatic | continuous
     lower: float | None = None
     upper: float | None = None
 
@@ -81,8 +86,10 @@ class ActuatorSpec:
 
     def __post_init__(self) -> None:
         if self.model not in ACTUATOR_MODELS:
-            raise TwinError(f"actuator on joint '{self.joint}': model '{self.model}' is not one "
-                            f"of {ACTUATOR_MODELS}")
+            raise TwinError(
+                f"actuator on joint '{self.joint}': model '{self.model}' is not one "
+                f"of {ACTUATOR_MODELS}"
+            )
 
 
 @dataclass(frozen=True)
@@ -96,20 +103,24 @@ class RobotSpec:
     fixed_base: bool = True
     joints: tuple[JointSpec, ...] = ()
     actuators: tuple[ActuatorSpec, ...] = ()
-    links: tuple[str, ...] = ()        # links with a mass parameter
+    links: tuple[str, ...] = ()  # links with a mass parameter
     initial_joint_pos: tuple[float, ...] = ()
-    notes: tuple[str, ...] = ()       # what the loader had to fall back on, said once
+    notes: tuple[str, ...] = ()  # what the loader had to fall back on, said once
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_pose", _pose(self.base_pose, "robot base"))
         names = [j.name for j in self.joints]
         for a in self.actuators:
             if a.joint not in names:
-                raise TwinError(f"actuator names joint '{a.joint}', which the robot lacks "
-                                f"(joints: {', '.join(names)})")
+                raise TwinError(
+                    f"actuator names joint '{a.joint}', which the robot lacks "
+                    f"(joints: {', '.join(names)})"
+                )
         if self.initial_joint_pos and len(self.initial_joint_pos) != len(self.joints):
-            raise TwinError(f"robot: initial_joint_pos has {len(self.initial_joint_pos)} values "
-                            f"for {len(self.joints)} joints")
+            raise TwinError(
+                f"robot: initial_joint_pos has {len(self.initial_joint_pos)} values "
+                f"for {len(self.joints)} joints"
+            )
 
     def actuator(self, joint: str) -> ActuatorSpec | None:
         return next((a for a in self.actuators if a.joint == joint), None)
@@ -151,19 +162,20 @@ class ObjectSpec:
     pose: tuple[float, ...] = IDENTITY_POSE
     static: bool = False
     mass_from: str = "mass"
-    volume: float = 0.0                               # m^3
-    com: tuple[float, ...] = (0.0, 0.0, 0.0)          # m, body frame
+    volume: float = 0.0  # m^3
+    com: tuple[float, ...] = (0.0, 0.0, 0.0)  # m, body frame
     inertia_per_kg: tuple[float, ...] = (1e-4, 0, 0, 0, 1e-4, 0, 0, 0, 1e-4)  # m^2, row-major
     rgba: tuple[float, ...] = (0.8, 0.5, 0.2, 1.0)
-    source: str = ""                                  # e.g. scan object id
+    source: str = ""  # e.g. scan object id
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pose", _pose(self.pose, f"object '{self.name}'"))
         if self.mass_from not in ("mass", "density"):
             raise TwinError(f"object '{self.name}': mass_from must be 'mass' or 'density'")
         if self.mass_from == "density" and not self.volume > 0:
-            raise TwinError(f"object '{self.name}': density needs a positive volume "
-                            f"(got {self.volume})")
+            raise TwinError(
+                f"object '{self.name}': density needs a positive volume (got {self.volume})"
+            )
         Ib = np.asarray(self.inertia_per_kg, dtype=float).reshape(3, 3)
         if not np.all(np.isfinite(Ib)) or np.any(np.linalg.eigvalsh((Ib + Ib.T) / 2) <= 0):
             raise TwinError(f"object '{self.name}': inertia is not positive definite")
@@ -181,7 +193,7 @@ class EnvironmentSpec:
 
     ground: bool = True
     table: ObjectSpec | None = None
-    ground_z: float = 0.0             # m, height of the ground plane
+    ground_z: float = 0.0  # m, height of the ground plane
 
 
 @dataclass(frozen=True)
@@ -194,9 +206,9 @@ class TwinSpec:
     environment: EnvironmentSpec = field(default_factory=EnvironmentSpec)
     objects: tuple[ObjectSpec, ...] = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
-    base_dir: Path | None = None      # folder the relative file references are relative to
-    contact_model: str = "rigid"      # "compliant": per-body contact stiffness and damping
-    object_sleeping: bool = True      # objects at rest at the start sleep until touched
+    base_dir: Path | None = None  # folder the relative file references are relative to
+    contact_model: str = "rigid"  # "compliant": per-body contact stiffness and damping
+    object_sleeping: bool = True  # objects at rest at the start sleep until touched
 
     def __post_init__(self) -> None:
         if self.contact_model not in CONTACT_MODELS:
@@ -207,8 +219,10 @@ class TwinSpec:
             raise TwinError(f"twin '{self.name}': object names must be unique ({sorted(dup)})")
         missing = [n for n in self.required_params() if n not in self.params]
         if missing:
-            raise TwinError(f"twin '{self.name}': missing parameters {missing[:6]}"
-                            f"{' ...' if len(missing) > 6 else ''}")
+            raise TwinError(
+                f"twin '{self.name}': missing parameters {missing[:6]}"
+                f"{' ...' if len(missing) > 6 else ''}"
+            )
 
     def required_params(self) -> list[str]:
         """Names the builder will read; each must be in `params`."""
@@ -218,8 +232,11 @@ class TwinSpec:
             req += [f"robot.material.{k}" for k in ("friction", "restitution")]
             for j in self.robot.joints:
                 a = self.robot.actuator(j.name)
-                keys = ("damping", "armature") if a is not None and a.model == "servo" else \
-                    ("damping", "friction", "armature")
+                keys = (
+                    ("damping", "armature")
+                    if a is not None and a.model == "servo"
+                    else ("damping", "friction", "armature")
+                )
                 req += [f"robot.joints.{j.name}.{k}" for k in keys]
             for a in self.robot.actuators:
                 req += [f"robot.actuators.{a.joint}.{k}" for k in ACTUATOR_PARAMS[a.model]]
@@ -238,8 +255,10 @@ class TwinSpec:
         for o in self.objects:
             if o.name == name:
                 return o
-        raise TwinError(f"twin '{self.name}' has no object '{name}' "
-                        f"(objects: {', '.join(o.name for o in self.objects) or 'none'})")
+        raise TwinError(
+            f"twin '{self.name}' has no object '{name}' "
+            f"(objects: {', '.join(o.name for o in self.objects) or 'none'})"
+        )
 
     def resolve(self, ref: str) -> Path:
         """Absolute path of a file reference (see module docstring)."""
@@ -304,7 +323,15 @@ class TwinSpec:
             raise TwinError(f"{path}: {exc}") from exc
 
 
-def p_(name: str, unit: str, nominal: float, low: float, high: float, prior: str = "uniform",
-       integer: bool = False, doc: str = "") -> Param:
+def p_(
+    name: str,
+    unit: str,
+    nominal: float,
+    low: float,
+    high: float,
+    prior: str = "uniform",
+    integer: bool = False,
+    doc: str = "",
+) -> Param:
     """Short constructor used by the spec factories."""
     return Param(name, unit, nominal, low, high, prior, integer, doc)

@@ -53,7 +53,9 @@ class UrdfInfo:
         return tuple(j for j in self.joints if j.kind in MOVABLE)
 
 
-def _float(el: ET.Element | None, attr: str, where: str, default: float | None = None) -> float | None:
+def _float(
+    el: ET.Element | None, attr: str, where: str, default: float | None = None
+) -> float | None:
     if el is None or el.get(attr) is None:
         return default
     try:
@@ -69,12 +71,16 @@ def resolve_mesh(ref: str, urdf_dir: Path) -> Path | None:
     """Find a mesh referenced as package://pkg/rel, file://abs, relative or absolute."""
     cands: list[Path] = []
     if ref.startswith("package://"):
-        rest = ref[len("package://"):]
+        rest = ref[len("package://") :]
         pkg, _, rel = rest.partition("/")
-        cands += [urdf_dir / rel, urdf_dir / pkg / rel, urdf_dir.parent / pkg / rel,
-                  urdf_dir.parent / rel]
+        cands += [
+            urdf_dir / rel,
+            urdf_dir / pkg / rel,
+            urdf_dir.parent / pkg / rel,
+            urdf_dir.parent / rel,
+        ]
     elif ref.startswith("file://"):
-        cands.append(Path(ref[len("file://"):]))
+        cands.append(Path(ref[len("file://") :]))
     else:
         p = Path(ref)
         cands.append(p if p.is_absolute() else urdf_dir / p)
@@ -121,12 +127,24 @@ def read_urdf(path: Path) -> UrdfInfo:
         lim, dyn = j.find("limit"), j.find("dynamics")
         lower, upper = _float(lim, "lower", where), _float(lim, "upper", where)
         if kind in MOVABLE and masses[cl] <= 0:
-            raise TwinError(f"{path}: link '{cl}' moved by joint '{jname}' has mass "
-                            f"{masses[cl]} kg; a moving link needs a positive mass")
-        joints.append(UrdfJoint(
-            jname, kind, pl, cl, lower, upper, _float(lim, "effort", where),
-            _float(lim, "velocity", where), _float(dyn, "damping", where, 0.0) or 0.0,
-            _float(dyn, "friction", where, 0.0) or 0.0))
+            raise TwinError(
+                f"{path}: link '{cl}' moved by joint '{jname}' has mass "
+                f"{masses[cl]} kg; a moving link needs a positive mass"
+            )
+        joints.append(
+            UrdfJoint(
+                jname,
+                kind,
+                pl,
+                cl,
+                lower,
+                upper,
+                _float(lim, "effort", where),
+                _float(lim, "velocity", where),
+                _float(dyn, "damping", where, 0.0) or 0.0,
+                _float(dyn, "friction", where, 0.0) or 0.0,
+            )
+        )
     return UrdfInfo(path, root.get("name", path.stem), masses, tuple(joints), tuple(meshes))
 
 
@@ -140,10 +158,17 @@ def _inertia_box(link: ET.Element) -> tuple[list[float], str, str] | None:
     if m <= 0:
         return None
     ixx, iyy, izz = (float(i.get(k, "0")) for k in ("ixx", "iyy", "izz"))  # type: ignore[union-attr]
-    dims = [math.sqrt(max(6.0 / m * v, 0.0)) for v in (iyy + izz - ixx, ixx + izz - iyy, ixx + iyy - izz)]
+    dims = [
+        math.sqrt(max(6.0 / m * v, 0.0))
+        for v in (iyy + izz - ixx, ixx + izz - iyy, ixx + iyy - izz)
+    ]
     dims = [max(d, 0.005) for d in dims]
     o = inertial.find("origin")
-    return dims, (o.get("xyz", "0 0 0") if o is not None else "0 0 0"), (o.get("rpy", "0 0 0") if o is not None else "0 0 0")
+    return (
+        dims,
+        (o.get("xyz", "0 0 0") if o is not None else "0 0 0"),
+        (o.get("rpy", "0 0 0") if o is not None else "0 0 0"),
+    )
 
 
 def loadable_urdf(path: Path, out_dir: Path | None = None) -> tuple[Path, list[str]]:
@@ -176,14 +201,17 @@ def loadable_urdf(path: Path, out_dir: Path | None = None) -> tuple[Path, list[s
                         rel = f"meshes/{hashlib.sha1(str(found).encode()).hexdigest()[:8]}/{found.name}"
                         copies[found] = rel
                         mesh.set("filename", rel)
-                    changed = changed or ref.startswith(("package://", "file://")) \
-                        or out_dir is not None
+                    changed = (
+                        changed or ref.startswith(("package://", "file://")) or out_dir is not None
+                    )
                     continue
                 changed = True
                 link.remove(el)
                 if kind == "collision":
-                    notes.append(f"link '{lname}': collision mesh '{ref}' not found; the link "
-                                 "keeps its mass and inertia but has no collision shape")
+                    notes.append(
+                        f"link '{lname}': collision mesh '{ref}' not found; the link "
+                        "keeps its mass and inertia but has no collision shape"
+                    )
                     continue
                 box = _inertia_box(link)
                 if box is None:
@@ -194,16 +222,20 @@ def loadable_urdf(path: Path, out_dir: Path | None = None) -> tuple[Path, list[s
                 ET.SubElement(vis, "origin", xyz=xyz, rpy=rpy)
                 geo = ET.SubElement(vis, "geometry")
                 ET.SubElement(geo, "box", size=" ".join(f"{d:.4g}" for d in dims))
-                notes.append(f"link '{lname}': visual mesh '{ref}' not found; drawn as a "
-                             f"{'x'.join(f'{d:.3f}' for d in dims)} m box with its inertia")
+                notes.append(
+                    f"link '{lname}': visual mesh '{ref}' not found; drawn as a "
+                    f"{'x'.join(f'{d:.3f}' for d in dims)} m box with its inertia"
+                )
     for j in root.findall("joint"):
         lim = j.find("limit")
         if j.get("type") == "revolute" and lim is not None:
             lo, hi = float(lim.get("lower", "0")), float(lim.get("upper", "0"))
             if lo >= hi:
                 j.set("type", "continuous")
-                notes.append(f"joint '{j.get('name')}': limits lower={lo:g} >= upper={hi:g} "
-                             "are not usable; treated as continuous (no limits)")
+                notes.append(
+                    f"joint '{j.get('name')}': limits lower={lo:g} >= upper={hi:g} "
+                    "are not usable; treated as continuous (no limits)"
+                )
                 changed = True
             for k in ("effort", "velocity"):
                 if float(lim.get(k, "1") or 0) <= 0:
@@ -222,8 +254,9 @@ def loadable_urdf(path: Path, out_dir: Path | None = None) -> tuple[Path, list[s
     # atomic: parallel test workers may repair the same file into the same cache folder
     from resources import atomic
 
-    atomic.write_with(target, lambda tmp: ET.ElementTree(root).write(
-        tmp, encoding="utf-8", xml_declaration=True))
+    atomic.write_with(
+        target, lambda tmp: ET.ElementTree(root).write(tmp, encoding="utf-8", xml_declaration=True)
+    )
     return target, notes
 
 
@@ -249,28 +282,43 @@ def origin_xml(pose: tuple[float, ...] | np.ndarray) -> str:
     return f'<origin xyz="{_fmt(pose[:3])}" rpy="{_fmt(rpy)}"/>'
 
 
-def link_xml(name: str, kind: str, size: tuple[float, ...], mesh: str | None,
-             hulls: tuple[str, ...], mass: float, com: tuple[float, ...],
-             inertia: np.ndarray, rgba: tuple[float, ...],
-             collision_pose: tuple[float, ...] = (0, 0, 0, 0, 0, 0, 1)) -> str:
+def link_xml(
+    name: str,
+    kind: str,
+    size: tuple[float, ...],
+    mesh: str | None,
+    hulls: tuple[str, ...],
+    mass: float,
+    com: tuple[float, ...],
+    inertia: np.ndarray,
+    rgba: tuple[float, ...],
+    collision_pose: tuple[float, ...] = (0, 0, 0, 0, 0, 0, 1),
+) -> str:
     """One URDF <link>: visual (the mesh, else the primitive), collision (the primitive,
     or one element per convex hull) and inertial (about `com`)."""
     o = '<origin xyz="0 0 0" rpy="0 0 0"/>'
     co = origin_xml(collision_pose)
     Ib = inertia
     if kind == "mesh":
-        col = "".join(f"<collision>{o}<geometry>{_geometry('mesh', (), h)}</geometry></collision>"
-                      for h in hulls)
+        col = "".join(
+            f"<collision>{o}<geometry>{_geometry('mesh', (), h)}</geometry></collision>"
+            for h in hulls
+        )
     else:
         col = f"<collision>{co}<geometry>{_geometry(kind, size, None)}</geometry></collision>"
-    vis = (f"{o}<geometry>{_geometry('mesh', (), mesh)}</geometry>" if mesh else
-           f"{co}<geometry>{_geometry(kind, size, None)}</geometry>")
-    return (f'<link name="{name}"><inertial><origin xyz="{_fmt(com)}" rpy="0 0 0"/>'
-            f'<mass value="{mass:.9g}"/><inertia ixx="{Ib[0, 0]:.9g}" ixy="{Ib[0, 1]:.9g}" '
-            f'ixz="{Ib[0, 2]:.9g}" iyy="{Ib[1, 1]:.9g}" iyz="{Ib[1, 2]:.9g}" izz="{Ib[2, 2]:.9g}"/>'
-            f'</inertial><visual>{vis}'
-            f'<material name="{name}_mat"><color rgba="{_fmt(rgba)}"/></material></visual>'
-            f'{col}</link>')
+    vis = (
+        f"{o}<geometry>{_geometry('mesh', (), mesh)}</geometry>"
+        if mesh
+        else f"{co}<geometry>{_geometry(kind, size, None)}</geometry>"
+    )
+    return (
+        f'<link name="{name}"><inertial><origin xyz="{_fmt(com)}" rpy="0 0 0"/>'
+        f'<mass value="{mass:.9g}"/><inertia ixx="{Ib[0, 0]:.9g}" ixy="{Ib[0, 1]:.9g}" '
+        f'ixz="{Ib[0, 2]:.9g}" iyy="{Ib[1, 1]:.9g}" iyz="{Ib[1, 2]:.9g}" izz="{Ib[2, 2]:.9g}"/>'
+        f"</inertial><visual>{vis}"
+        f'<material name="{name}_mat"><color rgba="{_fmt(rgba)}"/></material></visual>'
+        f"{col}</link>"
+    )
 
 
 @dataclass(frozen=True)
@@ -278,11 +326,11 @@ class UrdfVisual:
     """One <visual> of a link: geometry kind, size or mesh file, origin in the link frame."""
 
     link: str
-    kind: str                        # mesh | box | cylinder | sphere
+    kind: str  # mesh | box | cylinder | sphere
     size: tuple[float, ...]
     mesh: Path | None
     scale: tuple[float, float, float]
-    origin: np.ndarray               # 4x4 T_link_visual
+    origin: np.ndarray  # 4x4 T_link_visual
     rgba: tuple[float, float, float, float] | None
 
 
@@ -292,7 +340,9 @@ def _origin(el: ET.Element | None) -> np.ndarray:
     T = np.eye(4)
     if el is not None:
         T[:3, 3] = [float(x) for x in el.get("xyz", "0 0 0").split()]
-        T[:3, :3] = Rotation.from_euler("xyz", [float(x) for x in el.get("rpy", "0 0 0").split()]).as_matrix()
+        T[:3, :3] = Rotation.from_euler(
+            "xyz", [float(x) for x in el.get("rpy", "0 0 0").split()]
+        ).as_matrix()
     return T
 
 
@@ -308,24 +358,48 @@ def visuals(path: Path) -> list[UrdfVisual]:
                 continue
             g = geo[0]
             mat = vis.find("material")
-            col = mat.find("color") if mat is not None and mat.find("color") is not None else \
-                colors.get(mat.get("name")) if mat is not None else None
+            col = (
+                mat.find("color")
+                if mat is not None and mat.find("color") is not None
+                else colors.get(mat.get("name"))
+                if mat is not None
+                else None
+            )
             rgba = tuple(float(x) for x in col.get("rgba", "").split()) if col is not None else None
             scale = tuple(float(x) for x in g.get("scale", "1 1 1").split())
             size: tuple[float, ...]
             mesh: Path | None
             if g.tag == "mesh":
-                kind, size, mesh = "mesh", (), resolve_mesh(g.get("filename", ""), Path(path).parent)
+                kind, size, mesh = (
+                    "mesh",
+                    (),
+                    resolve_mesh(g.get("filename", ""), Path(path).parent),
+                )
             elif g.tag == "box":
-                kind, size, mesh = "box", tuple(float(x) for x in g.get("size", "0 0 0").split()), None
+                kind, size, mesh = (
+                    "box",
+                    tuple(float(x) for x in g.get("size", "0 0 0").split()),
+                    None,
+                )
             elif g.tag == "cylinder":
-                kind, size, mesh = "cylinder", (float(g.get("radius", 0)), float(g.get("length", 0))), None
+                kind, size, mesh = (
+                    "cylinder",
+                    (float(g.get("radius", 0)), float(g.get("length", 0))),
+                    None,
+                )
             elif g.tag == "sphere":
                 kind, size, mesh = "sphere", (float(g.get("radius", 0)),), None
             else:
                 continue
-            out.append(UrdfVisual(link.get("name", ""), kind, size, mesh,
-                                  scale if len(scale) == 3 else (1.0, 1.0, 1.0),  # type: ignore[arg-type]
-                                  _origin(vis.find("origin")),
-                                  rgba if rgba and len(rgba) == 4 else None))  # type: ignore[arg-type]
+            out.append(
+                UrdfVisual(
+                    link.get("name", ""),
+                    kind,
+                    size,
+                    mesh,
+                    scale if len(scale) == 3 else (1.0, 1.0, 1.0),  # type: ignore[arg-type]
+                    _origin(vis.find("origin")),
+                    rgba if rgba and len(rgba) == 4 else None,
+                )
+            )  # type: ignore[arg-type]
     return out

@@ -67,18 +67,44 @@ def _object_drawables(spec: TwinSpec, o: ObjectSpec, body: str) -> list[Drawable
     else:
         T_vis = np.eye(4)
     if vis is not None:
-        out.append(Drawable(f"{body}/visual", body, np.asarray(vis.vertices), np.asarray(vis.faces),  # type: ignore[attr-defined]
-                            tuple(o.rgba), T_vis))  # type: ignore[arg-type]
+        out.append(
+            Drawable(
+                f"{body}/visual",
+                body,
+                np.asarray(vis.vertices),
+                np.asarray(vis.faces),  # type: ignore[attr-defined]
+                tuple(o.rgba),
+                T_vis,
+            )
+        )  # type: ignore[arg-type]
     if o.shape.kind == "mesh":
         for i, h in enumerate(o.shape.hulls):
             m = _load(str(spec.resolve(h)), (1.0, 1.0, 1.0))
             if m is not None:
-                out.append(Drawable(f"{body}/hull{i}", body, np.asarray(m.vertices),
-                                    np.asarray(m.faces), (0.2, 0.9, 0.4, 0.35), np.eye(4), True))
+                out.append(
+                    Drawable(
+                        f"{body}/hull{i}",
+                        body,
+                        np.asarray(m.vertices),
+                        np.asarray(m.faces),
+                        (0.2, 0.9, 0.4, 0.35),
+                        np.eye(4),
+                        True,
+                    )
+                )
     else:
         m = _primitive(o.shape.kind, o.shape.size)
-        out.append(Drawable(f"{body}/collision", body, np.asarray(m.vertices), np.asarray(m.faces),
-                            (0.2, 0.9, 0.4, 0.35), T_col, True))
+        out.append(
+            Drawable(
+                f"{body}/collision",
+                body,
+                np.asarray(m.vertices),
+                np.asarray(m.faces),
+                (0.2, 0.9, 0.4, 0.35),
+                T_col,
+                True,
+            )
+        )
     return out
 
 
@@ -106,8 +132,16 @@ def drawables(world: TwinWorld) -> list[Drawable]:
                 continue
             rgba = v.rgba if v.rgba and v.rgba[3] > 0 else (0.85, 0.85, 0.88, 1.0)
             body = f"robot/{v.link}"
-            out.append(Drawable(f"{body}/visual{k}", body, np.asarray(m.vertices),
-                                np.asarray(m.faces), rgba, v.origin))  # type: ignore[arg-type]
+            out.append(
+                Drawable(
+                    f"{body}/visual{k}",
+                    body,
+                    np.asarray(m.vertices),
+                    np.asarray(m.faces),
+                    rgba,
+                    v.origin,
+                )
+            )  # type: ignore[arg-type]
     return out
 
 

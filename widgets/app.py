@@ -31,9 +31,11 @@ def display_problem() -> str | None:
         return None
     display = os.environ.get("DISPLAY")
     if not display:
-        return ("Twinbench needs a display to open its window, and none is set (DISPLAY is "
-                "empty). Run it on a desktop session, or use the command line: "
-                "python main.py --help")
+        return (
+            "Twinbench needs a display to open its window, and none is set (DISPLAY is "
+            "empty). Run it on a desktop session, or use the command line: "
+            "python main.py --help"
+        )
     libname = ctypes.util.find_library("X11")
     if libname:
         try:
@@ -43,9 +45,11 @@ def display_problem() -> str | None:
             x11.XCloseDisplay.argtypes = [ctypes.c_void_p]
             handle = x11.XOpenDisplay(display.encode())
             if not handle:
-                return (f"Twinbench cannot connect to the display '{display}' (is the X server "
-                        "running and are you allowed to use it?). The command line works "
-                        "without one: python main.py --help")
+                return (
+                    f"Twinbench cannot connect to the display '{display}' (is the X server "
+                    "running and are you allowed to use it?). The command line works "
+                    "without one: python main.py --help"
+                )
             x11.XCloseDisplay(handle)
         except OSError:
             pass  # no usable libX11: let Qt try
@@ -53,14 +57,23 @@ def display_problem() -> str | None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python main.py [gui|demo]",
-                                description="Open the Twinbench desktop app.")
-    p.add_argument("project", nargs="?", type=Path, help="project folder to open "
-                   "(default: the last one; with 'demo', the demo project)")
+    p = argparse.ArgumentParser(
+        prog="python main.py [gui|demo]", description="Open the Twinbench desktop app."
+    )
+    p.add_argument(
+        "project",
+        nargs="?",
+        type=Path,
+        help="project folder to open (default: the last one; with 'demo', the demo project)",
+    )
     p.add_argument("--no-lab", action="store_true", help="demo: do not start the virtual lab")
-    p.add_argument("--screenshot", type=Path, default=None,
-                   help="save a screenshot of the window to this PNG once --screenshot-delay "
-                   "seconds have passed and no job is running, then quit (docs and tests)")
+    p.add_argument(
+        "--screenshot",
+        type=Path,
+        default=None,
+        help="save a screenshot of the window to this PNG once --screenshot-delay "
+        "seconds have passed and no job is running, then quit (docs and tests)",
+    )
     p.add_argument("--screenshot-delay", type=float, default=2.0)
     p.add_argument("--page", default=None, help="workflow page to show first (scan, twin, …)")
     return p.parse_known_args(argv)[0]
@@ -119,8 +132,9 @@ def run_gui(demo: bool, argv: list[str]) -> int:
         def _maybe_shoot() -> None:
             waited = time.monotonic() - t_start
             idle_polls[0] = 0 if win.runner.running() else idle_polls[0] + 1
-            if waited < args.screenshot_delay or (idle_polls[0] < 3
-                                                 and waited < SCREENSHOT_MAX_WAIT_S):
+            if waited < args.screenshot_delay or (
+                idle_polls[0] < 3 and waited < SCREENSHOT_MAX_WAIT_S
+            ):
                 return
             poll.stop()
             args.screenshot.parent.mkdir(parents=True, exist_ok=True)

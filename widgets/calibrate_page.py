@@ -28,8 +28,9 @@ class CalibratePage(WorkflowPage):
     def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
         self.banner = QtWidgets.QLabel("")
         self.banner.setWordWrap(True)
-        self.banner.setStyleSheet("background: #fff3cd; color: #5c4400; padding: 8px; "
-                                  "border-radius: 4px;")
+        self.banner.setStyleSheet(
+            "background: #fff3cd; color: #5c4400; padding: 8px; border-radius: 4px;"
+        )
         layout.addWidget(self.banner)
         self.plot = TrajectoryPlot()
         self.traj_list = QtWidgets.QListWidget()
@@ -51,8 +52,10 @@ class CalibratePage(WorkflowPage):
         proj = self.controller.project
         arts = proj.artifacts("trajectory") if proj is not None else []
         ids = [a.id for a in arts]
-        current = [self.traj_list.item(i).data(QtCore.Qt.ItemDataRole.UserRole)
-                   for i in range(self.traj_list.count())]
+        current = [
+            self.traj_list.item(i).data(QtCore.Qt.ItemDataRole.UserRole)
+            for i in range(self.traj_list.count())
+        ]
         if ids != current:
             self.traj_list.blockSignals(True)
             self.traj_list.clear()
@@ -68,12 +71,19 @@ class CalibratePage(WorkflowPage):
             self.traj_list.blockSignals(False)
             if self.traj_list.count():
                 self.traj_list.item(self.traj_list.count() - 1).setCheckState(
-                    QtCore.Qt.CheckState.Checked)  # newest one plotted
-        missing = [n.label for n, ok in workflows.needs_met(self.step_info, proj, self.connected())
-                   if not ok]
+                    QtCore.Qt.CheckState.Checked
+                )  # newest one plotted
+        missing = [
+            n.label
+            for n, ok in workflows.needs_met(self.step_info, proj, self.connected())
+            if not ok
+        ]
         self.banner.setVisible(bool(missing))
-        self.banner.setText("To fit parameters this step still needs: " + "; ".join(missing)
-                            + ". Meanwhile you can inspect the recordings.")
+        self.banner.setText(
+            "To fit parameters this step still needs: "
+            + "; ".join(missing)
+            + ". Meanwhile you can inspect the recordings."
+        )
 
     def _on_ticked(self, item: QtWidgets.QListWidgetItem) -> None:
         aid = item.data(QtCore.Qt.ItemDataRole.UserRole)

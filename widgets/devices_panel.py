@@ -25,8 +25,13 @@ log = logging.getLogger(__name__)
 
 REFRESH_MS = 50
 TRAIL_S = 3.0
-DOT = {"connected": "#2e7d32", "connecting": "#f9a825", "error": "#c62828",
-       "unavailable": "#9e9e9e", "disconnected": "#9e9e9e"}
+DOT = {
+    "connected": "#2e7d32",
+    "connecting": "#f9a825",
+    "error": "#c62828",
+    "unavailable": "#9e9e9e",
+    "disconnected": "#9e9e9e",
+}
 
 
 class DeviceRow(QtWidgets.QWidget):
@@ -55,8 +60,12 @@ class DevicesPanel(QtWidgets.QWidget):
 
     sig_devices_changed = QtCore.Signal(object)  # dict[str, DeviceStatus], on the GUI thread
 
-    def __init__(self, controller: AppController, parent: QtWidgets.QWidget | None = None,
-                 with_3d: bool = True) -> None:
+    def __init__(
+        self,
+        controller: AppController,
+        parent: QtWidgets.QWidget | None = None,
+        with_3d: bool = True,
+    ) -> None:
         super().__init__(parent)
         self.controller = controller
         lay = QtWidgets.QVBoxLayout(self)
@@ -68,13 +77,17 @@ class DevicesPanel(QtWidgets.QWidget):
         self.rate.setStyleSheet("color: #6b6b6b;")
         lay.addWidget(self.rate)
         self.move_button = QtWidgets.QPushButton("Move arm (demo motion, 12 s)")
-        self.move_button.setToolTip("Command a slow sine motion on three joints through the "
-                                    "robot protocol, then hold. Cancel it in the status bar.")
+        self.move_button.setToolTip(
+            "Command a slow sine motion on three joints through the "
+            "robot protocol, then hold. Cancel it in the status bar."
+        )
         self.move_button.clicked.connect(self._demo_motion)
         self.record_seconds = 5.0
         self.record_button = QtWidgets.QPushButton("Record 5 s")
-        self.record_button.setToolTip("Record 5 s of the robot's measured state into the open "
-                                      "project as a real trajectory (see the Calibrate page).")
+        self.record_button.setToolTip(
+            "Record 5 s of the robot's measured state into the open "
+            "project as a real trajectory (see the Calibrate page)."
+        )
         self.record_button.clicked.connect(self._record)
         buttons = QtWidgets.QHBoxLayout()
         buttons.addWidget(self.move_button, 2)
@@ -91,9 +104,11 @@ class DevicesPanel(QtWidgets.QWidget):
         self.table.verticalHeader().setDefaultSectionSize(22)
         self.table.setMinimumHeight(7 * 22 + 30)
         self.ee = QtWidgets.QLabel("")
-        self.no_robot = QtWidgets.QLabel("Connect a robot to see its joint state and end "
-                                         "effector here. No hardware? Devices ▸ Start virtual "
-                                         "lab (or run python main.py demo).")
+        self.no_robot = QtWidgets.QLabel(
+            "Connect a robot to see its joint state and end "
+            "effector here. No hardware? Devices ▸ Start virtual "
+            "lab (or run python main.py demo)."
+        )
         self.no_robot.setWordWrap(True)
         self.no_robot.setStyleSheet("color: #6b6b6b; padding: 8px;")
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Vertical)
@@ -109,9 +124,11 @@ class DevicesPanel(QtWidgets.QWidget):
             box = QtWidgets.QWidget()
             bl = QtWidgets.QVBoxLayout(box)
             bl.setContentsMargins(0, 4, 0, 0)
-            caption = QtWidgets.QLabel("<b>Robot, live 3D</b> <small>(base frame, 10 cm grid: "
-                                       "arm in orange, end effector path in yellow; drag to "
-                                       "orbit, wheel to zoom)</small>")
+            caption = QtWidgets.QLabel(
+                "<b>Robot, live 3D</b> <small>(base frame, 10 cm grid: "
+                "arm in orange, end effector path in yellow; drag to "
+                "orbit, wheel to zoom)</small>"
+            )
             caption.setWordWrap(True)
             bl.addWidget(caption)
             bl.addWidget(self.scene, 1)
@@ -125,7 +142,9 @@ class DevicesPanel(QtWidgets.QWidget):
         self.timer = QtCore.QTimer(self)
         self.timer.setInterval(REFRESH_MS)
         self.timer.timeout.connect(self.refresh_state)
-        self.sig_devices_changed.connect(self._on_devices, QtCore.Qt.ConnectionType.QueuedConnection)
+        self.sig_devices_changed.connect(
+            self._on_devices, QtCore.Qt.ConnectionType.QueuedConnection
+        )
         controller.devices_changed.connect(self._from_model)
         self._on_devices(controller.devices())
 
@@ -144,12 +163,17 @@ class DevicesPanel(QtWidgets.QWidget):
         for name, row in self.rows.items():
             row.set_status(devs.get(name, DeviceStatus(name, "disconnected", "")))
         info = self.controller.robot_info
-        if info is not None and devs.get("robot", DeviceStatus("robot", "disconnected")).state == "connected":
+        if (
+            info is not None
+            and devs.get("robot", DeviceStatus("robot", "disconnected")).state == "connected"
+        ):
             self.table.setRowCount(len(info.joint_names))
-            prefix = os.path.commonprefix(list(info.joint_names)) if len(info.joint_names) > 1 else ""
+            prefix = (
+                os.path.commonprefix(list(info.joint_names)) if len(info.joint_names) > 1 else ""
+            )
             prefix = prefix[: prefix.rfind("_") + 1]  # "panda_joint1" -> "joint1"
             for i, jn in enumerate(info.joint_names):
-                cell = QtWidgets.QTableWidgetItem(jn[len(prefix):] or jn)
+                cell = QtWidgets.QTableWidgetItem(jn[len(prefix) :] or jn)
                 cell.setToolTip(jn)
                 self.table.setItem(i, 0, cell)
                 for c in (1, 2, 3):
@@ -186,8 +210,9 @@ class DevicesPanel(QtWidgets.QWidget):
             return
         self.move_button.setEnabled(False)
         enable = lambda *_: self.move_button.setEnabled(True)  # noqa: E731
-        self.controller.submit_job("Demo motion", demo.motion_job(link),
-                                   on_done=enable, on_failed=enable)
+        self.controller.submit_job(
+            "Demo motion", demo.motion_job(link), on_done=enable, on_failed=enable
+        )
 
     def _record(self) -> None:
         from app import demo
@@ -201,12 +226,17 @@ class DevicesPanel(QtWidgets.QWidget):
             self.record_button.setEnabled(True)
             try:
                 self.controller.save_trajectory(
-                    traj, summary=f"{self.record_seconds:g} s recorded from the virtual lab")
+                    traj, summary=f"{self.record_seconds:g} s recorded from the virtual lab"
+                )
             except TwinbenchError as exc:
                 log.error("could not save the recording: %s", exc)
 
-        self.controller.submit_job("Record", demo.record_job(link, self.record_seconds), on_done=done,
-                                   on_failed=lambda _: self.record_button.setEnabled(True))
+        self.controller.submit_job(
+            "Record",
+            demo.record_job(link, self.record_seconds),
+            on_done=done,
+            on_failed=lambda _: self.record_button.setEnabled(True),
+        )
 
     def refresh_state(self) -> None:
         """Pull the newest robot state and draw it (called by the timer)."""
@@ -240,7 +270,9 @@ class DevicesPanel(QtWidgets.QWidget):
                 self.scene.set_points("joints", pts[:-1], (1.0, 0.85, 0.6, 1.0), size_px=8.0)
         if st.ee_pos is not None:
             p = np.asarray(st.ee_pos, dtype=float)
-            self.ee.setText(f"end effector (base frame): x {p[0]:+.3f}  y {p[1]:+.3f}  z {p[2]:+.3f} m")
+            self.ee.setText(
+                f"end effector (base frame): x {p[0]:+.3f}  y {p[1]:+.3f}  z {p[2]:+.3f} m"
+            )
             if self.scene is not None:
                 T = np.eye(4)
                 T[:3, 3] = p

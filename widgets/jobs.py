@@ -41,11 +41,11 @@ def error_message(exc: BaseException) -> str:
 class JobTask(QtCore.QObject):
     """One running job. Lives in the GUI thread; its `_Worker` runs the generator."""
 
-    sig_progress = QtCore.Signal(object)   # Progress
-    sig_finished = QtCore.Signal(object)   # the job's return value
-    sig_failed = QtCore.Signal(str)        # a message for people
+    sig_progress = QtCore.Signal(object)  # Progress
+    sig_finished = QtCore.Signal(object)  # the job's return value
+    sig_failed = QtCore.Signal(str)  # a message for people
     sig_cancelled = QtCore.Signal()
-    sig_done = QtCore.Signal()             # after any of finished/failed/cancelled
+    sig_done = QtCore.Signal()  # after any of finished/failed/cancelled
 
     def __init__(self, title: str, job: Job[Any], job_id: int) -> None:
         super().__init__()
@@ -120,8 +120,8 @@ class _Worker(QtCore.QRunnable):
 class JobRunner(QtCore.QObject):
     """Starts jobs on its own QThreadPool and tracks the running ones."""
 
-    sig_job_started = QtCore.Signal(object)   # JobTask
-    sig_job_done = QtCore.Signal(object)      # JobTask
+    sig_job_started = QtCore.Signal(object)  # JobTask
+    sig_job_done = QtCore.Signal(object)  # JobTask
 
     def __init__(self, parent: QtCore.QObject | None = None, max_threads: int = 4) -> None:
         super().__init__(parent)
@@ -264,7 +264,10 @@ if __name__ == "__main__":  # preview: a job with progress, cancel, and a failin
     lay.addWidget(JobProgressWidget(runner))
     out = QtWidgets.QLabel("")
     lay.addWidget(out)
-    for text, make in (("Start 5 s job", lambda: idle_job(5.0, 50)), ("Start failing job", _failing)):
+    for text, make in (
+        ("Start 5 s job", lambda: idle_job(5.0, 50)),
+        ("Start failing job", _failing),
+    ):
         b = QtWidgets.QPushButton(text)
         lay.addWidget(b)
 

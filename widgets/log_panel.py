@@ -34,8 +34,12 @@ class LogPanel(QtWidgets.QWidget):
         bar = QtWidgets.QHBoxLayout()
         bar.addWidget(QtWidgets.QLabel("Show:"))
         self.level = QtWidgets.QComboBox()
-        for name, lv in (("Info and above", logging.INFO), ("Warnings and errors", logging.WARNING),
-                         ("Errors only", logging.ERROR), ("Everything (debug)", logging.DEBUG)):
+        for name, lv in (
+            ("Info and above", logging.INFO),
+            ("Warnings and errors", logging.WARNING),
+            ("Errors only", logging.ERROR),
+            ("Everything (debug)", logging.DEBUG),
+        ):
             self.level.addItem(name, lv)
         self.level.currentIndexChanged.connect(self._refilter)
         bar.addWidget(self.level)
@@ -99,5 +103,7 @@ class LogPanel(QtWidgets.QWidget):
 
     def rows(self) -> list[tuple[str, QtGui.QColor]]:
         """Visible rows as (text, colour) — what a user sees, for tests."""
-        return [(self.view.item(i).text(), self.view.item(i).foreground().color())
-                for i in range(self.view.count())]
+        return [
+            (self.view.item(i).text(), self.view.item(i).foreground().color())
+            for i in range(self.view.count())
+        ]

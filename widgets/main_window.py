@@ -62,7 +62,8 @@ class MainWindow(QtWidgets.QMainWindow):
             "QListWidget#steps { font-size: 14px; border: none; background: palette(window); }"
             "QListWidget#steps::item { padding: 10px 8px; border-radius: 6px; }"
             "QListWidget#steps::item:selected { background: palette(highlight);"
-            " color: palette(highlighted-text); }")
+            " color: palette(highlighted-text); }"
+        )
         self.pages: dict[str, QtWidgets.QWidget] = {}
         self.stack = QtWidgets.QStackedWidget()
         for i, st in enumerate(workflows.STEPS, start=1):
@@ -93,10 +94,13 @@ class MainWindow(QtWidgets.QMainWindow):
 
         # docks
         self.devices_panel = DevicesPanel(controller)
-        self.devices_dock = self._dock("Devices", self.devices_panel,
-                                       QtCore.Qt.DockWidgetArea.RightDockWidgetArea)
+        self.devices_dock = self._dock(
+            "Devices", self.devices_panel, QtCore.Qt.DockWidgetArea.RightDockWidgetArea
+        )
         self.log_panel = LogPanel(controller)
-        self.log_dock = self._dock("Log", self.log_panel, QtCore.Qt.DockWidgetArea.BottomDockWidgetArea)
+        self.log_dock = self._dock(
+            "Log", self.log_panel, QtCore.Qt.DockWidgetArea.BottomDockWidgetArea
+        )
         self.resizeDocks([self.devices_dock], [380], QtCore.Qt.Orientation.Horizontal)
         self.resizeDocks([self.log_dock], [130], QtCore.Qt.Orientation.Vertical)
 
@@ -105,20 +109,26 @@ class MainWindow(QtWidgets.QMainWindow):
         self.statusBar().addPermanentWidget(self.job_widget)
 
         self._build_menus()
-        self.sig_project_changed.connect(self._on_project, QtCore.Qt.ConnectionType.QueuedConnection)
+        self.sig_project_changed.connect(
+            self._on_project, QtCore.Qt.ConnectionType.QueuedConnection
+        )
         controller.project_changed.connect(self._project_from_model)
         controller.recent_changed.connect(self._recent_from_model)
         self._on_project(controller.project)
         self.steps.setCurrentRow(0)
 
     # -- construction --------------------------------------------------------------------
-    def _dock(self, title: str, w: QtWidgets.QWidget, area: QtCore.Qt.DockWidgetArea) -> QtWidgets.QDockWidget:
+    def _dock(
+        self, title: str, w: QtWidgets.QWidget, area: QtCore.Qt.DockWidgetArea
+    ) -> QtWidgets.QDockWidget:
         d = QtWidgets.QDockWidget(title, self)
         d.setObjectName(f"dock_{title.lower()}")
         d.setWidget(w)
-        d.setFeatures(QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetMovable
-                      | QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetClosable
-                      | QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+        d.setFeatures(
+            QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetMovable
+            | QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetClosable
+            | QtWidgets.QDockWidget.DockWidgetFeature.DockWidgetFloatable
+        )
         self.addDockWidget(area, d)
         return d
 
@@ -136,8 +146,10 @@ class MainWindow(QtWidgets.QMainWindow):
         self.act_quit.setShortcut(QtGui.QKeySequence.StandardKey.Quit)
         d = self.menuBar().addMenu("&Devices")
         self.act_start_lab = d.addAction("Start &virtual lab", self.start_lab)
-        self.act_start_lab.setToolTip("Start the MuJoCo virtual lab as a robot + cameras and "
-                                      "connect to it (what `python main.py demo` does)")
+        self.act_start_lab.setToolTip(
+            "Start the MuJoCo virtual lab as a robot + cameras and "
+            "connect to it (what `python main.py demo` does)"
+        )
         self.act_disconnect = d.addAction("&Disconnect robot", self.controller.detach_robot)
         v = self.menuBar().addMenu("&View")
         v.addAction(self.devices_dock.toggleViewAction())
@@ -194,16 +206,22 @@ class MainWindow(QtWidgets.QMainWindow):
         else:
             self.setWindowTitle(f"Twinbench — {proj.name}")
             n = len(proj.artifacts())
-            self.project_label.setText(f"Project: <b>{proj.name}</b><br><small>{proj.root}"
-                                       f"<br>{n} artifact{'s' if n != 1 else ''}</small>")
+            self.project_label.setText(
+                f"Project: <b>{proj.name}</b><br><small>{proj.root}"
+                f"<br>{n} artifact{'s' if n != 1 else ''}</small>"
+            )
             self.project_label.setToolTip(str(proj.root))
         self.act_save.setEnabled(proj is not None)
 
     def new_project_dialog(self) -> None:
         start = str(Path.home())
         path, _ = QtWidgets.QFileDialog.getSaveFileName(
-            self, "New project: choose a name for the new project folder", start, "",
-            options=QtWidgets.QFileDialog.Option.DontConfirmOverwrite)
+            self,
+            "New project: choose a name for the new project folder",
+            start,
+            "",
+            options=QtWidgets.QFileDialog.Option.DontConfirmOverwrite,
+        )
         if path:
             self.new_project(Path(path))
 
@@ -237,8 +255,10 @@ class MainWindow(QtWidgets.QMainWindow):
         from app import demo
 
         if self.controller.robot_link is not None:
-            self.show_error("Robot already connected",
-                            "Disconnect the current robot first (Devices ▸ Disconnect robot).")
+            self.show_error(
+                "Robot already connected",
+                "Disconnect the current robot first (Devices ▸ Disconnect robot).",
+            )
             return
         demo.start_lab(self.controller)
 
@@ -255,8 +275,13 @@ class MainWindow(QtWidgets.QMainWindow):
         log.error("%s: %s", title, message)
         self.last_error = (title, message)
         self.statusBar().showMessage(f"{title}: {message}", 10000)
-        box = QtWidgets.QMessageBox(QtWidgets.QMessageBox.Icon.Critical, title, message,
-                                    QtWidgets.QMessageBox.StandardButton.Ok, self)
+        box = QtWidgets.QMessageBox(
+            QtWidgets.QMessageBox.Icon.Critical,
+            title,
+            message,
+            QtWidgets.QMessageBox.StandardButton.Ok,
+            self,
+        )
         box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
         self.error_box = box
@@ -274,10 +299,12 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def _about(self) -> None:
         QtWidgets.QMessageBox.about(
-            self, "About Twinbench",
+            self,
+            "About Twinbench",
             "Twinbench closes the Real → Sim → Real loop for one robot workspace: scan it, "
             "build a digital twin, calibrate it against recorded motion, train a policy in "
-            "the twin and deploy it to the robot.")
+            "the twin and deploy it to the robot.",
+        )
 
     # -- shutdown --------------------------------------------------------------------------
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:  # noqa: N802 (Qt name)

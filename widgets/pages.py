@@ -75,15 +75,19 @@ class EmptyState(QtWidgets.QFrame):
     def update_needs(self, project: Project | None, connected: frozenset[str]) -> None:
         rows = []
         for need, ok in workflows.needs_met(self.step, project, connected):
-            mark = ("<span style='color:#2e7d32'>✔</span>" if ok
-                    else "<span style='color:#c62828'>✘</span>")
+            mark = (
+                "<span style='color:#2e7d32'>✔</span>"
+                if ok
+                else "<span style='color:#c62828'>✘</span>"
+            )
             rows.append(f"{mark}&nbsp; {need.label}")
         self.needs.setText("<b>Needs first:</b><br>" + "<br>".join(rows))
         if project is None:
             self.hint.setText("No project is open: use File ▸ New project… or Open project….")
         else:
-            missing = [n.label for n, ok in workflows.needs_met(self.step, project, connected)
-                       if not ok]
+            missing = [
+                n.label for n, ok in workflows.needs_met(self.step, project, connected) if not ok
+            ]
             if not missing:
                 self.hint.setText("Everything this step needs is here.")
             else:  # with one need the list above already says it
@@ -163,8 +167,9 @@ class WorkflowPage(QtWidgets.QWidget):
         super().closeEvent(event)
 
 
-def preview(page_cls: Callable[[AppController], QtWidgets.QWidget],
-            argv: list[str] | None = None) -> int:
+def preview(
+    page_cls: Callable[[AppController], QtWidgets.QWidget], argv: list[str] | None = None
+) -> int:
     """Open one page alone (`python -m widgets.<page> [PROJECT]`), with the last project."""
     argv = list(sys.argv if argv is None else argv)
     qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication(argv[:1])

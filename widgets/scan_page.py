@@ -21,10 +21,12 @@ from app.workflows import scan as wf
 from widgets.pages import WorkflowPage, preview
 from widgets.scene_view import SceneView
 
-SOURCES = (("Virtual lab (calibrate + guided wrist scan)", "lab"),
-           ("Virtual lab, quick", "lab-quick"),
-           ("RealSense camera (handheld)", "realsense"),
-           ("Recording (.db3 / .bag)…", "file"))
+SOURCES = (
+    ("Virtual lab (calibrate + guided wrist scan)", "lab"),
+    ("Virtual lab, quick", "lab-quick"),
+    ("RealSense camera (handheld)", "realsense"),
+    ("Recording (.db3 / .bag)…", "file"),
+)
 
 
 def _qimage(rgb: np.ndarray) -> QtGui.QImage:
@@ -79,7 +81,7 @@ class ScanPage(WorkflowPage):
     """Workflow page for the 'scan' step; constructed as `ScanPage(controller, parent=None)`."""
 
     step = "scan"
-    sig_scan_accepted = QtCore.Signal(str)   # artifact id
+    sig_scan_accepted = QtCore.Signal(str)  # artifact id
 
     def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
         self.result: Any = None
@@ -94,8 +96,13 @@ class ScanPage(WorkflowPage):
         self.stop_btn = QtWidgets.QPushButton("Stop && reconstruct")
         self.accept_btn = QtWidgets.QPushButton("Accept → save scan to project")
         self.status = QtWidgets.QLabel("Choose a camera source and press Start.")
-        for w in (QtWidgets.QLabel("Source:"), self.source, self.start_btn, self.pause_btn,
-                  self.stop_btn):
+        for w in (
+            QtWidgets.QLabel("Source:"),
+            self.source,
+            self.start_btn,
+            self.pause_btn,
+            self.stop_btn,
+        ):
             bar.addWidget(w)
         bar.addWidget(self.status, 1)
         bar.addWidget(self.accept_btn)
@@ -153,7 +160,7 @@ class ScanPage(WorkflowPage):
         self.color_btn.clicked.connect(self._recolor)
         self.drop_btn.clicked.connect(self._drop)
         self.timer = QtCore.QTimer(self)
-        self.timer.setInterval(100)   # 10 Hz: the 3D view and previews redraw at this rate
+        self.timer.setInterval(100)  # 10 Hz: the 3D view and previews redraw at this rate
         self.timer.timeout.connect(self._tick)
         self._set_running(False)
 
@@ -166,6 +173,7 @@ class ScanPage(WorkflowPage):
     def _robot_client(self) -> Any:
         """The connected robot's protocol client (RobotClient), or None."""
         from devices.robots.client import RobotClient
+
         client = getattr(self.controller.robot_link, "client", None)
         return client if isinstance(client, RobotClient) and client.connected else None
 
@@ -183,6 +191,7 @@ class ScanPage(WorkflowPage):
         live = _Live()
         opt.stop = live.stop
         import tempfile
+
         self._rec = Path(tempfile.mkdtemp(prefix="twinbench-scan-")) / "recording.db3"
         if key in ("lab", "lab-quick"):
             job = wf.scan_lab(opt, record=self._rec, quick=key == "lab-quick")
@@ -192,13 +201,15 @@ class ScanPage(WorkflowPage):
                 self.status.setText("no robot connected (Devices ▸ connect one first)")
                 return False
             from app.workflows.scan_robot import scan_robot
+
             job = scan_robot(client, opt, record=self._rec)
         elif key == "realsense":
             job = wf.scan_realsense(opt, record=self._rec)
         else:
             if path is None:
                 name, _ = QtWidgets.QFileDialog.getOpenFileName(
-                    self, "Open a RealSense recording", "", "Recordings (*.db3 *.bag)")
+                    self, "Open a RealSense recording", "", "Recordings (*.db3 *.bag)"
+                )
                 if not name:
                     return False
                 path = Path(name)
@@ -232,11 +243,16 @@ class ScanPage(WorkflowPage):
             self.status.setText(pct + msg)
         f = partial.get("frame")
         if f is not None:
-            self.color_view.setPixmap(QtGui.QPixmap.fromImage(_qimage(f.color)).scaled(
-                320, 240, QtCore.Qt.AspectRatioMode.KeepAspectRatio))
-            self.depth_view.setPixmap(QtGui.QPixmap.fromImage(
-                _qimage(depth_colormap(f.depth_m))).scaled(
-                320, 240, QtCore.Qt.AspectRatioMode.KeepAspectRatio))
+            self.color_view.setPixmap(
+                QtGui.QPixmap.fromImage(_qimage(f.color)).scaled(
+                    320, 240, QtCore.Qt.AspectRatioMode.KeepAspectRatio
+                )
+            )
+            self.depth_view.setPixmap(
+                QtGui.QPixmap.fromImage(_qimage(depth_colormap(f.depth_m))).scaled(
+                    320, 240, QtCore.Qt.AspectRatioMode.KeepAspectRatio
+                )
+            )
         c = partial.get("cloud")
         if c is not None:
             if c.points is not None and len(c.points):
@@ -279,19 +295,25 @@ class ScanPage(WorkflowPage):
             self.scene.remove(name)
         for o in result.objects:
             rgba = (*(np.asarray(o.color) / 255.0), 1.0)
-            self.scene.set_mesh(f"scan/object/{o.name}", o.mesh.vertices, o.mesh.faces,
-                                color=rgba, transform=o.T_base_object)
+            self.scene.set_mesh(
+                f"scan/object/{o.name}",
+                o.mesh.vertices,
+                o.mesh.faces,
+                color=rgba,
+                transform=o.T_base_object,
+            )
         if result.T_base_camera is not None:
             self.scene.set_frame("scan/fixed_camera", result.T_base_camera, size=0.08)
-        if result.objects and self.scene.gl_view is not None:   # frame the objects
+        if result.objects and self.scene.gl_view is not None:  # frame the objects
             c = np.mean([o.T_base_object[:3, 3] for o in result.objects], axis=0)
             self.scene.gl_view.opts["center"] = QtGui.QVector3D(*map(float, c))
             self.scene.gl_view.setCameraPosition(distance=1.1, elevation=35, azimuth=-140)
         self._fill_objects()
         self._fill_calibration()
         self.warn.setText("\n".join(result.warnings[:6]))
-        self.status.setText(f"{len(result.objects)} objects, {len(m.faces)} triangles — "
-                            "review, then Accept")
+        self.status.setText(
+            f"{len(result.objects)} objects, {len(m.faces)} triangles — review, then Accept"
+        )
         self.accept_btn.setEnabled(True)
 
     def _fill_objects(self) -> None:
@@ -317,28 +339,43 @@ class ScanPage(WorkflowPage):
     def _fill_calibration(self) -> None:
         he = self.result.calibration.get("hand_eye") or {}
         fx = self.result.calibration.get("fixed") or {}
-        rows = [(f"wrist {v}", mm, deg, px) for v, mm, deg, px in zip(
-            he.get("views", []), he.get("residual_mm", []), he.get("residual_deg", []),
-            he.get("reproj_px", []), strict=False)]
-        rows += [(f"fixed {v}", mm, deg, px) for v, mm, deg, px in zip(
-            fx.get("views", []), fx.get("residual_mm", []), fx.get("residual_deg", []),
-            fx.get("reproj_px", []), strict=False)]
+        rows = [
+            (f"wrist {v}", mm, deg, px)
+            for v, mm, deg, px in zip(
+                he.get("views", []),
+                he.get("residual_mm", []),
+                he.get("residual_deg", []),
+                he.get("reproj_px", []),
+                strict=False,
+            )
+        ]
+        rows += [
+            (f"fixed {v}", mm, deg, px)
+            for v, mm, deg, px in zip(
+                fx.get("views", []),
+                fx.get("residual_mm", []),
+                fx.get("residual_deg", []),
+                fx.get("reproj_px", []),
+                strict=False,
+            )
+        ]
         self.calib.setRowCount(len(rows))
         for r, vals in enumerate(rows):
             for c, v in enumerate(vals):
-                self.calib.setItem(r, c, QtWidgets.QTableWidgetItem(
-                    v if isinstance(v, str) else f"{v:.3f}"))
+                self.calib.setItem(
+                    r, c, QtWidgets.QTableWidgetItem(v if isinstance(v, str) else f"{v:.3f}")
+                )
         if he:
             self.calib_summary.setText(
                 f"Hand-eye ({he.get('method', '')}): mean {he.get('mean_residual_mm', 0):.2f} mm,"
                 f" worst reprojection {he.get('max_reproj_px', 0):.2f} px. "
-                + " ".join(he.get("warnings", [])))
+                + " ".join(he.get("warnings", []))
+            )
         else:
             self.calib_summary.setText("No calibration in this scan (recording or handheld).")
 
     def _selected(self) -> str | None:
-        rows = self.objects.selectionModel().selectedRows() if self.objects.selectionModel() \
-            else []
+        rows = self.objects.selectionModel().selectedRows() if self.objects.selectionModel() else []
         r = rows[0].row() if rows else self.objects.currentRow()
         item = self.objects.item(r, 0) if r >= 0 else None
         return None if item is None else str(item.data(QtCore.Qt.ItemDataRole.UserRole))
@@ -375,8 +412,12 @@ class ScanPage(WorkflowPage):
         if self.result is None or project is None:
             return None
         rec = getattr(self, "_rec", None)
-        aid = wf.save_scan(project, self.result, rec if rec is not None and rec.is_file() else None,
-                           settings={"source": self.source.currentData()})
+        aid = wf.save_scan(
+            project,
+            self.result,
+            rec if rec is not None and rec.is_file() else None,
+            settings={"source": self.source.currentData()},
+        )
         self.controller.notify_project_changed()
         self.status.setText(f"saved as {aid}")
         self.accept_btn.setEnabled(False)

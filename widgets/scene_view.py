@@ -65,8 +65,9 @@ class SceneItem:
 LIGHT_DIR = np.array([0.35, -0.45, 0.82]) / np.linalg.norm([0.35, -0.45, 0.82])
 
 
-def shade_faces(vertices: NDArray[np.float32], faces: NDArray[np.int32], rgba: Color,
-                R: NDArray[np.float64]) -> NDArray[np.float32]:
+def shade_faces(
+    vertices: NDArray[np.float32], faces: NDArray[np.int32], rgba: Color, R: NDArray[np.float64]
+) -> NDArray[np.float32]:
     """Per-face colours lit by a fixed world light (two-sided Lambert + ambient), so
     meshes read well whatever their winding; R rotates local normals into the world."""
     if not len(faces):
@@ -134,8 +135,10 @@ class SceneView(QtWidgets.QWidget):
             self.message.hide()
         else:
             self.grid = None
-            self.message.setText(f"3D view unavailable: {why}.\nThe scene is kept and will be "
-                                 "listed here; run on a desktop with OpenGL to see it.")
+            self.message.setText(
+                f"3D view unavailable: {why}.\nThe scene is kept and will be "
+                "listed here; run on a desktop with OpenGL to see it."
+            )
             self.message.setStyleSheet("color: #b0b0b0; background: rgb(38,41,46); padding: 12px;")
             self.message.setMinimumHeight(120)
         lay.addWidget(self.message)
@@ -194,8 +197,10 @@ class SceneView(QtWidgets.QWidget):
         v = np.asarray(vertices, dtype=np.float32)
         f = np.asarray(faces, dtype=np.int32)
         if v.ndim != 2 or v.shape[1] != 3 or f.ndim != 2 or f.shape[1] != 3:
-            raise ValueError(f"mesh '{name}': vertices must be (N,3) and faces (M,3), "
-                             f"got {v.shape} and {f.shape}")
+            raise ValueError(
+                f"mesh '{name}': vertices must be (N,3) and faces (M,3), "
+                f"got {v.shape} and {f.shape}"
+            )
         if f.size and (f.min() < 0 or f.max() >= len(v)):
             raise ValueError(f"mesh '{name}': face index out of range 0..{len(v) - 1}")
         T, rgba = _mat(transform), _rgba(color)
@@ -203,8 +208,14 @@ class SceneView(QtWidgets.QWidget):
         def make(existing: Any) -> list[Any]:
             import pyqtgraph.opengl as gl
 
-            m = gl.GLMeshItem(vertexes=v, faces=f, faceColors=shade_faces(v, f, rgba, T[:3, :3]),
-                              smooth=False, drawEdges=edges, edgeColor=(0, 0, 0, 0.5))
+            m = gl.GLMeshItem(
+                vertexes=v,
+                faces=f,
+                faceColors=shade_faces(v, f, rgba, T[:3, :3]),
+                smooth=False,
+                drawEdges=edges,
+                edgeColor=(0, 0, 0, 0.5),
+            )
             m.setGLOptions("opaque" if rgba[3] >= 1.0 else "translucent")
             m.setTransform(_qmat(T))
             return [m]
@@ -225,8 +236,11 @@ class SceneView(QtWidgets.QWidget):
                     raise ValueError(f"points '{name}': {len(p)} points but {ca.shape[0]} colours")
                 if ca.max(initial=0) > 1.0:  # uint8-style colours
                     ca = ca / 255.0
-                c = np.concatenate([ca[:, :3], np.ones((len(ca), 1), np.float32)], 1) \
-                    if ca.shape[1] == 3 else ca
+                c = (
+                    np.concatenate([ca[:, :3], np.ones((len(ca), 1), np.float32)], 1)
+                    if ca.shape[1] == 3
+                    else ca
+                )
             else:
                 c = _rgba(ca)
 
@@ -255,8 +269,9 @@ class SceneView(QtWidgets.QWidget):
 
         self._put(name, "frame", {"T": M, "size": size}, make)
 
-    def set_polyline(self, name: str, xyz: ArrayLike, color: ArrayLike = (1, 0.8, 0.2, 1),
-                     width: float = 2.0) -> None:
+    def set_polyline(
+        self, name: str, xyz: ArrayLike, color: ArrayLike = (1, 0.8, 0.2, 1), width: float = 2.0
+    ) -> None:
         """Add or replace a connected line through points xyz (N,3), e.g. a robot's links."""
         p = np.asarray(xyz, dtype=np.float32).reshape(-1, 3)
         rgba = _rgba(color)
@@ -305,8 +320,22 @@ if __name__ == "__main__":  # preview: a box, a point cloud, frames
     view = SceneView()
     box_v = np.array([[x, y, z] for x in (0, 1) for y in (0, 1) for z in (0, 1)], float)
     box_v = box_v * [0.8, 0.6, 0.05] + [0.1, -0.3, 0.0]
-    box_f = np.array([[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],
-                      [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]])
+    box_f = np.array(
+        [
+            [0, 1, 3],
+            [0, 3, 2],
+            [4, 6, 7],
+            [4, 7, 5],
+            [0, 4, 5],
+            [0, 5, 1],
+            [2, 3, 7],
+            [2, 7, 6],
+            [0, 2, 6],
+            [0, 6, 4],
+            [1, 5, 7],
+            [1, 7, 3],
+        ]
+    )
     view.set_mesh("table", box_v, box_f, (0.55, 0.45, 0.35, 1))
     rng = np.random.default_rng(0)
     pts = rng.normal([0.5, 0.0, 0.2], 0.05, (2000, 3))

@@ -19,8 +19,18 @@ from PySide6 import QtCore, QtWidgets
 
 from devices.trajectory import Trajectory
 
-COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-          "#7f7f7f", "#bcbd22", "#17becf"]
+COLORS = [
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+]
 MAX_AUTO_PLOTS = 4
 
 
@@ -45,8 +55,9 @@ class Series:
         return self.name if src == "residual" else rest
 
 
-def series_from_trajectory(traj: Trajectory, channels: Iterable[str] | None = None,
-                           label: str = "") -> list[Series]:
+def series_from_trajectory(
+    traj: Trajectory, channels: Iterable[str] | None = None, label: str = ""
+) -> list[Series]:
     """Split a Trajectory into `<source>/<channel>[k]` series with the channel's unit
     (`<source>@<label>/…` when a label tells several recordings apart)."""
     src = f"{traj.source}@{label}" if label else traj.source
@@ -88,8 +99,9 @@ class TrajectoryPlot(QtWidgets.QWidget):
         self.side_layout.addWidget(self.list, 1)
         self.layout_widget = pg.GraphicsLayoutWidget()
         self.layout_widget.setBackground("w")
-        self.hint = QtWidgets.QLabel("No series yet: load a trajectory to compare real and "
-                                     "simulated motion.")
+        self.hint = QtWidgets.QLabel(
+            "No series yet: load a trajectory to compare real and simulated motion."
+        )
         self.hint.setAlignment(QtCore.Qt.AlignmentFlag.AlignCenter)
         right = QtWidgets.QWidget()
         rl = QtWidgets.QVBoxLayout(right)
@@ -123,16 +135,21 @@ class TrajectoryPlot(QtWidgets.QWidget):
             item.setFlags(item.flags() | QtCore.Qt.ItemFlag.ItemIsUserCheckable)
             shown_keys = {self._series[n].key for n in self.visible_series() if n in self._series}
             auto = s.key in shown_keys or len(shown_keys) < MAX_AUTO_PLOTS
-            item.setCheckState(QtCore.Qt.CheckState.Checked if auto else QtCore.Qt.CheckState.Unchecked)
+            item.setCheckState(
+                QtCore.Qt.CheckState.Checked if auto else QtCore.Qt.CheckState.Unchecked
+            )
             self.list.addItem(item)
         if visible is not None:
-            item.setCheckState(QtCore.Qt.CheckState.Checked if visible else QtCore.Qt.CheckState.Unchecked)
+            item.setCheckState(
+                QtCore.Qt.CheckState.Checked if visible else QtCore.Qt.CheckState.Unchecked
+            )
         self.list.blockSignals(False)
         if redraw:
             self._rebuild()
 
-    def add_trajectory(self, traj: Trajectory, channels: Iterable[str] | None = None,
-                       label: str = "") -> list[str]:
+    def add_trajectory(
+        self, traj: Trajectory, channels: Iterable[str] | None = None, label: str = ""
+    ) -> list[str]:
         """Add every component of the trajectory's channels as series; returns their names."""
         names = []
         for s in series_from_trajectory(traj, channels, label):
@@ -173,8 +190,11 @@ class TrajectoryPlot(QtWidgets.QWidget):
         self.list.blockSignals(True)
         for i in range(self.list.count()):
             it = self.list.item(i)
-            it.setCheckState(QtCore.Qt.CheckState.Checked if it.text() in want
-                             else QtCore.Qt.CheckState.Unchecked)
+            it.setCheckState(
+                QtCore.Qt.CheckState.Checked
+                if it.text() in want
+                else QtCore.Qt.CheckState.Unchecked
+            )
         self.list.blockSignals(False)
         self._rebuild()
 
@@ -209,18 +229,28 @@ class TrajectoryPlot(QtWidgets.QWidget):
             p.setTitle(f"<span style='color:#333'>{key}</span>", size="9pt", justify="left")
             p.setLabel("left", units=_si(unit))
             for s in members:
-                color = COLORS[zlib.crc32(s.key.encode()) % len(COLORS)] if s.source != "residual" else "#444"
-                style = {"sim": QtCore.Qt.PenStyle.DashLine,
-                         "residual": QtCore.Qt.PenStyle.DotLine}.get(s.source, QtCore.Qt.PenStyle.SolidLine)
+                color = (
+                    COLORS[zlib.crc32(s.key.encode()) % len(COLORS)]
+                    if s.source != "residual"
+                    else "#444"
+                )
+                style = {
+                    "sim": QtCore.Qt.PenStyle.DashLine,
+                    "residual": QtCore.Qt.PenStyle.DotLine,
+                }.get(s.source, QtCore.Qt.PenStyle.SolidLine)
                 pen = pg.mkPen(color, width=1.6, style=style)
                 p.plot(s.t, s.y, pen=pen, name=s.name.split("/", 1)[0], connect="finite")
             if first is None:
                 first = p
             else:
                 p.setXLink(first)
-            cur = pg.InfiniteLine(self._time, angle=90, movable=True,
-                                  pen=pg.mkPen("#e53935", width=1.5),
-                                  hoverPen=pg.mkPen("#ff1744", width=3))
+            cur = pg.InfiniteLine(
+                self._time,
+                angle=90,
+                movable=True,
+                pen=pg.mkPen("#e53935", width=1.5),
+                hoverPen=pg.mkPen("#ff1744", width=3),
+            )
             cur.sigPositionChanged.connect(self._on_cursor_moved)
             p.addItem(cur, ignoreBounds=True)
             self._cursors.append(cur)
@@ -254,8 +284,10 @@ class TrajectoryPlot(QtWidgets.QWidget):
     def values_at(self, t: float | None = None) -> dict[str, float]:
         """Each visible series' value at time `t` (default: the cursor), interpolated."""
         t = self._time if t is None else t
-        return {n: float(np.interp(t, self._series[n].t, self._series[n].y))
-                for n in self.visible_series()}
+        return {
+            n: float(np.interp(t, self._series[n].t, self._series[n].y))
+            for n in self.visible_series()
+        }
 
 
 def _si(unit: str) -> str | None:
@@ -269,8 +301,12 @@ if __name__ == "__main__":  # preview: a real and a simulated joint trajectory
     qapp = QtWidgets.QApplication(sys.argv)
     t = np.linspace(0, 4, 800)
     q = np.stack([np.sin(t * (1 + 0.3 * j)) for j in range(3)], 1)
-    real = Trajectory(t, {"robot/joint_pos": q + np.random.default_rng(0).normal(0, 0.01, q.shape)},
-                      {"robot/joint_pos": "rad"}, "real")
+    real = Trajectory(
+        t,
+        {"robot/joint_pos": q + np.random.default_rng(0).normal(0, 0.01, q.shape)},
+        {"robot/joint_pos": "rad"},
+        "real",
+    )
     sim = Trajectory(t, {"robot/joint_pos": q * 0.95}, {"robot/joint_pos": "rad"}, "sim")
     w = TrajectoryPlot()
     w.add_trajectory(real)

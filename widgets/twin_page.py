@@ -59,7 +59,9 @@ class ParamTree(QtWidgets.QTreeWidget):
                 if key not in groups:
                     groups[key] = QtWidgets.QTreeWidgetItem(parent, [parts[depth - 1]])
                 parent = groups[key]
-            item = QtWidgets.QTreeWidgetItem(parent, [parts[-1], "", f"{p.unit}  [{p.low:g}, {p.high:g}]"])
+            item = QtWidgets.QTreeWidgetItem(
+                parent, [parts[-1], "", f"{p.unit}  [{p.low:g}, {p.high:g}]"]
+            )
             item.setToolTip(0, f"{name}\nprior: {p.prior}" + (f"\n{p.doc}" if p.doc else ""))
             spin = QtWidgets.QDoubleSpinBox()
             spin.setRange(p.low, p.high)
@@ -122,9 +124,18 @@ class TwinPage(WorkflowPage):
         self.frame_box.toggled.connect(lambda _c: self.redraw(full=True))
         self.save_btn = QtWidgets.QPushButton("Save as new twin")
         self.save_btn.clicked.connect(self.save_twin)
-        for w in (QtWidgets.QLabel("Twin:"), self.twin_combo, self.build_btn, self.demo_btn,
-                  self.play_btn, self.step_btn, self.reset_btn, self.hull_box, self.frame_box,
-                  self.save_btn):
+        for w in (
+            QtWidgets.QLabel("Twin:"),
+            self.twin_combo,
+            self.build_btn,
+            self.demo_btn,
+            self.play_btn,
+            self.step_btn,
+            self.reset_btn,
+            self.hull_box,
+            self.frame_box,
+            self.save_btn,
+        ):
             bar.addWidget(w)
         bar.addStretch(1)
         layout.addLayout(bar)
@@ -158,8 +169,9 @@ class TwinPage(WorkflowPage):
         self.obj_combo.currentTextChanged.connect(self._show_pose)
         grid.addWidget(self.obj_combo, 0, 0, 1, 4)
         self.pose_spins: list[QtWidgets.QDoubleSpinBox] = []
-        for i, (label, lo, hi, suffix) in enumerate((("x", -2, 2, " m"), ("y", -2, 2, " m"),
-                                                      ("z", -1, 2, " m"), ("yaw", -180, 180, "°"))):
+        for i, (label, lo, hi, suffix) in enumerate(
+            (("x", -2, 2, " m"), ("y", -2, 2, " m"), ("z", -1, 2, " m"), ("yaw", -180, 180, "°"))
+        ):
             s = QtWidgets.QDoubleSpinBox()
             s.setRange(lo, hi)
             s.setDecimals(3 if suffix == " m" else 1)
@@ -176,8 +188,11 @@ class TwinPage(WorkflowPage):
     # -- state -----------------------------------------------------------------------------
     def has_content(self) -> bool:
         proj = self.controller.project
-        return self.session is not None or (proj is not None and bool(proj.artifacts("twin"))) \
+        return (
+            self.session is not None
+            or (proj is not None and bool(proj.artifacts("twin")))
             or (proj is not None and bool(proj.artifacts("scan")))
+        )
 
     def refresh(self) -> None:
         super().refresh()
@@ -218,6 +233,7 @@ class TwinPage(WorkflowPage):
             self._loading = False
             self.status.setStyleSheet("color: #c62828;")
             self.status.setText(f"{what} failed: {msg}")
+
         return lambda msg: QtCore.QTimer.singleShot(0, self, lambda: show(msg))
 
     def open_twin(self, twin_id: str | None) -> None:
@@ -227,9 +243,12 @@ class TwinPage(WorkflowPage):
         if self.session is not None and self.session.twin_id == twin_id:
             return
         self._loading = True
-        self.controller.submit_job(f"Open twin {twin_id}", twin_flow.open_session_job(proj, twin_id),
-                                   lambda s: QtCore.QTimer.singleShot(0, self, lambda: self._set_session(s)),
-                                   self._fail("Opening the twin"))
+        self.controller.submit_job(
+            f"Open twin {twin_id}",
+            twin_flow.open_session_job(proj, twin_id),
+            lambda s: QtCore.QTimer.singleShot(0, self, lambda: self._set_session(s)),
+            self._fail("Opening the twin"),
+        )
 
     def _set_session(self, session: twin_flow.TwinSession) -> None:
         self._loading = False
@@ -368,9 +387,11 @@ class TwinPage(WorkflowPage):
             return
         self.status.setStyleSheet("")
         edited = "  (edited — save as a new twin to keep it)" if s.edited else ""
-        self.status.setText(f"{s.spec.name}: {len(s.spec.objects)} objects, "
-                            f"{len(s.spec.params)} parameters, t = {s.time:.2f} s{edited}"
-                            + (f"  — {extra}" if extra else ""))
+        self.status.setText(
+            f"{s.spec.name}: {len(s.spec.objects)} objects, "
+            f"{len(s.spec.params)} parameters, t = {s.time:.2f} s{edited}"
+            + (f"  — {extra}" if extra else "")
+        )
 
 
 def demo_project() -> str:

@@ -25,8 +25,10 @@ from devices.robots.client import RobotClient
 from devices.robots.driver import CommandMode, RobotDriver, RobotInfo, RobotState
 from devices.robots.launch import start_lab_process
 
-DESCRIPTION = ("virtual lab as a robot: state stream rate, agent jitter, real-time factor with "
-               "camera, watchdog latency, safety envelope fuzz")
+DESCRIPTION = (
+    "virtual lab as a robot: state stream rate, agent jitter, real-time factor with "
+    "camera, watchdog latency, safety envelope fuzz"
+)
 SCENE = "panda_table"
 
 
@@ -46,7 +48,7 @@ def _stream_phase(c: RobotClient, cam: RobotClient | None, seconds: float) -> di
 
     def camera_loop() -> None:
         assert cam is not None
-        it = cam.camera_frames("fixed", timeout_s=60.0)   # the renderer starts on demand
+        it = cam.camera_frames("fixed", timeout_s=60.0)  # the renderer starts on demand
         try:
             for _ in it:
                 frames[0] += 1
@@ -60,7 +62,7 @@ def _stream_phase(c: RobotClient, cam: RobotClient | None, seconds: float) -> di
     cam_thread = threading.Thread(target=camera_loop, daemon=True) if cam else None
     if cam_thread:
         cam_thread.start()
-        end = time.monotonic() + 60.0                     # renderer start-up (GL context)
+        end = time.monotonic() + 60.0  # renderer start-up (GL context)
         while frames[0] < 3 and not errors and time.monotonic() < end:
             time.sleep(0.05)
         time.sleep(0.5)
@@ -85,9 +87,15 @@ def _stream_phase(c: RobotClient, cam: RobotClient | None, seconds: float) -> di
     span = recv[-1] - recv[0]
     # real-time factor: slope of lab time over arrival time (robust to delivery jitter)
     rtf = float(np.polyfit(recv - recv[0], [m["t"] for m in rec], 1)[0])
-    return {"states": len(traj), "wall_s": span, "realtime_factor": rtf,
-            "achieved_hz": (len(traj) - 1) / span, "dropped": traj.meta["dropped_states"],
-            "camera_fps": cam_fps, "camera_error": "; ".join(errors)}
+    return {
+        "states": len(traj),
+        "wall_s": span,
+        "realtime_factor": rtf,
+        "achieved_hz": (len(traj) - 1) / span,
+        "dropped": traj.meta["dropped_states"],
+        "camera_fps": cam_fps,
+        "camera_error": "; ".join(errors),
+    }
 
 
 def _watchdog_phase(c: RobotClient, trials: int) -> list[float]:
@@ -115,7 +123,9 @@ def _watchdog_phase(c: RobotClient, trials: int) -> list[float]:
 class AuditedDriver:
     """Passes everything to `inner` and independently audits every command it is sent."""
 
-    def __init__(self, inner: RobotDriver, box: tuple[NDArray[np.float64], NDArray[np.float64]]) -> None:
+    def __init__(
+        self, inner: RobotDriver, box: tuple[NDArray[np.float64], NDArray[np.float64]]
+    ) -> None:
         self.inner, self.box = inner, box
         lim = inner.info().limits
         self.lo, self.hi = np.asarray(lim.lower), np.asarray(lim.upper)
@@ -129,7 +139,7 @@ class AuditedDriver:
         return self.inner.info()
 
     def start(self) -> None:
-        pass        # the fuzz steps the lab physics by hand
+        pass  # the fuzz steps the lab physics by hand
 
     def wait_state(self, after_seq: int, timeout: float) -> RobotState:
         return self.inner.wait_state(after_seq, timeout)  # type: ignore[attr-defined,no-any-return]
@@ -152,8 +162,9 @@ class AuditedDriver:
     def write_command(self, mode: CommandMode, values: NDArray[np.float64]) -> None:
         v = np.asarray(values, dtype=float)
         ref = self._activation_q if self._fresh else self._ref
-        ok = bool(np.all(np.isfinite(v)) and np.all(v >= self.lo - 1e-9)
-                  and np.all(v <= self.hi + 1e-9))
+        ok = bool(
+            np.all(np.isfinite(v)) and np.all(v >= self.lo - 1e-9) and np.all(v <= self.hi + 1e-9)
+        )
         if ok and ref is not None:
             ok = bool(np.all(np.abs(v - ref) <= self.step + 1e-9))
         p = self.inner.forward_kinematics(v) if ok else None
@@ -176,8 +187,12 @@ def _fuzz(n_commands: int) -> dict[str, Any]:
     drv = AuditedDriver(lab, box)
     from devices.robots.safety import SafetyConfig
 
-    agent = Agent(drv, safety=SafetyConfig(workspace_lower=LAB_WORKSPACE["lower"],
-                                           workspace_upper=LAB_WORKSPACE["upper"]))
+    agent = Agent(
+        drv,
+        safety=SafetyConfig(
+            workspace_lower=LAB_WORKSPACE["lower"], workspace_upper=LAB_WORKSPACE["upper"]
+        ),
+    )
     info = agent.info
     lo, hi = np.asarray(info.limits.lower), np.asarray(info.limits.upper)
     rng = np.random.default_rng(7)
@@ -215,18 +230,25 @@ def _fuzz(n_commands: int) -> dict[str, Any]:
             fuzzed_count += 1
     finally:
         agent.close()
-    return {"fuzz_robot": f"{info.name} in-process, stepped by hand",
-            "fuzzed_commands": fuzzed_count, "unsafe_commands_passed": drv.unsafe,
-            "fuzz_commands_reaching_actuator": drv.written, "fuzz_stops": restarts}
+    return {
+        "fuzz_robot": f"{info.name} in-process, stepped by hand",
+        "fuzzed_commands": fuzzed_count,
+        "unsafe_commands_passed": drv.unsafe,
+        "fuzz_commands_reaching_actuator": drv.written,
+        "fuzz_stops": restarts,
+    }
 
 
 def run(quick: bool = False) -> dict[str, Any]:
     seconds = 3.0 if quick else 8.0
     out: dict[str, Any] = {"robot": f"lab/{SCENE}"}
     with start_lab_process(SCENE, camera_size="424x240", camera_fps=15) as lab:
-        with RobotClient(lab.host, lab.port, lab.token, name="bench") as c, \
-                RobotClient(lab.host, lab.port, lab.token, name="bench-camera",
-                            subscribe_state=False) as cam:
+        with (
+            RobotClient(lab.host, lab.port, lab.token, name="bench") as c,
+            RobotClient(
+                lab.host, lab.port, lab.token, name="bench-camera", subscribe_state=False
+            ) as cam,
+        ):
             assert c.info is not None
             rate = c.info.control_rate_hz
             time.sleep(1.0)
@@ -235,24 +257,26 @@ def run(quick: bool = False) -> dict[str, Any]:
             jitter = status["jitter_ms"]
             lat = _watchdog_phase(c, 3 if quick else 10)
     dt = 1.0 / rate
-    out.update({
-        "stream_hz_requested": rate,
-        "stream_hz_achieved": round(s["achieved_hz"], 2),
-        "stream_hz_ratio": round(s["achieved_hz"] / rate, 4),
-        "stream_dropped_states": s["dropped"],
-        "agent_jitter_p50_ms": round(jitter["p50"], 3),
-        "agent_jitter_p99_ms": round(jitter["p99"], 3),
-        "agent_jitter_max_ms": round(jitter["max"], 3),
-        "agent_skipped_ticks": int(jitter.get("skipped", 0)),
-        "agent_scheduling": "SCHED_FIFO" if status.get("realtime") else "normal",
-        "watchdog_stop_ms": round(max(lat) * 1e3, 3),
-        "watchdog_stop_ms_mean": round(float(np.mean(lat)) * 1e3, 3),
-        "watchdog_stop_periods": round(max(lat) / dt, 3),
-        "lab_realtime_factor": round(s["realtime_factor"], 4),
-        "camera": "fixed 424x240",
-        "camera_fps_requested": 15,
-        "camera_fps_achieved": round(s["camera_fps"], 2),
-    })
+    out.update(
+        {
+            "stream_hz_requested": rate,
+            "stream_hz_achieved": round(s["achieved_hz"], 2),
+            "stream_hz_ratio": round(s["achieved_hz"] / rate, 4),
+            "stream_dropped_states": s["dropped"],
+            "agent_jitter_p50_ms": round(jitter["p50"], 3),
+            "agent_jitter_p99_ms": round(jitter["p99"], 3),
+            "agent_jitter_max_ms": round(jitter["max"], 3),
+            "agent_skipped_ticks": int(jitter.get("skipped", 0)),
+            "agent_scheduling": "SCHED_FIFO" if status.get("realtime") else "normal",
+            "watchdog_stop_ms": round(max(lat) * 1e3, 3),
+            "watchdog_stop_ms_mean": round(float(np.mean(lat)) * 1e3, 3),
+            "watchdog_stop_periods": round(max(lat) / dt, 3),
+            "lab_realtime_factor": round(s["realtime_factor"], 4),
+            "camera": "fixed 424x240",
+            "camera_fps_requested": 15,
+            "camera_fps_achieved": round(s["camera_fps"], 2),
+        }
+    )
     if s["camera_error"]:
         out["camera_error"] = s["camera_error"]
     out.update(_fuzz(2000 if quick else 10000))

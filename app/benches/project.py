@@ -21,8 +21,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         prev: str | None = None
         for i in range(n):
             kind = ("scan", "twin", "trajectory", "fit")[i % 4]
-            with proj.new_artifact(kind, inputs=[prev] if prev else [],
-                                   settings={"i": i}, summary=f"bench {i}") as folder:
+            with proj.new_artifact(
+                kind, inputs=[prev] if prev else [], settings={"i": i}, summary=f"bench {i}"
+            ) as folder:
                 (folder / "data.txt").write_text(str(i))
             prev = proj.artifacts()[-1].id
         create_ms = (time.perf_counter() - t0) * 1000

@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
-DESCRIPTION = ("virtual-lab scan: calibration, TSDF integration, objects vs true geometry, "
-               "recording replay speed")
+DESCRIPTION = (
+    "virtual-lab scan: calibration, TSDF integration, objects vs true geometry, "
+    "recording replay speed"
+)
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -45,7 +47,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         out["calib_err_deg"] = round(rotation_angle_deg(X, X_true), 4)
         Tf_true = truth_camera_pose(cfg, "fixed")
         Tf = np.asarray(cal["T_base_fixed"])
-        out["fixed_calib_err_mm"] = round(float(np.linalg.norm(Tf[:3, 3] - Tf_true[:3, 3]) * 1000), 3)
+        out["fixed_calib_err_mm"] = round(
+            float(np.linalg.norm(Tf[:3, 3] - Tf_true[:3, 3]) * 1000), 3
+        )
         out["fixed_calib_err_deg"] = round(rotation_angle_deg(Tf, Tf_true), 4)
         truth = {k: v for k, v in truth_meshes(cfg).items() if k != "table"}
         found = [o.mesh_in_base() for o in res.objects]
@@ -69,15 +73,19 @@ def run(quick: bool = False) -> dict[str, Any]:
         # interleaved frame by frame so that both see the same machine load
         with PlaybackSource(rec) as src:
             frames = list(src.frames())
-        igs = {"": TSDFIntegrator(TSDFSettings(voxel_size=0.004, depth_max=1.1)),
-               "_before": TSDFIntegrator(TSDFSettings(voxel_size=0.004, depth_max=1.1,
-                                                         table_z=None, compact=True,
-                                                         trunc_voxels=4.0))}
+        igs = {
+            "": TSDFIntegrator(TSDFSettings(voxel_size=0.004, depth_max=1.1)),
+            "_before": TSDFIntegrator(
+                TSDFSettings(
+                    voxel_size=0.004, depth_max=1.1, table_z=None, compact=True, trunc_voxels=4.0
+                )
+            ),
+        }
         times: dict[str, list[float]] = {k: [] for k in igs}
-        cpu: dict[str, list[float]] = {k: [] for k in igs}   # all threads: load-independent
+        cpu: dict[str, list[float]] = {k: [] for k in igs}  # all threads: load-independent
         out["load_avg_1min"] = round(os.getloadavg()[0], 2)
         for j, fr in enumerate(frames):
-            for k, ig in (igs.items() if j % 2 else reversed(igs.items())):
+            for k, ig in igs.items() if j % 2 else reversed(igs.items()):
                 t, c0 = time.perf_counter(), time.process_time()
                 ig.integrate(fr, fr.T_world_camera)
                 if j:
@@ -95,10 +103,11 @@ def run(quick: bool = False) -> dict[str, Any]:
 
         def count(p: Any) -> None:
             n[0] += 1
+
         from app.workflows.scan import reconstruct_frames
+
         with PlaybackSource(rec) as src:
-            run_to_end(reconstruct_frames(src.frames(), None, ScanOptions(), finish=False),
-                       count)
+            run_to_end(reconstruct_frames(src.frames(), None, ScanOptions(), finish=False), count)
             read = src.frames_read
         dt = time.perf_counter() - t
         out["scan_fps"] = round(read / dt, 2)

@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
-DESCRIPTION = ("scan -> twin build time; 5 s Panda + 3 objects replay; twin/bare step rate; "
-               "replay error on real pendulum and Qube data")
+DESCRIPTION = (
+    "scan -> twin build time; 5 s Panda + 3 objects replay; twin/bare step rate; "
+    "replay error on real pendulum and Qube data"
+)
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -67,8 +69,9 @@ def run(quick: bool = False) -> dict[str, Any]:
             out["replay_5s_ms"] = round(1000 * min(runs["twin"]), 1)
             out["replay_5s_ms_median"] = round(1000 * median(runs["twin"]), 1)
             out["replay_steps"] = int(round(5.0 / world.dt))
-            out["replay_track_err_rad"] = round(float(np.abs(
-                sim["robot/joint_pos"][:, :4] - real["robot/command"][:, :4]).max()), 4)
+            out["replay_track_err_rad"] = round(
+                float(np.abs(sim["robot/joint_pos"][:, :4] - real["robot/command"][:, :4]).max()), 4
+            )
         # bare = same bodies and engine settings (the honest ratio); bare_default = PyBullet
         # out of the box (no deterministic pairs, no sleeping)
         out["bare_replay_5s_ms"] = round(1000 * min(runs["bare"]), 1)
@@ -98,9 +101,11 @@ def _real_data_errors() -> dict[str, Any]:
     if pend.is_dir():
         spec = simple_pendulum_twin(pend / "data_urdf_dfki_simple_pendulum.urdf")
         for run in ("pd_system_identification", "energy_shaping"):
-            real = load_pendulum_csv(pend / f"results_control_method_{run}_data_measured.csv",
-                                     pend / f"results_control_method_{run}_data_desired.csv",
-                                     command="desired").slice_time(0, 1.0)
+            real = load_pendulum_csv(
+                pend / f"results_control_method_{run}_data_measured.csv",
+                pend / f"results_control_method_{run}_data_desired.csv",
+                command="desired",
+            ).slice_time(0, 1.0)
             sim = replay(spec, None, real)
             e = sim["robot/joint_pos"][:, 0] - real["robot/joint_pos"][:, 0]
             res[f"pendulum_{run}_1s_rmse_rad"] = round(float(np.sqrt(np.mean(e**2))), 4)

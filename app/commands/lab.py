@@ -38,26 +38,46 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True)
     s = sub.add_parser("serve", help="serve a lab scene until Ctrl-C / SIGTERM")
     s.add_argument("--scene", default="panda_table", help="lab scene name (devices.lab.scenes)")
-    s.add_argument("--config", type=Path, default=None,
-                   help="lab config JSON with the hidden truth (default: the scene's)")
+    s.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="lab config JSON with the hidden truth (default: the scene's)",
+    )
     s.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     s.add_argument("--port", type=int, default=7700, help="TCP port (0: any free port)")
-    s.add_argument("--token-file", type=Path, default=None,
-                   help=f"file holding the access token (default: ${TOKEN_ENV})")
+    s.add_argument(
+        "--token-file",
+        type=Path,
+        default=None,
+        help=f"file holding the access token (default: ${TOKEN_ENV})",
+    )
     s.add_argument("--camera-size", default="424x240", help="lab camera resolution WxH")
     s.add_argument("--camera-fps", type=int, default=15, help="lab camera frame rate")
     s.add_argument("--no-cameras", action="store_true", help="serve no cameras")
-    s.add_argument("--rt-priority", type=int, default=20,
-                   help="SCHED_FIFO priority for the control and physics threads where the OS "
-                   "allows it (0: normal scheduling)")
-    s.add_argument("--exit-with-parent", action="store_true",
-                   help="stop when stdin closes (the launching process ended or crashed)")
-    s.add_argument("--heartbeat-timeout", type=float, default=0.25,
-                   help="watchdog: stop when the controlling client is silent this long (s)")
+    s.add_argument(
+        "--rt-priority",
+        type=int,
+        default=20,
+        help="SCHED_FIFO priority for the control and physics threads where the OS "
+        "allows it (0: normal scheduling)",
+    )
+    s.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop when stdin closes (the launching process ended or crashed)",
+    )
+    s.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=0.25,
+        help="watchdog: stop when the controlling client is silent this long (s)",
+    )
 
 
-def _camera_worker(conn: Any, scene: str, config: Path | None, name: str, width: int,
-                   height: int) -> None:
+def _camera_worker(
+    conn: Any, scene: str, config: Path | None, name: str, width: int, height: int
+) -> None:
     """Child process: render camera `name` at the joint state the parent sends each time.
 
     Rendering and depth noise run here, beside the lab process, so they never hold the
@@ -65,8 +85,8 @@ def _camera_worker(conn: Any, scene: str, config: Path | None, name: str, width:
     """
     import os
 
-    os.environ.setdefault("LP_NUM_THREADS", "1")   # one llvmpipe render thread, no bursts
-    os.nice(5)                                     # control and physics come first
+    os.environ.setdefault("LP_NUM_THREADS", "1")  # one llvmpipe render thread, no bursts
+    os.nice(5)  # control and physics come first
     import msgpack
     import numpy as np
 
@@ -74,7 +94,7 @@ def _camera_worker(conn: Any, scene: str, config: Path | None, name: str, width:
     from devices.lab.sim import LabSim
     from devices.robots import protocol as P
 
-    class Latest:   # what LabCamera reads the scene state from: the parent's snapshot
+    class Latest:  # what LabCamera reads the scene state from: the parent's snapshot
         def __init__(self, sim: LabSim) -> None:
             self.sim, self.latest = sim, (sim.time, sim.data.qpos.copy())
 
@@ -101,9 +121,11 @@ def _camera_worker(conn: Any, scene: str, config: Path | None, name: str, width:
             cam.close()
 
 
-def camera_feed(driver: Any, scene: str, config: Path | None, name: str, width: int,
-                height: int, fps: float) -> CameraFeed:
+def camera_feed(
+    driver: Any, scene: str, config: Path | None, name: str, width: int, height: int, fps: float
+) -> CameraFeed:
     """A paced frame iterator factory for one lab camera, rendered in a child process."""
+
     def frames() -> Iterator[RGBDFrame]:
         import msgpack
 
@@ -111,8 +133,12 @@ def camera_feed(driver: Any, scene: str, config: Path | None, name: str, width: 
 
         ctx = multiprocessing.get_context("spawn")
         conn, child = ctx.Pipe()
-        proc = ctx.Process(target=_camera_worker, name=f"lab-camera-{name}", daemon=True,
-                           args=(child, scene, config, name, width, height))
+        proc = ctx.Process(
+            target=_camera_worker,
+            name=f"lab-camera-{name}",
+            daemon=True,
+            args=(child, scene, config, name, width, height),
+        )
         proc.start()
         child.close()
         try:
@@ -127,7 +153,7 @@ def camera_feed(driver: Any, scene: str, config: Path | None, name: str, width: 
                     raise DeviceError(f"lab camera {name}: {data[1:].decode(errors='replace')}")
                 yield P.frame_from_message(P.unpack_body(data[1:]))
                 if k == 0:
-                    t0 = time.perf_counter()     # pace from the first frame (renderer start-up)
+                    t0 = time.perf_counter()  # pace from the first frame (renderer start-up)
                 k += 1
                 due = t0 + k * period
                 now = time.perf_counter()
@@ -145,6 +171,7 @@ def camera_feed(driver: Any, scene: str, config: Path | None, name: str, width: 
                 proc.terminate()
                 proc.join(2.0)
             conn.close()
+
     return frames
 
 
@@ -157,24 +184,34 @@ def build(args: argparse.Namespace) -> tuple[Agent, RobotServer]:
     info = driver.info()
     safety = default_config(info)
     if safety.workspace_lower is None and len(info.joint_names) == 7:
-        safety = SafetyConfig(workspace_lower=LAB_WORKSPACE["lower"],
-                              workspace_upper=LAB_WORKSPACE["upper"])
-    agent = Agent(driver, safety=safety,
-                  watchdog=WatchdogConfig(heartbeat_timeout_s=args.heartbeat_timeout),
-                  realtime_priority=args.rt_priority or None)
+        safety = SafetyConfig(
+            workspace_lower=LAB_WORKSPACE["lower"], workspace_upper=LAB_WORKSPACE["upper"]
+        )
+    agent = Agent(
+        driver,
+        safety=safety,
+        watchdog=WatchdogConfig(heartbeat_timeout_s=args.heartbeat_timeout),
+        realtime_priority=args.rt_priority or None,
+    )
     cameras: dict[str, CameraFeed] = {}
     if not args.no_cameras and info.cameras:
         try:
             w, h = (int(v) for v in args.camera_size.lower().split("x"))
         except ValueError:
-            raise DeviceError(f"--camera-size {args.camera_size!r}: expected WxH, e.g. 424x240") from None
+            raise DeviceError(
+                f"--camera-size {args.camera_size!r}: expected WxH, e.g. 424x240"
+            ) from None
         from devices.lab.camera import RESOLUTIONS
 
         if (w, h) not in RESOLUTIONS:
-            raise DeviceError(f"--camera-size {w}x{h}: the lab cameras render "
-                              f"{', '.join(f'{a}x{b}' for a, b in RESOLUTIONS)}")
-        cameras = {name: camera_feed(driver, args.scene, args.config, name, w, h, args.camera_fps)
-                   for name in info.cameras}
+            raise DeviceError(
+                f"--camera-size {w}x{h}: the lab cameras render "
+                f"{', '.join(f'{a}x{b}' for a, b in RESOLUTIONS)}"
+            )
+        cameras = {
+            name: camera_feed(driver, args.scene, args.config, name, w, h, args.camera_fps)
+            for name in info.cameras
+        }
     return agent, RobotServer(agent, token, host=args.host, port=args.port, cameras=cameras)
 
 
@@ -191,33 +228,39 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     if args.exit_with_parent:
+
         def watch_parent() -> None:
             while sys.stdin.buffer.read(4096):
                 pass
             done.set()
+
         threading.Thread(target=watch_parent, name="parent-watch", daemon=True).start()
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="lab serve: %(message)s")
     # Everything imported and built so far lives for the whole run: keep it out of the
     # cyclic GC's full collections, which otherwise stall every thread for tens of ms.
     gc.freeze()
-    agent.add_event_listener(lambda kind, message, data: print(
-        f"lab serve: {message if message.startswith(kind) else f'{kind}: {message}'}",
-        flush=True))
+    agent.add_event_listener(
+        lambda kind, message, data: print(
+            f"lab serve: {message if message.startswith(kind) else f'{kind}: {message}'}",
+            flush=True,
+        )
+    )
     agent.start()
     try:
-        if args.rt_priority:   # the lab's physics thread is as time-critical as the agent's
+        if args.rt_priority:  # the lab's physics thread is as time-critical as the agent's
             for t in threading.enumerate():
                 if t.name.startswith("lab-") and t.native_id is not None:
                     set_realtime(args.rt_priority, t.native_id)
         server.start()
         info = agent.info
-        print(f"lab {args.scene}: {info.name}, {len(info.joint_names)} joints at "
-              f"{info.control_rate_hz:g} Hz, cameras: {', '.join(server.cameras) or 'none'}",
-              flush=True)
+        print(
+            f"lab {args.scene}: {info.name}, {len(info.joint_names)} joints at "
+            f"{info.control_rate_hz:g} Hz, cameras: {', '.join(server.cameras) or 'none'}",
+            flush=True,
+        )
         time.sleep(0.05)
         rt = "SCHED_FIFO" if agent.realtime else "normal scheduling"
-        print(f"lab serve: control loop {rt}; listening on {server.host}:{server.port}",
-              flush=True)
+        print(f"lab serve: control loop {rt}; listening on {server.host}:{server.port}", flush=True)
         while not done.wait(0.5):
             pass
     finally:

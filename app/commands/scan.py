@@ -6,15 +6,19 @@ import argparse
 import tempfile
 from pathlib import Path
 
-HELP = ("Record and reconstruct a workspace from a camera source (the virtual lab, a live "
-        "RealSense, or a .db3/.bag recording) into a scan artifact of a project.")
+HELP = (
+    "Record and reconstruct a workspace from a camera source (the virtual lab, a live "
+    "RealSense, or a .db3/.bag recording) into a scan artifact of a project."
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--source",
-                   help="'lab' (virtual lab in-process), 'robot' (connected robot's wrist camera, "
-                        "guided path; --host/--port/--token-file), 'realsense[:SERIAL]' (live, handheld), "
-                        "or a .db3/.bag recording")
+    p.add_argument(
+        "--source",
+        help="'lab' (virtual lab in-process), 'robot' (connected robot's wrist camera, "
+        "guided path; --host/--port/--token-file), 'realsense[:SERIAL]' (live, handheld), "
+        "or a .db3/.bag recording",
+    )
     p.add_argument("--project", type=Path, help="project folder")
     p.add_argument("--voxel", type=float, default=0.004, help="TSDF voxel size, m")
     p.add_argument("--frames", type=int, default=300, help="live camera: frames to scan")
@@ -41,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.list_cameras:
         from devices.cameras.realsense import list_devices
+
         devs = list_devices()
         if not devs:
             print("no RealSense connected")
@@ -49,8 +54,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.source or not args.project:
         from resources.errors import TwinbenchError
-        raise TwinbenchError("scan needs --source (lab, realsense or a .db3/.bag file) and "
-                             "--project (a project folder; create one with `project new`)")
+
+        raise TwinbenchError(
+            "scan needs --source (lab, realsense or a .db3/.bag file) and "
+            "--project (a project folder; create one with `project new`)"
+        )
     project = Project.open(args.project)
     opt = ScanOptions(voxel_size=args.voxel)
     with tempfile.TemporaryDirectory(prefix="twinbench-scan-") as tmp:
@@ -61,16 +69,19 @@ def run(args: argparse.Namespace) -> int:
             from app.workflows.scan_robot import RobotScanPlan, scan_robot
             from devices.robots.auth import load_token
             from devices.robots.client import RobotClient
+
             with RobotClient(args.host, args.port, load_token(args.token_file)) as robot:
-                res = run_cli(scan_robot(robot, opt, rec, RobotScanPlan(views=args.views)),
-                              args.quiet)
+                res = run_cli(
+                    scan_robot(robot, opt, rec, RobotScanPlan(views=args.views)), args.quiet
+                )
         elif args.source.startswith("realsense"):
             res = run_cli(scan_realsense(opt, rec, args.frames), args.quiet)
         else:
             rec = Path(args.source)
             res = run_cli(scan_recording(rec, opt), args.quiet)
-        aid = save_scan(project, res, rec, settings={"source": args.source,
-                                                     "voxel_size": args.voxel})
+        aid = save_scan(
+            project, res, rec, settings={"source": args.source, "voxel_size": args.voxel}
+        )
     print(f"scan {aid}: {len(res.objects)} objects, {len(res.scene_mesh.faces)} triangles")
     for o in res.objects:
         ext = " x ".join(f"{e * 100:.1f}" for e in o.mesh.extents)
@@ -79,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  warning: {w}")
     if res.calibration.get("hand_eye"):
         he = res.calibration["hand_eye"]
-        print(f"  hand-eye: {len(he['views'])} views, mean residual "
-              f"{he['mean_residual_mm']:.2f} mm, max reprojection {he['max_reproj_px']:.2f} px")
+        print(
+            f"  hand-eye: {len(he['views'])} views, mean residual "
+            f"{he['mean_residual_mm']:.2f} mm, max reprojection {he['max_reproj_px']:.2f} px"
+        )
     return 0

@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-HELP = ("Build a digital twin from a scan (+ a robot description) into a project, or show "
-        "one. Robots: pybullet_data:<path>, resources:<path> or a URDF file; 'none' for none.")
+HELP = (
+    "Build a digital twin from a scan (+ a robot description) into a project, or show "
+    "one. Robots: pybullet_data:<path>, resources:<path> or a URDF file; 'none' for none."
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -15,15 +17,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b = sub.add_parser("build", help="scan -> twin artifact")
     b.add_argument("--project", type=Path, required=True, help="project folder")
     b.add_argument("--scan", default=None, help="scan artifact id (default: the latest)")
-    b.add_argument("--robot", default="pybullet_data:franka_panda/panda.urdf",
-                   help="robot URDF (default: the Panda from pybullet_data; 'none' for none)")
-    b.add_argument("--procedural", action="store_true",
-                   help="no scan yet: build from the procedural demo objects")
+    b.add_argument(
+        "--robot",
+        default="pybullet_data:franka_panda/panda.urdf",
+        help="robot URDF (default: the Panda from pybullet_data; 'none' for none)",
+    )
+    b.add_argument(
+        "--procedural",
+        action="store_true",
+        help="no scan yet: build from the procedural demo objects",
+    )
     b.add_argument("--name", default=None, help="twin display name")
-    b.add_argument("--base-pose", type=float, nargs=7, default=None,
-                   metavar=("X", "Y", "Z", "QX", "QY", "QZ", "QW"),
-                   help="robot base in the scan frame (default: identity, scans are in the "
-                        "robot base frame)")
+    b.add_argument(
+        "--base-pose",
+        type=float,
+        nargs=7,
+        default=None,
+        metavar=("X", "Y", "Z", "QX", "QY", "QZ", "QW"),
+        help="robot base in the scan frame (default: identity, scans are in the robot base frame)",
+    )
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     i = sub.add_parser("info", help="parameters and notes of a twin")
     i.add_argument("--project", type=Path, required=True)
@@ -38,18 +50,26 @@ def run(args: argparse.Namespace) -> int:
     project = Project.open(args.project)
     if args.action == "build":
         robot = None if args.robot.lower() == "none" else args.robot
-        tid = run_cli(build_twin(project, args.scan, robot, args.name, args.procedural,
-                                 base_pose=args.base_pose), args.quiet)
+        tid = run_cli(
+            build_twin(
+                project, args.scan, robot, args.name, args.procedural, base_pose=args.base_pose
+            ),
+            args.quiet,
+        )
         _, spec = load_twin(project, tid)
     else:
         tid, spec = load_twin(project, args.twin)
     s = twin_summary(spec)
-    print(f"twin {tid}: {s['objects']} objects, {s['params']} parameters"
-          + (f", robot {s['robot']} ({s['joints']} joints)" if s["robot"] else ", no robot"))
+    print(
+        f"twin {tid}: {s['objects']} objects, {s['params']} parameters"
+        + (f", robot {s['robot']} ({s['joints']} joints)" if s["robot"] else ", no robot")
+    )
     for n in s["notes"]:
         print(f"  note: {n}")
     if args.action == "info":
         for p in spec.params.values():
-            print(f"  {p.name:<48} {p.nominal:>12.6g} {p.unit:<10} [{p.low:g}, {p.high:g}] {p.prior}")
+            print(
+                f"  {p.name:<48} {p.nominal:>12.6g} {p.unit:<10} [{p.low:g}, {p.high:g}] {p.prior}"
+            )
     print(f"  folder: {project.path_of(tid)}")
     return 0

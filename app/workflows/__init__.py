@@ -17,8 +17,8 @@ from app.project import Project
 class Need:
     """A precondition of a step: an artifact kind in the project, or a connected device."""
 
-    label: str                 # "a twin (Twin page)"
-    kind: str | None = None    # project artifact kind that satisfies it
+    label: str  # "a twin (Twin page)"
+    kind: str | None = None  # project artifact kind that satisfies it
     device: str | None = None  # or a device name ("robot", "camera") that must be connected
 
 
@@ -39,8 +39,12 @@ STEPS: tuple[Step, ...] = (
         "Scan",
         "Record the workspace with a RealSense camera (live, a .db3 recording or the lab "
         "camera) and reconstruct a mesh of the table and the objects on it.",
-        (Need("a camera: a RealSense, a .db3 recording, or the virtual lab camera",
-              device="camera"),),
+        (
+            Need(
+                "a camera: a RealSense, a .db3 recording, or the virtual lab camera",
+                device="camera",
+            ),
+        ),
         "python main.py scan …",
     ),
     Step(
@@ -56,9 +60,12 @@ STEPS: tuple[Step, ...] = (
         "Calibrate",
         "Compare simulated and real trajectories and fit the twin's physical parameters "
         "(friction, mass, damping…) until they agree.",
-        (Need("a twin (Twin page)", kind="twin"),
-         Need("a recorded real trajectory (record one from a connected robot)",
-              kind="trajectory")),
+        (
+            Need("a twin (Twin page)", kind="twin"),
+            Need(
+                "a recorded real trajectory (record one from a connected robot)", kind="trajectory"
+            ),
+        ),
         "python main.py fit …",
     ),
     Step(
@@ -73,8 +80,10 @@ STEPS: tuple[Step, ...] = (
         "Deploy",
         "Shadow-run a policy in the twin, then run it on the connected robot inside the "
         "safety envelope, and record what happened for the next fit.",
-        (Need("a trained policy (Policies page)", kind="policy"),
-         Need("a connected robot (Devices panel)", device="robot")),
+        (
+            Need("a trained policy (Policies page)", kind="policy"),
+            Need("a connected robot (Devices panel)", device="robot"),
+        ),
         "python main.py deploy …",
     ),
 )

@@ -43,7 +43,7 @@ class ScanOptions:
     triangle_budget: int = 4000
     seed: int = 0
     max_frames: int | None = None
-    stop: threading.Event | None = None      # set -> stop acquiring, reconstruct what we have
+    stop: threading.Event | None = None  # set -> stop acquiring, reconstruct what we have
     exclude: list[tuple[NDArray[np.float64], NDArray[np.float64]]] = field(default_factory=list)
 
 
@@ -69,8 +69,9 @@ class CloudPreview:
     live: NDArray[np.float32] | None = None
 
 
-def frame_points(f: RGBDFrame, T: NDArray[np.float64] | None, stride: int = 4
-                 ) -> NDArray[np.float32] | None:
+def frame_points(
+    f: RGBDFrame, T: NDArray[np.float64] | None, stride: int = 4
+) -> NDArray[np.float32] | None:
     """The frame's depth as base-frame points (every `stride`-th pixel), for live previews."""
     if T is None:
         return None
@@ -94,16 +95,22 @@ class _Throttle:
         return False
 
 
-def reconstruct_frames(frames: Iterable[RGBDFrame], pose_of: PoseFn | None = None,
-                       options: ScanOptions | None = None, track: bool = False,
-                       session: ScanSession | None = None, finish: bool = True,
-                       T_base_camera: NDArray[np.float64] | None = None,
-                       calibration: dict[str, Any] | None = None,
-                       total: int | None = None) -> Job[ScanResult | None]:
+def reconstruct_frames(
+    frames: Iterable[RGBDFrame],
+    pose_of: PoseFn | None = None,
+    options: ScanOptions | None = None,
+    track: bool = False,
+    session: ScanSession | None = None,
+    finish: bool = True,
+    T_base_camera: NDArray[np.float64] | None = None,
+    calibration: dict[str, Any] | None = None,
+    total: int | None = None,
+) -> Job[ScanResult | None]:
     """Integrate a frame stream; a stream that breaks (truncated file) keeps what it had."""
     opt = options or ScanOptions()
-    sess = session or ScanSession(TSDFSettings(voxel_size=opt.voxel_size,
-                                               depth_max=opt.depth_max), track=track)
+    sess = session or ScanSession(
+        TSDFSettings(voxel_size=opt.voxel_size, depth_max=opt.depth_max), track=track
+    )
     thr = _Throttle(opt.preview_hz)
     fused_cost, last_fused = 0.0, -1e9
     warnings: list[str] = []
@@ -124,17 +131,26 @@ def reconstruct_frames(frames: Iterable[RGBDFrame], pose_of: PoseFn | None = Non
         if thr.ready():
             pts = cols = None
             now = time.perf_counter()
-            if now - last_fused >= 5 * fused_cost:   # fused surface: <= 20 % of the time
+            if now - last_fused >= 5 * fused_cost:  # fused surface: <= 20 % of the time
                 pv = sess.preview()
                 pts, cols = pv.points, pv.colors
                 fused_cost, last_fused = time.perf_counter() - now, time.perf_counter()
             frac = None if not total else min(n / total, 1.0) * 0.9
-            yield Progress(frac, f"frame {f.index}: {sess.tsdf.frames_integrated} integrated, "
-                           f"{len(sess.skipped)} skipped",
-                           {"frame": FramePreview(f.color, f.depth_m, f.index),
-                            "cloud": CloudPreview(pts, cols, sess.tsdf.frames_integrated,
-                                                  sess.last_pose,
-                                                  frame_points(f, sess.last_pose))})
+            yield Progress(
+                frac,
+                f"frame {f.index}: {sess.tsdf.frames_integrated} integrated, "
+                f"{len(sess.skipped)} skipped",
+                {
+                    "frame": FramePreview(f.color, f.depth_m, f.index),
+                    "cloud": CloudPreview(
+                        pts,
+                        cols,
+                        sess.tsdf.frames_integrated,
+                        sess.last_pose,
+                        frame_points(f, sess.last_pose),
+                    ),
+                },
+            )
         if opt.max_frames and n >= opt.max_frames:
             break
         if opt.stop is not None and opt.stop.is_set():
@@ -143,11 +159,16 @@ def reconstruct_frames(frames: Iterable[RGBDFrame], pose_of: PoseFn | None = Non
     if not finish:
         return None
     yield Progress(0.9, "segmenting table and objects")
-    seg = SegmentSettings(seed=opt.seed, up=None if track else (0.0, 0.0, 1.0),
-                          triangle_budget=opt.triangle_budget, exclude=opt.exclude)
+    seg = SegmentSettings(
+        seed=opt.seed,
+        up=None if track else (0.0, 0.0, 1.0),
+        triangle_budget=opt.triangle_budget,
+        exclude=opt.exclude,
+    )
     res = sess.finish(seg, T_base_camera, calibration)
     if warnings:
         from dataclasses import replace
+
         res = replace(res, warnings=tuple(warnings) + res.warnings)
     yield Progress(1.0, f"{len(res.objects)} objects, {len(res.scene_mesh.faces)} triangles")
     return res
@@ -164,29 +185,41 @@ def scan_recording(path: Path, options: ScanOptions | None = None) -> Job[ScanRe
         opt.exclude = [(np.asarray(lo), np.asarray(hi)) for lo, hi in src.info.meta["exclude"]]
     with src:
         track = src.info is None or not src.info.poses
-        yield Progress(0.0, f"playing {path} ({src.duration_s:.1f} s, "
-                       f"{'odometry' if track else 'recorded poses'})")
+        yield Progress(
+            0.0,
+            f"playing {path} ({src.duration_s:.1f} s, {'odometry' if track else 'recorded poses'})",
+        )
         total = src.info.frames if src.info is not None else None
-        res = yield from reconstruct_frames(src.frames(), None, opt, track=track,
-                                            total=total)
+        res = yield from reconstruct_frames(src.frames(), None, opt, track=track, total=total)
         assert res is not None
         extra = [*src.warnings]
         if src.dropped:
-            extra.append(f"{len(src.dropped)} frames missing from the recording "
-                         f"(first: {src.dropped[:5]})")
+            extra.append(
+                f"{len(src.dropped)} frames missing from the recording (first: {src.dropped[:5]})"
+            )
         from dataclasses import replace
-        capture = {**res.capture, "recording": str(path),
-                   "sdk_version_recorded": src.info.sdk_version if src.info else None,
-                   "frames_read": src.frames_read, "dropped": src.dropped}
+
+        capture = {
+            **res.capture,
+            "recording": str(path),
+            "sdk_version_recorded": src.info.sdk_version if src.info else None,
+            "frames_read": src.frames_read,
+            "dropped": src.dropped,
+        }
         calib = src.info.meta.get("calibration", {}) if src.info else {}
         T = src.info.meta.get("T_base_camera") if src.info else None
-        return replace(res, warnings=tuple(extra) + res.warnings, capture=capture,
-                       calibration=calib or res.calibration,
-                       T_base_camera=np.asarray(T) if T is not None else res.T_base_camera)
+        return replace(
+            res,
+            warnings=tuple(extra) + res.warnings,
+            capture=capture,
+            calibration=calib or res.calibration,
+            T_base_camera=np.asarray(T) if T is not None else res.T_base_camera,
+        )
 
 
-def scan_realsense(options: ScanOptions | None = None, record: Path | None = None,
-                   frames: int = 300) -> Job[ScanResult]:
+def scan_realsense(
+    options: ScanOptions | None = None, record: Path | None = None, frames: int = 300
+) -> Job[ScanResult]:
     """Handheld scan with a live RealSense (odometry poses)."""
     from devices.cameras.realsense import RealSenseSource
 
@@ -214,17 +247,25 @@ def recolor_object(result: ScanResult, name: str, rgb: tuple[int, int, int]) -> 
     return result.recolored(name, rgb)
 
 
-def save_scan(project: Project, result: ScanResult, recording: Path | None = None,
-              inputs: tuple[str, ...] = (), settings: dict[str, Any] | None = None,
-              parent: str | None = None) -> str:
+def save_scan(
+    project: Project,
+    result: ScanResult,
+    recording: Path | None = None,
+    inputs: tuple[str, ...] = (),
+    settings: dict[str, Any] | None = None,
+    parent: str | None = None,
+) -> str:
     """Write `result` (and its recording + sidecar) as a new scan artifact; returns its id."""
-    summary = (f"{len(result.objects)} objects, {len(result.scene_mesh.faces)} triangles"
-               + (f", {len(result.warnings)} warnings" if result.warnings else ""))
-    with project.new_artifact("scan", inputs=inputs, settings=settings or {},
-                              summary=summary, parent=parent) as folder:
+    summary = f"{len(result.objects)} objects, {len(result.scene_mesh.faces)} triangles" + (
+        f", {len(result.warnings)} warnings" if result.warnings else ""
+    )
+    with project.new_artifact(
+        "scan", inputs=inputs, settings=settings or {}, summary=summary, parent=parent
+    ) as folder:
         result.save(folder)
         if recording is not None and Path(recording).is_file():
             from devices.cameras.source import sidecar_path
+
             shutil.copy2(recording, folder / "recording.db3")
             if sidecar_path(recording).is_file():
                 shutil.copy2(sidecar_path(recording), sidecar_path(folder / "recording.db3"))
@@ -232,7 +273,7 @@ def save_scan(project: Project, result: ScanResult, recording: Path | None = Non
     return art.id
 
 
-BOARD_CENTRE = np.array([0.435, 0.0, 0.0])   # where the user laid the ChArUco board, roughly
+BOARD_CENTRE = np.array([0.435, 0.0, 0.0])  # where the user laid the ChArUco board, roughly
 
 
 @dataclass
@@ -247,8 +288,9 @@ class LabRig:
     q: NDArray[np.float64]
 
     @classmethod
-    def start(cls, config: Path | None, width: int = 640, height: int = 480,
-              board: bool = False) -> LabRig:
+    def start(
+        cls, config: Path | None, width: int = 640, height: int = 480, board: bool = False
+    ) -> LabRig:
         """The lab's panda_table, or (`board`) the same robot and cameras with the ChArUco
         board lying on the table instead of the objects (the calibration set-up)."""
         import dataclasses
@@ -262,25 +304,32 @@ class LabRig:
 
         cfg = LabConfig.load(config) if config is not None else panda_table_config()
         if board:
-            cfg = dataclasses.replace(cfg, scene="panda_calib", objects=(),
-                                      board=panda_calib_config().board)
+            cfg = dataclasses.replace(
+                cfg, scene="panda_calib", objects=(), board=panda_calib_config().board
+            )
         sim = LabSim(cfg.scene, cfg)
         X = pose_to_matrix(sim.info().meta["camera/wrist/nominal_T_mount_camera"])
-        return cls(sim, LabCamera(sim, "wrist", width, height),
-                   LabCamera(sim, "fixed", width, height), X, np.array(panda.READY_POSE))
+        return cls(
+            sim,
+            LabCamera(sim, "wrist", width, height),
+            LabCamera(sim, "fixed", width, height),
+            X,
+            np.array(panda.READY_POSE),
+        )
 
     def fk(self, q: NDArray[np.float64]) -> NDArray[np.float64]:
         from devices.lab import panda
+
         return self.sim.body_pose(panda.HAND_BODY, q)  # type: ignore[no-any-return]
 
-    def go(self, T_base_camera: NDArray[np.float64], T_hand_camera: NDArray[np.float64]
-           ) -> NDArray[np.float64] | None:
+    def go(
+        self, T_base_camera: NDArray[np.float64], T_hand_camera: NDArray[np.float64]
+    ) -> NDArray[np.float64] | None:
         """Move so the wrist camera is at T_base_camera; returns the measured hand pose."""
         from reconstruction.scan_path import solve_view
 
         lim = self.sim.info().limits
-        q, pe, ae = solve_view(self.fk, self.q, T_base_camera, T_hand_camera, lim.lower,
-                               lim.upper)
+        q, pe, ae = solve_view(self.fk, self.q, T_base_camera, T_hand_camera, lim.lower, lim.upper)
         if pe > 0.005 or ae > 2.0:
             return None
         self.q = q
@@ -314,8 +363,9 @@ def _calibrate(rig: LabRig, views: int) -> Job[dict[str, Any]]:
     from reconstruction.scan_path import orbit_targets
 
     centre = BOARD_CENTRE
-    targets = orbit_targets(centre, 0.42, 60, views * 2 // 3, (-70, 70)) + \
-        orbit_targets(centre, 0.35, 75, views - views * 2 // 3, (-120, 120))
+    targets = orbit_targets(centre, 0.42, 60, views * 2 // 3, (-70, 70)) + orbit_targets(
+        centre, 0.35, 75, views - views * 2 // 3, (-120, 120)
+    )
     hands, found, missed = [], [], []
     for i, T in enumerate(targets):
         Th = rig.go(T, rig.T_hand_camera_nominal)
@@ -327,8 +377,10 @@ def _calibrate(rig: LabRig, views: int) -> Job[dict[str, Any]]:
         else:
             hands.append(Th)
             found.append(v)
-        yield Progress((i + 1) / len(targets), f"calibration view {i + 1}/{len(targets)}: "
-                       f"{len(found)} boards found")
+        yield Progress(
+            (i + 1) / len(targets),
+            f"calibration view {i + 1}/{len(targets)}: {len(found)} boards found",
+        )
     he = hand_eye(hands, found, rig.wrist.intrinsics)
     check = intrinsics_check(found, rig.wrist.intrinsics)
     fviews = []
@@ -338,32 +390,49 @@ def _calibrate(rig: LabRig, views: int) -> Job[dict[str, Any]]:
         if v is not None:
             fviews.append(refine_with_depth(v, f))
     fc = fixed_camera(fviews, he.T_base_board, rig.fixed.intrinsics, depth_refined=True)
-    return {"T_hand_camera": he.T, "T_base_fixed": fc.T, "hand_eye": he.summary(),
-            "fixed": fc.summary(), "board_missed_views": missed, "intrinsics_check": check}
+    return {
+        "T_hand_camera": he.T,
+        "T_base_fixed": fc.T,
+        "hand_eye": he.summary(),
+        "fixed": fc.summary(),
+        "board_missed_views": missed,
+        "intrinsics_check": check,
+    }
 
 
-def lab_scan_job(opt: ScanOptions, config: Path | None, record: Path | None,
-                 quick: bool = False, calibration: dict[str, Any] | None = None
-                 ) -> Job[ScanResult]:
+def lab_scan_job(
+    opt: ScanOptions,
+    config: Path | None,
+    record: Path | None,
+    quick: bool = False,
+    calibration: dict[str, Any] | None = None,
+) -> Job[ScanResult]:
     from devices.cameras.software import SoftwareCamera
     from reconstruction.scan_path import orbit_targets
     from reconstruction.segment import cluster_objects, fit_table_plane
 
     if calibration is None:
-        calibration = yield from _sub(calibrate_lab(config, 8 if quick else 12), 0.0, 0.25,
-                                      "calibrating: ")
+        calibration = yield from _sub(
+            calibrate_lab(config, 8 if quick else 12), 0.0, 0.25, "calibrating: "
+        )
     rig = LabRig.start(config)
     opt.exclude = opt.exclude or [(np.array([-0.3, -0.3, -0.1]), np.array([0.2, 0.3, 1.5]))]
     cam = None
     try:
         X, Tf = calibration["T_hand_camera"], calibration["T_base_fixed"]
         sess = ScanSession(TSDFSettings(voxel_size=opt.voxel_size, depth_max=opt.depth_max))
-        cam = SoftwareCamera(rig.wrist.intrinsics, 0.001, record_path=record,
-                             name="Twinbench lab cameras")
-        cam.info.meta.update({"T_hand_camera": np.asarray(X).tolist(),
-                              "T_base_camera": np.asarray(Tf).tolist(), "source": "lab",
-                              "exclude": [[lo.tolist(), hi.tolist()] for lo, hi in opt.exclude],
-                              "calibration": _json_calib(calibration)})
+        cam = SoftwareCamera(
+            rig.wrist.intrinsics, 0.001, record_path=record, name="Twinbench lab cameras"
+        )
+        cam.info.meta.update(
+            {
+                "T_hand_camera": np.asarray(X).tolist(),
+                "T_base_camera": np.asarray(Tf).tolist(),
+                "source": "lab",
+                "exclude": [[lo.tolist(), hi.tolist()] for lo, hi in opt.exclude],
+                "calibration": _json_calib(calibration),
+            }
+        )
         counter = [0]
 
         def shots(targets: list[NDArray[np.float64]]) -> Iterator[RGBDFrame]:
@@ -375,12 +444,23 @@ def lab_scan_job(opt: ScanOptions, config: Path | None, record: Path | None,
 
         centre = np.array([0.57, 0.0, 0.03])
         n1 = 8 if quick else 10
-        first = orbit_targets(centre, 0.55, 55, n1, (-80, 80)) + \
-            ([] if quick else orbit_targets(centre, 0.5, 70, 8, (-150, 150)))
+        first = orbit_targets(centre, 0.55, 55, n1, (-80, 80)) + (
+            [] if quick else orbit_targets(centre, 0.5, 70, 8, (-150, 150))
+        )
         fixed_frames = [_through(cam, rig.fixed.grab(), Tf, counter) for _ in range(3)]
-        yield from _sub(reconstruct_frames(chain(fixed_frames, shots(first)), None, opt,
-                                           session=sess, finish=False,
-                                           total=len(first) + 3), 0.25, 0.6, "orbit: ")
+        yield from _sub(
+            reconstruct_frames(
+                chain(fixed_frames, shots(first)),
+                None,
+                opt,
+                session=sess,
+                finish=False,
+                total=len(first) + 3,
+            ),
+            0.25,
+            0.6,
+            "orbit: ",
+        )
         # guided second pass: views around each object found so far
         pts, cols = sess.tsdf.points()
         try:
@@ -391,30 +471,64 @@ def lab_scan_job(opt: ScanOptions, config: Path | None, record: Path | None,
             yield Progress(None, f"no objects for a second pass ({exc})")
         if opt.stop is not None and opt.stop.is_set():
             clusters = []
-        second = [T for cl in clusters for el in ((40,) if quick else (35, 55))
-                  for T in orbit_targets(cl.footprint_centre(plane), 0.5, el,
-                                         6 if quick else 8, (-180, 135), base_azimuth_deg=0)]
-        res = yield from _sub(reconstruct_frames(shots(second), None, opt, session=sess,
-                                                 T_base_camera=Tf,
-                                                 calibration=_json_calib(calibration),
-                                                 total=len(second)), 0.6, 1.0, "objects: ")
+        second = [
+            T
+            for cl in clusters
+            for el in ((40,) if quick else (35, 55))
+            for T in orbit_targets(
+                cl.footprint_centre(plane),
+                0.5,
+                el,
+                6 if quick else 8,
+                (-180, 135),
+                base_azimuth_deg=0,
+            )
+        ]
+        res = yield from _sub(
+            reconstruct_frames(
+                shots(second),
+                None,
+                opt,
+                session=sess,
+                T_base_camera=Tf,
+                calibration=_json_calib(calibration),
+                total=len(second),
+            ),
+            0.6,
+            1.0,
+            "objects: ",
+        )
         assert res is not None
         from dataclasses import replace
-        return replace(res, capture={**res.capture, "sdk_version": cam.info.sdk_version,
-                                     "device": cam.info.device, "source": "lab"})
+
+        return replace(
+            res,
+            capture={
+                **res.capture,
+                "sdk_version": cam.info.sdk_version,
+                "device": cam.info.device,
+                "source": "lab",
+            },
+        )
     finally:
         if cam is not None:
             cam.close()
         rig.close()
 
 
-def _through(cam: Any, frame: RGBDFrame, T: NDArray[np.float64], counter: list[int]
-             ) -> RGBDFrame:
+def _through(cam: Any, frame: RGBDFrame, T: NDArray[np.float64], counter: list[int]) -> RGBDFrame:
     """Renumber, attach the pose and pass the frame through the SDK (and its recorder)."""
     from dataclasses import replace
+
     counter[0] += 1
-    return cam.push(replace(frame, index=counter[0], timestamp=counter[0] / 30.0,  # type: ignore[no-any-return]
-                            T_world_camera=np.asarray(T, float)))
+    return cam.push(
+        replace(
+            frame,
+            index=counter[0],
+            timestamp=counter[0] / 30.0,  # type: ignore[no-any-return]
+            T_world_camera=np.asarray(T, float),
+        )
+    )
 
 
 def _json_calib(c: dict[str, Any]) -> dict[str, Any]:
@@ -423,10 +537,15 @@ def _json_calib(c: dict[str, Any]) -> dict[str, Any]:
 
 def _sub(job: Job[Any], lo: float, hi: float, prefix: str) -> Job[Any]:
     from app.jobs import sub_job
+
     return (yield from sub_job(job, lo, hi, prefix))
 
 
-def scan_lab(options: ScanOptions | None = None, config: Path | None = None,
-             record: Path | None = None, quick: bool = False) -> Job[ScanResult]:
+def scan_lab(
+    options: ScanOptions | None = None,
+    config: Path | None = None,
+    record: Path | None = None,
+    quick: bool = False,
+) -> Job[ScanResult]:
     """Scan the virtual lab in-process: calibrate, guided wrist scan, fixed camera."""
     return (yield from lab_scan_job(options or ScanOptions(), config, record, quick))

@@ -41,16 +41,16 @@ class RobotScanError(TwinbenchError):
 class RobotScanPlan:
     """Where to look and how to move (SI units)."""
 
-    centre: tuple[float, float, float] = (0.57, 0.0, 0.03)   # workspace centre, base frame
+    centre: tuple[float, float, float] = (0.57, 0.0, 0.03)  # workspace centre, base frame
     distance: float = 0.55
     elevation_deg: float = 55.0
     views: int = 8
     azimuth_deg: tuple[float, float] = (-80.0, 80.0)
-    object_views: int = 4            # per object found by the orbit (second pass); 0: none
+    object_views: int = 4  # per object found by the orbit (second pass); 0: none
     object_distance: float = 0.5
     object_elevation_deg: float = 40.0
-    camera: str | None = None        # None: the first camera with a nominal mount pose
-    speed_rad_s: float = 1.2         # joint-space speed of the moves
+    camera: str | None = None  # None: the first camera with a nominal mount pose
+    speed_rad_s: float = 1.2  # joint-space speed of the moves
     settle_tol_rad: float = 3e-3
     settle_vel_rad_s: float = 0.02
     settle_timeout_s: float = 4.0
@@ -71,16 +71,20 @@ class ConnectedArm:
         cams = [c for c in info.cameras if f"camera/{c}/nominal_T_mount_camera" in info.meta]
         if camera is None:
             if not cams:
-                raise RobotScanError(f"robot {info.name} at {client.address} reports no wrist "
-                                     f"camera with a mount pose (cameras: {list(info.cameras)})")
+                raise RobotScanError(
+                    f"robot {info.name} at {client.address} reports no wrist "
+                    f"camera with a mount pose (cameras: {list(info.cameras)})"
+                )
             camera = cams[0]
         if camera not in cams:
-            raise RobotScanError(f"robot {info.name}: camera '{camera}' has no mount pose "
-                                 f"(wrist cameras: {cams})")
+            raise RobotScanError(
+                f"robot {info.name}: camera '{camera}' has no mount pose (wrist cameras: {cams})"
+            )
         self.camera = camera
         self.mount = str(info.meta.get(f"camera/{camera}/mount_body", ""))
         self.T_mount_camera_nominal = pose_to_matrix(
-            info.meta[f"camera/{camera}/nominal_T_mount_camera"])
+            info.meta[f"camera/{camera}/nominal_T_mount_camera"]
+        )
         self.kin = RobotKinematics.from_description(info.description, info.joint_names)
         self.lower, self.upper = np.asarray(info.limits.lower), np.asarray(info.limits.upper)
         self._frames: Iterator[RGBDFrame] | None = None
@@ -112,8 +116,9 @@ class ConnectedArm:
             self._frames = self.client.camera_frames(self.camera, timeout_s=15.0)
         return self._frames
 
-    def solve(self, T_base_camera: NDArray[np.float64], X: NDArray[np.float64],
-              q0: NDArray[np.float64]) -> NDArray[np.float64] | None:
+    def solve(
+        self, T_base_camera: NDArray[np.float64], X: NDArray[np.float64], q0: NDArray[np.float64]
+    ) -> NDArray[np.float64] | None:
         from reconstruction.scan_path import solve_view
 
         q, pe, ae = solve_view(self.fk, q0, T_base_camera, X, self.lower, self.upper)
@@ -128,20 +133,21 @@ class ConnectedArm:
         dur = max(float(np.max(np.abs(q_target - q0))) / plan.speed_rad_s, 0.05)
         t0 = time.monotonic()
         while (s := (time.monotonic() - t0) / dur) < 1.0:
-            self.client.command_position(q0 + (q_target - q0) * (3 * s * s - 2 * s ** 3))
+            self.client.command_position(q0 + (q_target - q0) * (3 * s * s - 2 * s**3))
             time.sleep(0.01)
         self.client.command_position(q_target)
         end = time.monotonic() + plan.settle_timeout_s
         while True:
             st = self.client.latest_state()
-            ok = (np.max(np.abs(st.joint_pos - q_target)) < plan.settle_tol_rad
-                  and np.max(np.abs(st.joint_vel)) < plan.settle_vel_rad_s)
+            ok = (
+                np.max(np.abs(st.joint_pos - q_target)) < plan.settle_tol_rad
+                and np.max(np.abs(st.joint_vel)) < plan.settle_vel_rad_s
+            )
             if ok or time.monotonic() > end:
                 return st.t, ok
             time.sleep(0.01)
 
-    def grab(self, t_after: float, window_s: float = 0.3
-             ) -> tuple[RGBDFrame, NDArray[np.float64]]:
+    def grab(self, t_after: float, window_s: float = 0.3) -> tuple[RGBDFrame, NDArray[np.float64]]:
         """A frame taken after robot time `t_after`, with the joint positions interpolated
         at its timestamp from the states recorded while it was taken."""
         frames = self.frames()
@@ -157,8 +163,9 @@ class ConnectedArm:
             for _ in range(12):
                 f = next(frames, None)
                 if f is None:
-                    raise RobotScanError(f"robot {self.info.name}: camera '{self.camera}' "
-                                         "stream ended")
+                    raise RobotScanError(
+                        f"robot {self.info.name}: camera '{self.camera}' stream ended"
+                    )
                 if f.timestamp < t_after or f.timestamp < t[0]:
                     continue
                 if f.timestamp > t[-1]:
@@ -167,8 +174,10 @@ class ConnectedArm:
             if best is not None:
                 qf = np.array([np.interp(best.timestamp, t, q[:, j]) for j in range(q.shape[1])])
                 return best, qf
-        raise RobotScanError(f"robot {self.info.name}: camera '{self.camera}' frame timestamps "
-                             f"never fall inside the state stream (different clocks?)")
+        raise RobotScanError(
+            f"robot {self.info.name}: camera '{self.camera}' frame timestamps "
+            f"never fall inside the state stream (different clocks?)"
+        )
 
     def stop(self) -> None:
         """Stop and release the robot; never raises (used in finally blocks)."""
@@ -177,8 +186,8 @@ class ConnectedArm:
             self._primer = None
         if self._frames is not None:
             try:
-                self._frames.close()    # type: ignore[attr-defined]
-            except ValueError:          # still waiting for its first frame in the primer
+                self._frames.close()  # type: ignore[attr-defined]
+            except ValueError:  # still waiting for its first frame in the primer
                 pass
             self._frames = None
         try:
@@ -189,9 +198,13 @@ class ConnectedArm:
         self.kin.close()
 
 
-def _camera_poses(arm: ConnectedArm, targets: list[NDArray[np.float64]],
-                  X: NDArray[np.float64], plan: RobotScanPlan,
-                  out: dict[str, Any]) -> Iterator[RGBDFrame]:
+def _camera_poses(
+    arm: ConnectedArm,
+    targets: list[NDArray[np.float64]],
+    X: NDArray[np.float64],
+    plan: RobotScanPlan,
+    out: dict[str, Any],
+) -> Iterator[RGBDFrame]:
     """Frames at the targets with T_world_camera = FK(q at the frame) @ X."""
     q = arm.client.latest_state().joint_pos
     arm.prime_camera()
@@ -209,9 +222,13 @@ def _camera_poses(arm: ConnectedArm, targets: list[NDArray[np.float64]],
         yield replace(f, T_world_camera=arm.fk(qf) @ X)
 
 
-def scan_robot(client: RobotClient, options: ScanOptions | None = None,
-               record: Path | None = None, plan: RobotScanPlan | None = None,
-               calibration: dict[str, Any] | None = None) -> Job[ScanResult]:
+def scan_robot(
+    client: RobotClient,
+    options: ScanOptions | None = None,
+    record: Path | None = None,
+    plan: RobotScanPlan | None = None,
+    calibration: dict[str, Any] | None = None,
+) -> Job[ScanResult]:
     """Guided wrist scan of the connected robot. `calibration` ({"T_hand_camera": 4x4, ...}
     from `calibrate_robot`) or else the robot's NOMINAL camera mount pose."""
     from devices.cameras.software import SoftwareCamera
@@ -225,32 +242,54 @@ def scan_robot(client: RobotClient, options: ScanOptions | None = None,
     cam = None
     try:
         X = np.asarray((calibration or {}).get("T_hand_camera", arm.T_mount_camera_nominal))
-        calib = {k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v)
-                 for k, v in (calibration or {}).items()}
+        calib = {
+            k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v)
+            for k, v in (calibration or {}).items()
+        }
         calib.setdefault("T_hand_camera", X.tolist())
         calib["hand_camera_source"] = "hand-eye" if calibration else "nominal mount pose"
         log: dict[str, Any] = {"unreachable": 0, "unsettled": 0, "paired": []}
-        yield Progress(0.0, f"scanning with {arm.info.name} camera '{arm.camera}' "
-                       f"({calib['hand_camera_source']})")
+        yield Progress(
+            0.0,
+            f"scanning with {arm.info.name} camera '{arm.camera}' ({calib['hand_camera_source']})",
+        )
         sess = ScanSession(TSDFSettings(voxel_size=opt.voxel_size, depth_max=opt.depth_max))
-        stream = _camera_poses(arm, orbit_targets(plan.centre, plan.distance,
-                                                  plan.elevation_deg, plan.views,
-                                                  plan.azimuth_deg), X, plan, log)
+        stream = _camera_poses(
+            arm,
+            orbit_targets(
+                plan.centre, plan.distance, plan.elevation_deg, plan.views, plan.azimuth_deg
+            ),
+            X,
+            plan,
+            log,
+        )
         if record is not None:
             first = next(stream, None)
             if first is None:
                 raise RobotScanError(f"robot {arm.info.name}: no view of the path is reachable")
-            cam = SoftwareCamera(first.intrinsics, first.depth_scale, record_path=record,
-                                 name=f"Twinbench {arm.info.name} {arm.camera}")
-            cam.info.meta.update({"T_hand_camera": X.tolist(), "source": "robot",
-                                  "robot": arm.info.name, "calibration": calib,
-                                  "exclude": [[lo.tolist(), hi.tolist()]
-                                              for lo, hi in opt.exclude]})
+            cam = SoftwareCamera(
+                first.intrinsics,
+                first.depth_scale,
+                record_path=record,
+                name=f"Twinbench {arm.info.name} {arm.camera}",
+            )
+            cam.info.meta.update(
+                {
+                    "T_hand_camera": X.tolist(),
+                    "source": "robot",
+                    "robot": arm.info.name,
+                    "calibration": calib,
+                    "exclude": [[lo.tolist(), hi.tolist()] for lo, hi in opt.exclude],
+                }
+            )
             stream = (cam.push(f) for f in _chain1(first, stream))
         second_share = 0.4 if plan.object_views else 0.0
-        yield from sub_job(reconstruct_frames(stream, None, opt, session=sess, finish=False,
-                                              total=plan.views),
-                           0.0, 0.9 - second_share, "orbit: ")
+        yield from sub_job(
+            reconstruct_frames(stream, None, opt, session=sess, finish=False, total=plan.views),
+            0.0,
+            0.9 - second_share,
+            "orbit: ",
+        )
         if plan.object_views and not (opt.stop is not None and opt.stop.is_set()):
             pts, cols = sess.tsdf.points()
             try:
@@ -259,27 +298,46 @@ def scan_robot(client: RobotClient, options: ScanOptions | None = None,
             except TwinbenchError as exc:
                 clusters = []
                 yield Progress(None, f"no objects for a second pass ({exc})")
-            second = [T for cl in clusters for T in orbit_targets(
-                tuple(cl.footprint_centre(plane)), plan.object_distance, plan.object_elevation_deg,
-                plan.object_views, (-180, 135), base_azimuth_deg=0)]
+            second = [
+                T
+                for cl in clusters
+                for T in orbit_targets(
+                    tuple(cl.footprint_centre(plane)),
+                    plan.object_distance,
+                    plan.object_elevation_deg,
+                    plan.object_views,
+                    (-180, 135),
+                    base_azimuth_deg=0,
+                )
+            ]
             more = _camera_poses(arm, second, X, plan, log)
             if cam is not None:
                 more = (cam.push(f) for f in more)
-            yield from sub_job(reconstruct_frames(more, None, opt, session=sess,
-                                                  finish=False, total=len(second)),
-                               0.5, 0.9, "objects: ")
-        arm.stop()    # the arm is still for the segmentation
-        res = yield from sub_job(reconstruct_frames(iter(()), None, opt, session=sess,
-                                                    calibration=calib), 0.9, 1.0)
+            yield from sub_job(
+                reconstruct_frames(more, None, opt, session=sess, finish=False, total=len(second)),
+                0.5,
+                0.9,
+                "objects: ",
+            )
+        arm.stop()  # the arm is still for the segmentation
+        res = yield from sub_job(
+            reconstruct_frames(iter(()), None, opt, session=sess, calibration=calib), 0.9, 1.0
+        )
         assert res is not None
         warnings = list(res.warnings)
         if log["unreachable"]:
             warnings.append(f"{log['unreachable']} views of the path were out of reach")
         if log["unsettled"]:
             warnings.append(f"{log['unsettled']} views taken before the arm had settled")
-        capture = {**res.capture, "source": "robot", "robot": arm.info.name,
-                   "robot_address": client.address, "camera": arm.camera,
-                   "views": len(log["paired"]), "paired_states": log["paired"]}
+        capture = {
+            **res.capture,
+            "source": "robot",
+            "robot": arm.info.name,
+            "robot_address": client.address,
+            "camera": arm.camera,
+            "views": len(log["paired"]),
+            "paired_states": log["paired"],
+        }
         if cam is not None:
             capture.update({"sdk_version": cam.info.sdk_version, "device": cam.info.device})
         return replace(res, warnings=tuple(warnings), capture=capture)
@@ -294,9 +352,12 @@ def _chain1(first: RGBDFrame, rest: Iterator[RGBDFrame]) -> Iterator[RGBDFrame]:
     yield from rest
 
 
-def calibrate_robot(client: RobotClient, views: int = 10,
-                    board_centre: tuple[float, float, float] = (0.435, 0.0, 0.0),
-                    plan: RobotScanPlan | None = None) -> Job[dict[str, Any]]:
+def calibrate_robot(
+    client: RobotClient,
+    views: int = 10,
+    board_centre: tuple[float, float, float] = (0.435, 0.0, 0.0),
+    plan: RobotScanPlan | None = None,
+) -> Job[dict[str, Any]]:
     """Hand-eye calibration of the wrist camera from ChArUco board views (the board lying
     on the table near `board_centre`; the lab's panda_calib scene), robot moved by the
     guided calibration path as in the in-process lab scan."""
@@ -307,8 +368,9 @@ def calibrate_robot(client: RobotClient, views: int = 10,
     arm = ConnectedArm(client, plan.camera)
     try:
         X0 = arm.T_mount_camera_nominal
-        targets = orbit_targets(board_centre, 0.42, 60, views * 2 // 3, (-70, 70)) + \
-            orbit_targets(board_centre, 0.35, 75, views - views * 2 // 3, (-120, 120))
+        targets = orbit_targets(board_centre, 0.42, 60, views * 2 // 3, (-70, 70)) + orbit_targets(
+            board_centre, 0.35, 75, views - views * 2 // 3, (-120, 120)
+        )
         hands, found, missed, intr = [], [], [], None
         q = client.latest_state().joint_pos
         arm.prime_camera()
@@ -325,12 +387,18 @@ def calibrate_robot(client: RobotClient, views: int = 10,
                 else:
                     hands.append(arm.fk(qf))
                     found.append(v)
-            yield Progress((i + 1) / len(targets), f"calibration view {i + 1}/{len(targets)}: "
-                           f"{len(found)} boards found")
+            yield Progress(
+                (i + 1) / len(targets),
+                f"calibration view {i + 1}/{len(targets)}: {len(found)} boards found",
+            )
         if intr is None:
             raise RobotScanError(f"robot {arm.info.name}: no calibration view is reachable")
         he = hand_eye(hands, found, intr)
-        return {"T_hand_camera": he.T, "hand_eye": he.summary(),
-                "board_missed_views": missed, "intrinsics_check": intrinsics_check(found, intr)}
+        return {
+            "T_hand_camera": he.T,
+            "hand_eye": he.summary(),
+            "board_missed_views": missed,
+            "intrinsics_check": intrinsics_check(found, intr),
+        }
     finally:
         arm.stop()

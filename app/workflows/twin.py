@@ -32,15 +32,23 @@ def procedural_scan(project: Project) -> str:
     from twins.scan_input import procedural_scan_result
 
     res = procedural_scan_result()
-    with project.new_artifact("scan", settings={"source": "procedural"},
-                              summary=f"procedural demo scan, {len(res.objects)} objects") as f:
+    with project.new_artifact(
+        "scan",
+        settings={"source": "procedural"},
+        summary=f"procedural demo scan, {len(res.objects)} objects",
+    ) as f:
         res.save(f)
     return project.artifacts("scan")[-1].id
 
 
-def build_twin(project: Project, scan_id: str | None, robot: str | None = DEFAULT_ROBOT,
-               name: str | None = None, procedural: bool = False,
-               base_pose: Any = None) -> Job[str]:
+def build_twin(
+    project: Project,
+    scan_id: str | None,
+    robot: str | None = DEFAULT_ROBOT,
+    name: str | None = None,
+    procedural: bool = False,
+    base_pose: Any = None,
+) -> Job[str]:
     """Job: build a twin artifact from scan `scan_id` (the latest scan when None; the
     procedural demo scan when `procedural` and there is none). Returns the twin id."""
     if robot:  # refuse a bad robot file before anything is written
@@ -58,15 +66,26 @@ def build_twin(project: Project, scan_id: str | None, robot: str | None = DEFAUL
         else:
             from twins.errors import TwinError
 
-            raise TwinError(f"{project.root}: no scan to build a twin from (scan first, or "
-                            "use --procedural for the demo objects)")
+            raise TwinError(
+                f"{project.root}: no scan to build a twin from (scan first, or "
+                "use --procedural for the demo objects)"
+            )
     scan_dir = project.path_of(scan_id)
     settings = {"scan": scan_id, "robot": robot or "none"}
-    with project.new_artifact("twin", inputs=[scan_id], settings=settings,
-                              summary=f"from {scan_id}" + (f" + {robot}" if robot else "")) as folder:
-        gen = build_twin_steps(scan_dir, folder, robot,
-                               tuple(base_pose) if base_pose is not None else IDENTITY_POSE,
-                               name=name or f"twin of {scan_id}", meta={"scan_id": scan_id})
+    with project.new_artifact(
+        "twin",
+        inputs=[scan_id],
+        settings=settings,
+        summary=f"from {scan_id}" + (f" + {robot}" if robot else ""),
+    ) as folder:
+        gen = build_twin_steps(
+            scan_dir,
+            folder,
+            robot,
+            tuple(base_pose) if base_pose is not None else IDENTITY_POSE,
+            name=name or f"twin of {scan_id}",
+            meta={"scan_id": scan_id},
+        )
         try:
             while True:
                 frac, msg = next(gen)
@@ -93,15 +112,25 @@ def load_twin(project: Project, twin_id: str | None = None) -> tuple[str, TwinSp
     return twin_id, TwinSpec.load(project.path_of(twin_id))
 
 
-def save_twin_edit(project: Project, parent_id: str, spec: TwinSpec,
-                   values: Mapping[str, float] | None = None, summary: str = "edited") -> str:
+def save_twin_edit(
+    project: Project,
+    parent_id: str,
+    spec: TwinSpec,
+    values: Mapping[str, float] | None = None,
+    summary: str = "edited",
+) -> str:
     """A new twin artifact: `spec` with `values` as its nominals, files copied from the
     parent twin, lineage parent -> new (inputs: the parent's scan)."""
     parent_dir = project.path_of(parent_id)
     edited = spec.with_values(values or {})
     parent = project.artifact(parent_id)
-    with project.new_artifact("twin", inputs=list(parent.inputs), parent=parent_id,
-                              settings={"edit_of": parent_id}, summary=summary) as folder:
+    with project.new_artifact(
+        "twin",
+        inputs=list(parent.inputs),
+        parent=parent_id,
+        settings={"edit_of": parent_id},
+        summary=summary,
+    ) as folder:
         for item in Path(parent_dir).iterdir():
             if item.name in ("twin.json", "urdf"):
                 continue
@@ -111,8 +140,9 @@ def save_twin_edit(project: Project, parent_id: str, spec: TwinSpec,
 
         from twins.export import export_urdfs
 
-        moved = replace(edited, base_dir=folder,
-                        meta={**dict(edited.meta), "parent_twin": parent_id})
+        moved = replace(
+            edited, base_dir=folder, meta={**dict(edited.meta), "parent_twin": parent_id}
+        )
         export_urdfs(moved, folder / "urdf")
         moved.save(folder)
     return project.artifacts("twin")[-1].id
@@ -120,10 +150,14 @@ def save_twin_edit(project: Project, parent_id: str, spec: TwinSpec,
 
 def twin_summary(spec: TwinSpec) -> dict[str, Any]:
     """Counts for a status line or the CLI."""
-    return {"name": spec.name, "objects": len(spec.objects), "params": len(spec.params),
-            "robot": spec.robot.urdf if spec.robot else None,
-            "joints": len(spec.robot.joints) if spec.robot else 0,
-            "notes": list(spec.meta.get("notes", []))}
+    return {
+        "name": spec.name,
+        "objects": len(spec.objects),
+        "params": len(spec.params),
+        "robot": spec.robot.urdf if spec.robot else None,
+        "joints": len(spec.robot.joints) if spec.robot else 0,
+        "notes": list(spec.meta.get("notes", [])),
+    }
 
 
 class TwinSession:
@@ -150,7 +184,8 @@ class TwinSession:
     @property
     def notes(self) -> list[str]:
         return list(self.spec.meta.get("notes", [])) + [
-            n for n in self.world.notes if n not in self.spec.meta.get("notes", [])]
+            n for n in self.world.notes if n not in self.spec.meta.get("notes", [])
+        ]
 
     def drawables(self) -> list[Any]:
         """Meshes in body frames (cached: geometry does not change when values do)."""

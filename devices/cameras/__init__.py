@@ -3,8 +3,14 @@ device over RGBD frames (the lab camera, frames from the robot protocol), .db3 r
 
 from devices.cameras.source import CameraError, CameraSource, CaptureInfo, sdk_version, sidecar_path
 
-__all__ = ["CameraError", "CameraSource", "CaptureInfo", "sdk_version", "sidecar_path",
-           "open_source"]
+__all__ = [
+    "CameraError",
+    "CameraSource",
+    "CaptureInfo",
+    "sdk_version",
+    "sidecar_path",
+    "open_source",
+]
 
 
 def open_source(spec: str) -> CameraSource:
@@ -13,6 +19,8 @@ def open_source(spec: str) -> CameraSource:
 
     if spec == "realsense" or spec.startswith("realsense:"):
         from devices.cameras.realsense import RealSenseSource
+
         return RealSenseSource(serial=spec.partition(":")[2] or None)
     from devices.cameras.playback import PlaybackSource
+
     return PlaybackSource(Path(spec))

@@ -22,13 +22,24 @@ def to_rs_intrinsics(intr: Intrinsics) -> Any:
 
 
 def from_rs_intrinsics(ri: Any) -> Intrinsics:
-    return Intrinsics(int(ri.width), int(ri.height), float(ri.fx), float(ri.fy),
-                      float(ri.ppx), float(ri.ppy), tuple(float(c) for c in ri.coeffs))
+    return Intrinsics(
+        int(ri.width),
+        int(ri.height),
+        float(ri.fx),
+        float(ri.fy),
+        float(ri.ppx),
+        float(ri.ppy),
+        tuple(float(c) for c in ri.coeffs),
+    )
 
 
-def frameset_to_rgbd(fs: Any, depth_scale: float, index: int | None = None,
-                     T_world_camera: np.ndarray | None = None,
-                     aligned: bool = True) -> RGBDFrame | None:
+def frameset_to_rgbd(
+    fs: Any,
+    depth_scale: float,
+    index: int | None = None,
+    T_world_camera: np.ndarray | None = None,
+    aligned: bool = True,
+) -> RGBDFrame | None:
     """An rs.composite_frame with depth + colour -> RGBDFrame (None if either is missing).
 
     Intrinsics are the depth stream's (colour is expected aligned to depth or the same size).
@@ -41,9 +52,14 @@ def frameset_to_rgbd(fs: Any, depth_scale: float, index: int | None = None,
     return frames_to_rgbd(d, c, depth_scale, index, T_world_camera, aligned)
 
 
-def frames_to_rgbd(d: Any, c: Any, depth_scale: float, index: int | None = None,
-                   T_world_camera: np.ndarray | None = None,
-                   aligned: bool = True) -> RGBDFrame:
+def frames_to_rgbd(
+    d: Any,
+    c: Any,
+    depth_scale: float,
+    index: int | None = None,
+    T_world_camera: np.ndarray | None = None,
+    aligned: bool = True,
+) -> RGBDFrame:
     """A depth rs.frame and a colour rs.frame -> RGBDFrame (copies the pixel data)."""
     import pyrealsense2 as rs
 
@@ -57,8 +73,12 @@ def frames_to_rgbd(d: Any, c: Any, depth_scale: float, index: int | None = None,
         color = np.ascontiguousarray(color)
     intr = from_rs_intrinsics(d.get_profile().as_video_stream_profile().get_intrinsics())
     return RGBDFrame(
-        color=color.astype(np.uint8), depth=depth.astype(np.uint16), depth_scale=depth_scale,
-        intrinsics=intr, timestamp=float(d.get_timestamp()) / 1000.0,
+        color=color.astype(np.uint8),
+        depth=depth.astype(np.uint16),
+        depth_scale=depth_scale,
+        intrinsics=intr,
+        timestamp=float(d.get_timestamp()) / 1000.0,
         index=int(d.get_frame_number()) if index is None else index,
-        T_world_camera=T_world_camera, meta={"aligned": aligned},
+        T_world_camera=T_world_camera,
+        meta={"aligned": aligned},
     )

@@ -31,7 +31,7 @@ class PlaybackSource(OpenCloseSource):
         if not self.path.is_file():
             raise DataFileError(f"{self.path}: no such recording")
         self.info: CaptureInfo | None = CaptureInfo.load(self.path)
-        self.dropped: list[int] = []     # frame numbers missing from the recording
+        self.dropped: list[int] = []  # frame numbers missing from the recording
         self.frames_read = 0
         self.depth_scale = 0.0
         self.duration_s = 0.0
@@ -54,8 +54,10 @@ class PlaybackSource(OpenCloseSource):
             pipe = rs.pipeline()
             profile = pipe.start(cfg)
         except RuntimeError as exc:
-            raise DataFileError(f"{self.path}: the RealSense SDK cannot open this recording "
-                                f"({exc}); is it truncated or not a RealSense .db3/.bag?") from exc
+            raise DataFileError(
+                f"{self.path}: the RealSense SDK cannot open this recording "
+                f"({exc}); is it truncated or not a RealSense .db3/.bag?"
+            ) from exc
         self._pipe = pipe
         dev = profile.get_device()
         pb = dev.as_playback()
@@ -82,8 +84,10 @@ class PlaybackSource(OpenCloseSource):
         streams = {s.stream_type(): s for s in profile.get_streams()}
         if rs.stream.depth not in streams or rs.stream.color not in streams:
             self.close()
-            raise DataFileError(f"{self.path}: recording needs a depth and a colour stream, has "
-                                f"{', '.join(str(s) for s in streams) or 'none'}")
+            raise DataFileError(
+                f"{self.path}: recording needs a depth and a colour stream, has "
+                f"{', '.join(str(s) for s in streams) or 'none'}"
+            )
         try:
             self.depth_scale = float(dev.first_depth_sensor().get_depth_scale())
         except RuntimeError:
@@ -92,15 +96,20 @@ class PlaybackSource(OpenCloseSource):
             self.close()
             raise DataFileError(f"{self.path}: implausible depth scale {self.depth_scale} m/unit")
         if self.info is not None and abs(self.info.depth_scale - self.depth_scale) > 1e-6:
-            self.warnings.append(f"sidecar depth scale {self.info.depth_scale} differs from the "
-                                 f"recording's {self.depth_scale}; using the recording's")
+            self.warnings.append(
+                f"sidecar depth scale {self.info.depth_scale} differs from the "
+                f"recording's {self.depth_scale}; using the recording's"
+            )
         if self.info is not None and self.info.sdk_version != sdk_version():
-            self.warnings.append(f"recorded with SDK {self.info.sdk_version}, reading with "
-                                 f"{sdk_version()}")
+            self.warnings.append(
+                f"recorded with SDK {self.info.sdk_version}, reading with {sdk_version()}"
+            )
         d = streams[rs.stream.depth].as_video_stream_profile()
         c = streams[rs.stream.color].as_video_stream_profile()
-        same = (d.width(), d.height()) == (c.width(), c.height()) and \
-            d.get_intrinsics().fx == c.get_intrinsics().fx
+        same = (d.width(), d.height()) == (
+            c.width(),
+            c.height(),
+        ) and d.get_intrinsics().fx == c.get_intrinsics().fx
         self._align = rs.align(rs.stream.color) if (self.align_to_color and not same) else None
 
     def close(self) -> None:
@@ -120,6 +129,7 @@ class PlaybackSource(OpenCloseSource):
         writer = None
         if self._record is not None:
             from devices.cameras.software import DB3Writer
+
             writer = DB3Writer(self._record)
         last: int | None = None
         first: int | None = None
@@ -129,8 +139,9 @@ class PlaybackSource(OpenCloseSource):
                 try:
                     ok, fs = self._pipe.try_wait_for_frames(50)
                 except RuntimeError as exc:
-                    raise DataFileError(f"{self.path}: read error after {self.frames_read} "
-                                        f"frames ({exc})") from exc
+                    raise DataFileError(
+                        f"{self.path}: read error after {self.frames_read} frames ({exc})"
+                    ) from exc
                 if not ok:
                     if self._playback.current_status() == rs.playback_status.stopped:
                         break
@@ -139,7 +150,8 @@ class PlaybackSource(OpenCloseSource):
                         pos = self._playback.get_position() / 1e9
                         raise DataFileError(
                             f"{self.path}: no frame for 2 s at {pos:.3f} s of "
-                            f"{self.duration_s:.3f} s; the recording looks truncated")
+                            f"{self.duration_s:.3f} s; the recording looks truncated"
+                        )
                     continue
                 idle_ms = 0
                 if self._align is not None:
@@ -149,14 +161,13 @@ class PlaybackSource(OpenCloseSource):
                     continue
                 num = int(d.get_frame_number())
                 if last is not None and num <= last:
-                    continue   # the SDK can repeat a frame when colour and depth interleave
+                    continue  # the SDK can repeat a frame when colour and depth interleave
                 if last is not None and num > last + 1:
                     self.dropped.extend(range(last + 1, num))
                 last = num
                 first = num if first is None else first
                 pose = self.info.pose(num) if self.info is not None else None
-                frame = frameset_to_rgbd(fs, self.depth_scale, num, pose,
-                                         aligned=True)
+                frame = frameset_to_rgbd(fs, self.depth_scale, num, pose, aligned=True)
                 if frame is None:
                     continue
                 self.frames_read += 1
@@ -172,5 +183,7 @@ class PlaybackSource(OpenCloseSource):
             # SDK 2.59 playback sometimes loses the first frame(s) at start: report them
             self.dropped[:0] = list(range(self.info.first_index, first))
         if self.info is not None and self.frames_read + len(self.dropped) < self.info.frames:
-            self.warnings.append(f"read {self.frames_read} frames but the capture sidecar "
-                                 f"lists {self.info.frames}; the recording may be truncated")
+            self.warnings.append(
+                f"read {self.frames_read} frames but the capture sidecar "
+                f"lists {self.info.frames}; the recording may be truncated"
+            )

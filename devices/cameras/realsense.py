@@ -34,22 +34,41 @@ def list_devices() -> list[DeviceInfo]:
 
     out = []
     for dev in rs.context().query_devices():
+
         def get(key: Any, dev: Any = dev) -> str:
             return str(dev.get_info(key)) if dev.supports(key) else ""
-        out.append(DeviceInfo(get(rs.camera_info.name), get(rs.camera_info.serial_number),
-                              get(rs.camera_info.firmware_version),
-                              get(rs.camera_info.usb_type_descriptor)))
+
+        out.append(
+            DeviceInfo(
+                get(rs.camera_info.name),
+                get(rs.camera_info.serial_number),
+                get(rs.camera_info.firmware_version),
+                get(rs.camera_info.usb_type_descriptor),
+            )
+        )
     return out
 
 
 class RealSenseSource(OpenCloseSource):
     """A connected RealSense camera (D400 family) as a `CameraSource`."""
 
-    def __init__(self, serial: str | None = None, width: int = 640, height: int = 480,
-                 fps: int = 30, preset: str = "default") -> None:
+    def __init__(
+        self,
+        serial: str | None = None,
+        width: int = 640,
+        height: int = 480,
+        fps: int = 30,
+        preset: str = "default",
+    ) -> None:
         if preset not in PRESETS:
             raise CameraError(f"unknown RealSense preset '{preset}' (one of {', '.join(PRESETS)})")
-        self.serial, self.width, self.height, self.fps, self.preset = serial, width, height, fps, preset
+        self.serial, self.width, self.height, self.fps, self.preset = (
+            serial,
+            width,
+            height,
+            fps,
+            preset,
+        )
         self._record: Path | None = None
         self._pipe: Any = None
         self.info: CaptureInfo | None = None
@@ -64,11 +83,15 @@ class RealSenseSource(OpenCloseSource):
 
         devices = list_devices()
         if not devices:
-            raise CameraError("no RealSense connected (check the USB 3 cable and that no other "
-                              "program holds the camera), or scan from a recording/the lab")
+            raise CameraError(
+                "no RealSense connected (check the USB 3 cable and that no other "
+                "program holds the camera), or scan from a recording/the lab"
+            )
         if self.serial and self.serial not in {d.serial for d in devices}:
-            raise CameraError(f"RealSense {self.serial} not connected; connected: "
-                              f"{', '.join(d.serial for d in devices)}")
+            raise CameraError(
+                f"RealSense {self.serial} not connected; connected: "
+                f"{', '.join(d.serial for d in devices)}"
+            )
         cfg = rs.config()
         if self.serial:
             cfg.enable_device(self.serial)
@@ -81,8 +104,10 @@ class RealSenseSource(OpenCloseSource):
         try:
             profile = pipe.start(cfg)
         except RuntimeError as exc:
-            raise CameraError(f"RealSense {self.serial or devices[0].serial}: cannot stream "
-                              f"{self.width}x{self.height}@{self.fps} ({exc})") from exc
+            raise CameraError(
+                f"RealSense {self.serial or devices[0].serial}: cannot stream "
+                f"{self.width}x{self.height}@{self.fps} ({exc})"
+            ) from exc
         self._pipe = pipe
         dev = profile.get_device()
         depth_sensor = dev.first_depth_sensor()
@@ -91,10 +116,17 @@ class RealSenseSource(OpenCloseSource):
         self.depth_scale = float(depth_sensor.get_depth_scale())
         self._align = rs.align(rs.stream.color)
         color = profile.get_stream(rs.stream.color).as_video_stream_profile()
-        self.info = CaptureInfo(sdk_version(), from_rs_intrinsics(color.get_intrinsics()),
-                                self.depth_scale, device=str(dev.get_info(rs.camera_info.name)),
-                                meta={"serial": str(dev.get_info(rs.camera_info.serial_number)),
-                                      "preset": self.preset, "fps": self.fps})
+        self.info = CaptureInfo(
+            sdk_version(),
+            from_rs_intrinsics(color.get_intrinsics()),
+            self.depth_scale,
+            device=str(dev.get_info(rs.camera_info.name)),
+            meta={
+                "serial": str(dev.get_info(rs.camera_info.serial_number)),
+                "preset": self.preset,
+                "fps": self.fps,
+            },
+        )
 
     def close(self) -> None:
         if self._pipe is not None:

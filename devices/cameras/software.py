@@ -25,8 +25,14 @@ _TIMEOUT_MS = 2000
 class SoftwareCamera:
     """One software device (depth z16 + colour rgb8, same size), optionally recording."""
 
-    def __init__(self, intrinsics: Intrinsics, depth_scale: float, fps: int = 30,
-                 record_path: Path | None = None, name: str = "Twinbench software camera") -> None:
+    def __init__(
+        self,
+        intrinsics: Intrinsics,
+        depth_scale: float,
+        fps: int = 30,
+        record_path: Path | None = None,
+        name: str = "Twinbench software camera",
+    ) -> None:
         import pyrealsense2 as rs
 
         self.intrinsics, self.depth_scale, self.fps = intrinsics, depth_scale, fps
@@ -39,8 +45,10 @@ class SoftwareCamera:
         cs = self._dev.add_sensor("RGB Camera")
         ri = to_rs_intrinsics(intrinsics)
         self._profiles = []
-        for sensor, stype, fmt, bpp, uid in ((ds, rs.stream.depth, rs.format.z16, 2, 0),
-                                             (cs, rs.stream.color, rs.format.rgb8, 3, 1)):
+        for sensor, stype, fmt, bpp, uid in (
+            (ds, rs.stream.depth, rs.format.z16, 2, 0),
+            (cs, rs.stream.color, rs.format.rgb8, 3, 1),
+        ):
             vs = rs.video_stream()
             vs.type, vs.index, vs.uid = stype, 0, uid
             vs.width, vs.height, vs.fps, vs.bpp, vs.fmt = w, h, fps, bpp, fmt
@@ -78,14 +86,18 @@ class SoftwareCamera:
         if frame.depth.shape != (h, w) or frame.color.shape[:2] != (h, w):
             raise CameraError(
                 f"software camera is {w}x{h} but frame {frame.index} has depth "
-                f"{frame.depth.shape[::-1]} and colour {frame.color.shape[1::-1]}")
+                f"{frame.depth.shape[::-1]} and colour {frame.color.shape[1::-1]}"
+            )
         if abs(frame.depth_scale - self.depth_scale) > 1e-9:
-            raise CameraError(f"frame {frame.index}: depth scale {frame.depth_scale} differs "
-                              f"from the stream's {self.depth_scale}")
+            raise CameraError(
+                f"frame {frame.index}: depth scale {frame.depth_scale} differs "
+                f"from the stream's {self.depth_scale}"
+            )
         t_ms = frame.timestamp * 1000.0
         pixels = (frame.depth, frame.color)
-        for sensor, prof, px, bpp in zip(self._soft_sensors, self._profiles, pixels, (2, 3),
-                                         strict=True):
+        for sensor, prof, px, bpp in zip(
+            self._soft_sensors, self._profiles, pixels, (2, 3), strict=True
+        ):
             f = rs.software_video_frame()
             f.pixels = px if px.flags.c_contiguous else px.copy()
             f.stride, f.bpp = w * bpp, bpp
@@ -96,14 +108,24 @@ class SoftwareCamera:
         for q, kind in zip(self._queues, ("depth", "colour"), strict=True):
             ok, f = q.try_wait_for_frame(_TIMEOUT_MS)
             if not ok:
-                raise CameraError(f"software camera: no {kind} frame back from the SDK for "
-                                  f"frame {frame.index}")
+                raise CameraError(
+                    f"software camera: no {kind} frame back from the SDK for frame {frame.index}"
+                )
             got.append(f)
         self.info.add_frame(frame)
-        out = frames_to_rgbd(got[0], got[1], self.depth_scale, frame.index,
-                             frame.T_world_camera, aligned=True)
-        return RGBDFrame(out.color, out.depth, out.depth_scale, out.intrinsics, frame.timestamp,
-                         out.index, out.T_world_camera, {**frame.meta, **out.meta})
+        out = frames_to_rgbd(
+            got[0], got[1], self.depth_scale, frame.index, frame.T_world_camera, aligned=True
+        )
+        return RGBDFrame(
+            out.color,
+            out.depth,
+            out.depth_scale,
+            out.intrinsics,
+            frame.timestamp,
+            out.index,
+            out.T_world_camera,
+            {**frame.meta, **out.meta},
+        )
 
     def close(self) -> None:
         """Stop the sensors; a recording is finalised and its sidecar written."""
@@ -144,8 +166,9 @@ class DB3Writer:
     def __enter__(self) -> DB3Writer:
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 
@@ -165,8 +188,9 @@ class SoftwareDeviceSource:
     def __enter__(self) -> SoftwareDeviceSource:
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -180,6 +204,11 @@ class SoftwareDeviceSource:
     def frames(self) -> Iterator[RGBDFrame]:
         for frame in self._frames:
             if self._cam is None:
-                self._cam = SoftwareCamera(frame.intrinsics, frame.depth_scale, self.fps,
-                                           self._record, name=f"Twinbench {self.name}")
+                self._cam = SoftwareCamera(
+                    frame.intrinsics,
+                    frame.depth_scale,
+                    self.fps,
+                    self._record,
+                    name=f"Twinbench {self.name}",
+                )
             yield self._cam.push(frame)

@@ -46,8 +46,9 @@ class OpenCloseSource(ABC):
         self.open()
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 
@@ -56,8 +57,9 @@ class CameraSource(Protocol):
 
     def __enter__(self) -> CameraSource: ...
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None: ...
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
 
     def frames(self) -> Iterator[RGBDFrame]:
         """Yield frames until the source ends (recording) or is closed (live)."""
@@ -92,7 +94,7 @@ class CaptureInfo:
     frames: int = 0
     first_index: int = 0
     dropped: list[int] = field(default_factory=list)
-    poses: dict[int, list[float]] = field(default_factory=dict)   # frame index -> 16 floats
+    poses: dict[int, list[float]] = field(default_factory=dict)  # frame index -> 16 floats
     meta: dict[str, Any] = field(default_factory=dict)
 
     def add_frame(self, frame: RGBDFrame) -> None:
@@ -107,11 +109,18 @@ class CaptureInfo:
         return None if p is None else np.asarray(p, dtype=float).reshape(4, 4)
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": SIDECAR_FORMAT, "sdk_version": self.sdk_version,
-                "intrinsics": self.intrinsics.to_dict(), "depth_scale": self.depth_scale,
-                "device": self.device, "frames": self.frames, "first_index": self.first_index,
-                "dropped": self.dropped, "poses": {str(k): v for k, v in self.poses.items()},
-                "meta": self.meta}
+        return {
+            "format": SIDECAR_FORMAT,
+            "sdk_version": self.sdk_version,
+            "intrinsics": self.intrinsics.to_dict(),
+            "depth_scale": self.depth_scale,
+            "device": self.device,
+            "frames": self.frames,
+            "first_index": self.first_index,
+            "dropped": self.dropped,
+            "poses": {str(k): v for k, v in self.poses.items()},
+            "meta": self.meta,
+        }
 
     def save(self, recording: Path) -> None:
         atomic.write_json(sidecar_path(recording), self.to_json())
@@ -126,11 +135,16 @@ class CaptureInfo:
             d = json.loads(p.read_text(encoding="utf-8"))
             if d.get("format") != SIDECAR_FORMAT:
                 raise ValueError("format field is not " + SIDECAR_FORMAT)
-            return cls(str(d["sdk_version"]), Intrinsics.from_dict(d["intrinsics"]),
-                       float(d["depth_scale"]), str(d.get("device", "")),
-                       int(d.get("frames", 0)), int(d.get("first_index", 0)),
-                       [int(i) for i in d.get("dropped", [])],
-                       {int(k): [float(x) for x in v] for k, v in d.get("poses", {}).items()},
-                       dict(d.get("meta", {})))
+            return cls(
+                str(d["sdk_version"]),
+                Intrinsics.from_dict(d["intrinsics"]),
+                float(d["depth_scale"]),
+                str(d.get("device", "")),
+                int(d.get("frames", 0)),
+                int(d.get("first_index", 0)),
+                [int(i) for i in d.get("dropped", [])],
+                {int(k): [float(x) for x in v] for k, v in d.get("poses", {}).items()},
+                dict(d.get("meta", {})),
+            )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise DataFileError(f"{p}: corrupt capture sidecar ({exc})") from exc

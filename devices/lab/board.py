@@ -17,8 +17,8 @@ from numpy.typing import NDArray
 from devices.lab.config import BoardConfig, LabError, Pose
 from devices.poses import matrix_to_pose, pose_to_matrix, quat_xyzw_to_wxyz
 
-PX_PER_M = 5000          # texture resolution: 5 px per mm
-PRINT_LIFT = 0.0005      # the sheet's surface above the table top, m
+PX_PER_M = 5000  # texture resolution: 5 px per mm
+PRINT_LIFT = 0.0005  # the sheet's surface above the table top, m
 
 
 def charuco_board(b: BoardConfig) -> cv2.aruco.CharucoBoard:
@@ -45,8 +45,9 @@ def add_board(spec: mujoco.MjSpec, b: BoardConfig) -> None:
     """Add the printed board (textured quad) to the world of `spec`."""
     img = _texture(b)
     h, w = img.shape[:2]
-    tex = spec.add_texture(name="charuco", type=mujoco.mjtTexture.mjTEXTURE_2D,
-                           width=w, height=h, nchannel=3)
+    tex = spec.add_texture(
+        name="charuco", type=mujoco.mjtTexture.mjTEXTURE_2D, width=w, height=h, nchannel=3
+    )
     tex.data = img.tobytes()
     mat = spec.add_material(name="charuco")
     mat.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = "charuco"
@@ -58,21 +59,32 @@ def add_board(spec: mujoco.MjSpec, b: BoardConfig) -> None:
     # u along the image columns, v along its rows (row 0 = v 0); checked by detection.
     uv = np.array([[0, 0], [1, 0], [1, 1], [0, 1]], float)
     mesh = spec.add_mesh(name="charuco")
-    mesh.inertia = mujoco.mjtMeshInertia.mjMESH_INERTIA_SHELL   # a flat sheet has no volume
+    mesh.inertia = mujoco.mjtMeshInertia.mjMESH_INERTIA_SHELL  # a flat sheet has no volume
     mesh.uservert = verts.ravel()
     mesh.usertexcoord = uv.ravel()
-    mesh.userface = [0, 2, 1, 0, 3, 2]          # facing -z_board: up, out of the table
+    mesh.userface = [0, 2, 1, 0, 3, 2]  # facing -z_board: up, out of the table
     mesh.userfacetexcoord = [0, 2, 1, 0, 3, 2]
     T = pose_to_matrix(b.pose)
     p = matrix_to_pose(T)
-    spec.worldbody.add_geom(name="charuco", type=mujoco.mjtGeom.mjGEOM_MESH,
-                            meshname="charuco", material="charuco", pos=p[:3],
-                            quat=quat_xyzw_to_wxyz(p[3:]), contype=0, conaffinity=0,
-                            group=1)
+    spec.worldbody.add_geom(
+        name="charuco",
+        type=mujoco.mjtGeom.mjGEOM_MESH,
+        meshname="charuco",
+        material="charuco",
+        pos=p[:3],
+        quat=quat_xyzw_to_wxyz(p[3:]),
+        contype=0,
+        conaffinity=0,
+        group=1,
+    )
 
 
-def default_board_pose(center_xy: tuple[float, float], b_squares: tuple[int, int] = (7, 5),
-                       square: float = 0.04, yaw_deg: float = 0.0) -> Pose:
+def default_board_pose(
+    center_xy: tuple[float, float],
+    b_squares: tuple[int, int] = (7, 5),
+    square: float = 0.04,
+    yaw_deg: float = 0.0,
+) -> Pose:
     """T_world_board for a board lying face up centred at `center_xy` on the table."""
     from scipy.spatial.transform import Rotation
 

@@ -38,8 +38,9 @@ DEPTH_SCALE = 0.001
 def d435_intrinsics(width: int, height: int, focal_px_720: float = 920.0) -> Intrinsics:
     """Colour intrinsics of a D435 at a supported resolution (square pixels, centred)."""
     if (width, height) not in RESOLUTIONS:
-        raise LabError(f"lab camera: resolution {width}x{height} not supported "
-                       f"(use one of {RESOLUTIONS})")
+        raise LabError(
+            f"lab camera: resolution {width}x{height} not supported (use one of {RESOLUTIONS})"
+        )
     f = focal_px_720 * height / 720.0
     return Intrinsics(width, height, f, f, (width - 1) / 2.0, (height - 1) / 2.0)
 
@@ -52,9 +53,15 @@ class LabCamera:
     `snapshot() -> (lab time, qpos)`: the scene state to render.
     """
 
-    def __init__(self, source: object, name: str, width: int = 640, height: int = 480,
-                 seed: int | None = None) -> None:
-        sim: Any = getattr(source, "sim", source)     # LabDriver -> its LabSim
+    def __init__(
+        self,
+        source: object,
+        name: str,
+        width: int = 640,
+        height: int = 480,
+        seed: int | None = None,
+    ) -> None:
+        sim: Any = getattr(source, "sim", source)  # LabDriver -> its LabSim
         self._source = source
         self.config: LabConfig = sim.config
         self.cam: CameraConfig = self.config.camera(name)
@@ -108,9 +115,11 @@ class LabCamera:
                 self._ctx = mujoco.MjrContext(self._model, mujoco.mjtFontScale.mjFONTSCALE_100)
                 mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self._ctx)
         except Exception as exc:  # EGL/GL failures come as many types
-            raise LabError(f"lab camera {self.name!r}: cannot create an offscreen GL context "
-                           f"({exc}); headless machines need MUJOCO_GL=egl and libegl1 + "
-                           "libgl1-mesa-dri") from exc
+            raise LabError(
+                f"lab camera {self.name!r}: cannot create an offscreen GL context "
+                f"({exc}); headless machines need MUJOCO_GL=egl and libegl1 + "
+                "libgl1-mesa-dri"
+            ) from exc
         self._ctx.readDepthMap = mujoco.mjtDepthMap.mjDEPTH_ZEROFAR
 
     def _current(self) -> contextlib.AbstractContextManager[object]:
@@ -138,8 +147,9 @@ class LabCamera:
             T[:3, :3] = d.cam_xmat[self._cam_id].reshape(3, 3) @ R_CV_MJ
             T[:3, 3] = d.cam_xpos[self._cam_id]
             self._truth = T
-            mujoco.mjv_updateScene(self._model, d, self._opt, None, self._vcam,
-                                   mujoco.mjtCatBit.mjCAT_ALL, self._scene)
+            mujoco.mjv_updateScene(
+                self._model, d, self._opt, None, self._vcam, mujoco.mjtCatBit.mjCAT_ALL, self._scene
+            )
             with self._current():
                 mujoco.mjr_render(self._rect, self._scene, self._ctx)
                 mujoco.mjr_readPixels(self._rgb, self._zbuf, self._rect, self._ctx)
@@ -158,16 +168,34 @@ class LabCamera:
         """Render the scene now and return one noisy RGBDFrame."""
         t, rgb, z = self.render_true()
         c = self.cam
-        depth = apply_depth_noise(z, self.intrinsics.fx, self._rng, subpixel=c.subpixel,
-                                  baseline=c.baseline_m, min_depth=c.min_depth_m,
-                                  max_depth=c.max_depth_m, edge_jump=c.edge_jump_m,
-                                  edge_dropout=c.edge_dropout, depth_scale=DEPTH_SCALE)
+        depth = apply_depth_noise(
+            z,
+            self.intrinsics.fx,
+            self._rng,
+            subpixel=c.subpixel,
+            baseline=c.baseline_m,
+            min_depth=c.min_depth_m,
+            max_depth=c.max_depth_m,
+            edge_jump=c.edge_jump_m,
+            edge_dropout=c.edge_dropout,
+            depth_scale=DEPTH_SCALE,
+        )
         self._index += 1
-        return RGBDFrame(color=rgb, depth=depth, depth_scale=DEPTH_SCALE,
-                         intrinsics=self.intrinsics, timestamp=t, index=self._index,
-                         T_world_camera=None,
-                         meta={"camera": self.name, "aligned": True, "source": "lab",
-                               "model": "D435 (simulated)"})
+        return RGBDFrame(
+            color=rgb,
+            depth=depth,
+            depth_scale=DEPTH_SCALE,
+            intrinsics=self.intrinsics,
+            timestamp=t,
+            index=self._index,
+            T_world_camera=None,
+            meta={
+                "camera": self.name,
+                "aligned": True,
+                "source": "lab",
+                "model": "D435 (simulated)",
+            },
+        )
 
     def truth_pose(self) -> NDArray[np.float64]:
         """TRUE T_world_camera (OpenCV axes) at the last grab. Benchmarks/tests only."""

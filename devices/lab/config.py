@@ -67,18 +67,18 @@ class ObjectConfig:
 class JointsConfig:
     """Per-joint passive dynamics (arrays as tuples of length n_joints)."""
 
-    damping: tuple[float, ...]          # N*m*s/rad (viscous)
-    frictionloss: tuple[float, ...]     # N*m (Coulomb, MuJoCo frictionloss)
-    armature: tuple[float, ...]         # kg*m^2 (reflected rotor inertia)
+    damping: tuple[float, ...]  # N*m*s/rad (viscous)
+    frictionloss: tuple[float, ...]  # N*m (Coulomb, MuJoCo frictionloss)
+    armature: tuple[float, ...]  # kg*m^2 (reflected rotor inertia)
 
 
 @dataclass(frozen=True)
 class ActuatorConfig:
     """The joint controller's true behaviour: tau = kp*(q_ref-q) + kv*(qd_ref-qd), clamped."""
 
-    kp: tuple[float, ...]               # N*m/rad
-    kv: tuple[float, ...]               # N*m*s/rad (also the velocity-mode gain)
-    force_limit: tuple[float, ...]      # N*m, symmetric
+    kp: tuple[float, ...]  # N*m/rad
+    kv: tuple[float, ...]  # N*m*s/rad (also the velocity-mode gain)
+    force_limit: tuple[float, ...]  # N*m, symmetric
     gravity_compensation: bool = False  # the controller cancels gravity (as a Franka does)
 
 
@@ -89,17 +89,17 @@ class CameraConfig:
     """
 
     name: str
-    kind: str                           # "fixed" | "wrist"
+    kind: str  # "fixed" | "wrist"
     pose: Pose
-    mount_body: str = ""                # wrist cameras: the body they are screwed to
-    nominal_pose: Pose | None = None    # wrist cameras: the CAD hand-eye guess (not truth)
-    focal_px_720: float = 920.0         # focal length at 1280x720; scales with image height
-    subpixel: float = 0.08              # stereo matching error, px
-    baseline_m: float = 0.050           # stereo baseline (also the shadow viewpoint offset)
+    mount_body: str = ""  # wrist cameras: the body they are screwed to
+    nominal_pose: Pose | None = None  # wrist cameras: the CAD hand-eye guess (not truth)
+    focal_px_720: float = 920.0  # focal length at 1280x720; scales with image height
+    subpixel: float = 0.08  # stereo matching error, px
+    baseline_m: float = 0.050  # stereo baseline (also the shadow viewpoint offset)
     min_depth_m: float = 0.11
     max_depth_m: float = 4.0
-    edge_jump_m: float = 0.02           # depth discontinuity that invalidates a pixel
-    edge_dropout: float = 0.6           # probability an edge pixel reads zero
+    edge_jump_m: float = 0.02  # depth discontinuity that invalidates a pixel
+    edge_dropout: float = 0.6  # probability an edge pixel reads zero
 
 
 @dataclass(frozen=True)
@@ -114,20 +114,20 @@ class BoardConfig:
 
     pose: Pose
     squares: tuple[int, int] = (7, 5)
-    square_length: float = 0.04         # m
-    marker_length: float = 0.03         # m
+    square_length: float = 0.04  # m
+    marker_length: float = 0.03  # m
     dictionary: str = "DICT_5X5_100"
-    margin: float = 0.02                # white border around the pattern, m
+    margin: float = 0.02  # white border around the pattern, m
 
 
 @dataclass(frozen=True)
 class PendulumConfig:
     """Single torque-driven pendulum: point-like bob (sphere) on a massless rod."""
 
-    length: float = 0.5                 # pivot to bob centre, m
-    bob_mass: float = 0.55              # kg
-    bob_radius: float = 0.035           # m
-    pivot_height: float = 1.0           # m above the floor
+    length: float = 0.5  # pivot to bob centre, m
+    bob_mass: float = 0.55  # kg
+    bob_radius: float = 0.035  # m
+    pivot_height: float = 1.0  # m above the floor
 
 
 @dataclass(frozen=True)
@@ -138,9 +138,9 @@ class LabConfig:
     timestep: float = 0.002
     control_rate_hz: float = 250.0
     latency_s: float = 0.0
-    joint_pos_noise: float = 0.0        # rad, gaussian std
-    joint_vel_noise: float = 0.0        # rad/s
-    effort_noise: float = 0.0           # N*m
+    joint_pos_noise: float = 0.0  # rad, gaussian std
+    joint_vel_noise: float = 0.0  # rad/s
+    effort_noise: float = 0.0  # N*m
     joints: JointsConfig | None = None
     actuators: ActuatorConfig | None = None
     initial_joint_pos: tuple[float, ...] = ()
@@ -148,7 +148,7 @@ class LabConfig:
     cameras: tuple[CameraConfig, ...] = ()
     pendulum: PendulumConfig | None = None
     board: BoardConfig | None = None
-    contact_timeconst: float = 0.01     # s, see module docstring
+    contact_timeconst: float = 0.01  # s, see module docstring
     table_friction: float = 0.3
     seed: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
@@ -184,13 +184,17 @@ class LabConfig:
         if self.latency_s < 0:
             raise LabError(f"{source}: latency_s {self.latency_s} must be >= 0")
         if self.contact_timeconst < 2 * self.timestep:
-            raise LabError(f"{source}: contact_timeconst {self.contact_timeconst} s must be "
-                           f">= 2 * timestep ({2 * self.timestep} s) for stable contacts")
+            raise LabError(
+                f"{source}: contact_timeconst {self.contact_timeconst} s must be "
+                f">= 2 * timestep ({2 * self.timestep} s) for stable contacts"
+            )
         for o in self.objects:
             if o.mass <= 0 or o.friction < 0 or not (0 <= o.restitution <= 0.85):
-                raise LabError(f"{source}: object {o.name!r}: need mass > 0, friction >= 0, "
-                               f"0 <= restitution <= 0.85 (got {o.mass}, {o.friction}, "
-                               f"{o.restitution})")
+                raise LabError(
+                    f"{source}: object {o.name!r}: need mass > 0, friction >= 0, "
+                    f"0 <= restitution <= 0.85 (got {o.mass}, {o.friction}, "
+                    f"{o.restitution})"
+                )
             if o.shape not in ("box", "cylinder", "mesh"):
                 raise LabError(f"{source}: object {o.name!r}: unknown shape {o.shape!r}")
         for c in self.cameras:
@@ -213,15 +217,33 @@ class LabConfig:
         for c in self.cameras:
             if c.name == name:
                 return c
-        raise LabError(f"lab scene {self.scene!r} has no camera {name!r} "
-                       f"(has {[c.name for c in self.cameras]})")
+        raise LabError(
+            f"lab scene {self.scene!r} has no camera {name!r} "
+            f"(has {[c.name for c in self.cameras]})"
+        )
 
 
 # Drop-test calibration (see module docstring): dampratio -> measured restitution.
-_ZETA = (0.04, 0.06, 0.08, 0.1, 0.13, 0.16, 0.2, 0.25, 0.3, 0.4, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0,
-         5.0)
-_E = (0.88, 0.823, 0.769, 0.717, 0.657, 0.6, 0.53, 0.46, 0.394, 0.298, 0.24, 0.163, 0.102,
-      0.055, 0.034, 0.017, 0.0065)
+_ZETA = (0.04, 0.06, 0.08, 0.1, 0.13, 0.16, 0.2, 0.25, 0.3, 0.4, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0)
+_E = (
+    0.88,
+    0.823,
+    0.769,
+    0.717,
+    0.657,
+    0.6,
+    0.53,
+    0.46,
+    0.394,
+    0.298,
+    0.24,
+    0.163,
+    0.102,
+    0.055,
+    0.034,
+    0.017,
+    0.0065,
+)
 
 
 def restitution_to_dampratio(e: float) -> float:

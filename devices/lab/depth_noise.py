@@ -17,8 +17,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 
-def depth_sigma(z: ArrayLike, f_px: float, subpixel: float = 0.08,
-                baseline: float = 0.050) -> NDArray[np.float64]:
+def depth_sigma(
+    z: ArrayLike, f_px: float, subpixel: float = 0.08, baseline: float = 0.050
+) -> NDArray[np.float64]:
     """RMS depth error (m) at depth z (m) for focal length f_px (pixels)."""
     return np.asarray(z, dtype=np.float64) ** 2 * subpixel / (f_px * baseline)
 
@@ -52,11 +53,19 @@ def edge_mask(z: NDArray[np.float32], jump: float) -> NDArray[np.bool_]:
     return m
 
 
-def apply_depth_noise(z_true: NDArray[np.float32], f_px: float, rng: np.random.Generator, *,
-                      subpixel: float = 0.08, baseline: float = 0.050,
-                      min_depth: float = 0.11, max_depth: float = 4.0,
-                      edge_jump: float = 0.02, edge_dropout: float = 0.6,
-                      depth_scale: float = 0.001) -> NDArray[np.uint16]:
+def apply_depth_noise(
+    z_true: NDArray[np.float32],
+    f_px: float,
+    rng: np.random.Generator,
+    *,
+    subpixel: float = 0.08,
+    baseline: float = 0.050,
+    min_depth: float = 0.11,
+    max_depth: float = 4.0,
+    edge_jump: float = 0.02,
+    edge_dropout: float = 0.6,
+    depth_scale: float = 0.001,
+) -> NDArray[np.uint16]:
     """Perfect depth (m, 0 = nothing hit) -> noisy sensor depth (uint16, depth_scale units)."""
     z = np.where((z_true >= min_depth) & (z_true <= max_depth), z_true, 0).astype(np.float32)
     invalid = shadow_mask(z, f_px, baseline)

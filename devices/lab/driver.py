@@ -37,12 +37,12 @@ class LabDriver:
         self._thread: threading.Thread | None = None
         self._max_lag = max_lag_s
         self._info = sim.info()
-        self._samples: deque[tuple[float, float]] = deque(maxlen=400)   # (wall, lab time)
+        self._samples: deque[tuple[float, float]] = deque(maxlen=400)  # (wall, lab time)
         self._steps = 0
         self._wall0 = 0.0
         self._sim0 = 0.0
         self._error: BaseException | None = None
-        self.overruns = 0          # times the schedule was reset after falling behind
+        self.overruns = 0  # times the schedule was reset after falling behind
 
     # --- RobotDriver -------------------------------------------------------------------
 
@@ -53,8 +53,9 @@ class LabDriver:
         if self._thread is not None:
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name=f"lab-{self.sim.scene.name}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"lab-{self.sim.scene.name}", daemon=True
+        )
         self._thread.start()
 
     def close(self) -> None:
@@ -74,8 +75,9 @@ class LabDriver:
     def wait_state(self, after_seq: int, timeout: float = 0.1) -> RobotState:
         """Block until a state newer than `after_seq` exists (or timeout); return the newest."""
         with self._new_state:
-            self._new_state.wait_for(lambda: self.sim.seq > after_seq or self._stop.is_set(),
-                                     timeout)
+            self._new_state.wait_for(
+                lambda: self.sim.seq > after_seq or self._stop.is_set(), timeout
+            )
             return self.sim.read_state()
 
     def write_command(self, mode: CommandMode, values: NDArray[np.float64]) -> None:
@@ -110,9 +112,13 @@ class LabDriver:
         with self._lock:
             self.sim.reset(keep_clock=True)
 
-    def set_object(self, name: str, pose: NDArray[np.float64] | None = None,
-                   lin_vel: NDArray[np.float64] | None = None,
-                   ang_vel: NDArray[np.float64] | None = None) -> None:
+    def set_object(
+        self,
+        name: str,
+        pose: NDArray[np.float64] | None = None,
+        lin_vel: NDArray[np.float64] | None = None,
+        ang_vel: NDArray[np.float64] | None = None,
+    ) -> None:
         """Place or throw an object now (see LabSim.set_object). Not on the protocol."""
         with self._lock:
             self.sim.set_object(name, pose, lin_vel, ang_vel)
@@ -141,8 +147,7 @@ class LabDriver:
         el = time.perf_counter() - self._wall0
         return self._steps / el if el > 0 else float("nan")
 
-    def camera(self, name: str, width: int = 640, height: int = 480,
-               seed: int | None = None):  # noqa: ANN201 - LabCamera, imported lazily
+    def camera(self, name: str, width: int = 640, height: int = 480, seed: int | None = None):  # noqa: ANN201 - LabCamera, imported lazily
         """A `LabCamera` rendering this driver's scene (see devices/lab/camera.py)."""
         from devices.lab.camera import LabCamera
 
@@ -171,27 +176,34 @@ class LabDriver:
                 if due > now:
                     time.sleep(due - now)
                 elif now - due > self._max_lag:
-                    t0 += now - due        # give up catching up: this time is lost
+                    t0 += now - due  # give up catching up: this time is lost
                     self.overruns += 1
         except BaseException as exc:  # surfaced to callers by _check()
             self._error = exc
 
     def _check(self) -> None:
         if self._error is not None:
-            raise LabError(f"lab {self.sim.scene.name}: physics thread died: "
-                           f"{self._error!r}") from self._error
+            raise LabError(
+                f"lab {self.sim.scene.name}: physics thread died: {self._error!r}"
+            ) from self._error
 
     def __enter__(self) -> LabDriver:
         self.start()
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
 
-def make_driver(scene: str, config_path: Path | None = None, *, start: bool = True,
-                config: LabConfig | None = None) -> LabDriver:
+def make_driver(
+    scene: str,
+    config_path: Path | None = None,
+    *,
+    start: bool = True,
+    config: LabConfig | None = None,
+) -> LabDriver:
     """A LabDriver for `scene` with truth from `config_path` (JSON) or the scene default.
 
     Started unless start=False. Raises LabError for an unknown scene or a bad config.

@@ -25,8 +25,18 @@ U_W, U_H, U_T, U_Z = 0.12, 0.09, 0.03, 0.05
 def u_block() -> trimesh.Trimesh:
     """The watertight U-shaped prism, centred on its bounding box."""
     w, h, t = U_W / 2, U_H / 2, U_T
-    v = np.array([(-w, -h), (w, -h), (w, h), (w - t, h), (w - t, -h + t),
-                  (-w + t, -h + t), (-w + t, h), (-w, h)])
+    v = np.array(
+        [
+            (-w, -h),
+            (w, -h),
+            (w, h),
+            (w - t, h),
+            (w - t, -h + t),
+            (-w + t, -h + t),
+            (-w + t, h),
+            (-w, h),
+        ]
+    )
     # Six triangles tile the U exactly: base trapezoid + the two arms.
     f = np.array([(0, 1, 4), (0, 4, 5), (1, 2, 3), (1, 3, 4), (0, 5, 6), (0, 6, 7)])
     m = trimesh.creation.extrude_triangulation(v, f, U_Z)
@@ -70,8 +80,10 @@ def mesh_files(name: str) -> tuple[Path, list[Path]]:
     full = MESH_DIR / f"{name}.obj"
     parts = sorted(MESH_DIR.glob(f"{name}_part*.obj"))
     if not full.exists() or not parts:
-        raise LabError(f"lab object mesh {name!r}: expected {full} and {name}_part*.obj in "
-                       f"{MESH_DIR} (regenerate with `python -m devices.lab.meshes`)")
+        raise LabError(
+            f"lab object mesh {name!r}: expected {full} and {name}_part*.obj in "
+            f"{MESH_DIR} (regenerate with `python -m devices.lab.meshes`)"
+        )
     return full, parts
 
 

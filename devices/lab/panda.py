@@ -19,13 +19,25 @@ import numpy as np
 from devices.lab.config import LabError
 from devices.robots.driver import JointLimits
 
-URDF_KEY = "franka_panda/panda.urdf"      # relative to pybullet_data (the twin uses the same)
+URDF_KEY = "franka_panda/panda.urdf"  # relative to pybullet_data (the twin uses the same)
 JOINT_NAMES = tuple(f"panda_joint{i}" for i in range(1, 8))
-ROBOT_BODIES = ("panda_link0", "panda_link1", "panda_link2", "panda_link3", "panda_link4",
-                "panda_link5", "panda_link6", "panda_link7", "panda_link8", "panda_hand",
-                "panda_leftfinger", "panda_rightfinger", "panda_grasptarget")
+ROBOT_BODIES = (
+    "panda_link0",
+    "panda_link1",
+    "panda_link2",
+    "panda_link3",
+    "panda_link4",
+    "panda_link5",
+    "panda_link6",
+    "panda_link7",
+    "panda_link8",
+    "panda_hand",
+    "panda_leftfinger",
+    "panda_rightfinger",
+    "panda_grasptarget",
+)
 HAND_BODY = "panda_hand"
-TOOL_BODY = "panda_grasptarget"           # 0.105 m past the flange: between the fingertips
+TOOL_BODY = "panda_grasptarget"  # 0.105 m past the flange: between the fingertips
 READY_POSE = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785)
 
 
@@ -33,8 +45,10 @@ def urdf_path() -> Path:
     """Path of pybullet_data's Panda URDF (raises LabError if pybullet_data is missing)."""
     spec = importlib.util.find_spec("pybullet_data")
     if spec is None or not spec.submodule_search_locations:
-        raise LabError("virtual lab: the pybullet_data package (which ships "
-                       f"{URDF_KEY}) is not installed; run scripts/setup.sh")
+        raise LabError(
+            "virtual lab: the pybullet_data package (which ships "
+            f"{URDF_KEY}) is not installed; run scripts/setup.sh"
+        )
     p = Path(next(iter(spec.submodule_search_locations))) / URDF_KEY
     if not p.exists():
         raise LabError(f"virtual lab: {p} not found in the installed pybullet_data")
@@ -46,8 +60,10 @@ def panda_spec() -> mujoco.MjSpec:
     p = urdf_path()
     txt = p.read_text().replace("package://", "")
     txt = re.sub(r'(<joint name="panda_finger_joint\d" type=")prismatic', r"\1fixed", txt)
-    head = (f'<mujoco><compiler meshdir="{p.parent}" balanceinertia="true" '
-            'discardvisual="true" fusestatic="false"/></mujoco>')
+    head = (
+        f'<mujoco><compiler meshdir="{p.parent}" balanceinertia="true" '
+        'discardvisual="true" fusestatic="false"/></mujoco>'
+    )
     txt = re.sub(r"(<robot[^>]*>)", lambda m: m.group(1) + head, txt, count=1)
     try:
         return mujoco.MjSpec.from_string(txt)

@@ -17,13 +17,13 @@ from devices.lab.config import LabConfig, LabError, Pose, contact_solref
 from devices.lab.meshes import mesh_files
 from devices.poses import matrix_to_pose, pose_to_matrix, quat_xyzw_to_wxyz
 
-TABLE_X = (-0.25, 0.95)       # table top extent in the base frame, m
+TABLE_X = (-0.25, 0.95)  # table top extent in the base frame, m
 TABLE_Y = (-0.6, 0.6)
 TABLE_THICKNESS = 0.04
 FLOOR_Z = -0.75
 # OpenCV camera (z forward, y down) -> MuJoCo camera (looks along -z, y up).
 R_CV_MJ = np.diag([1.0, -1.0, -1.0])
-FOVY_DEG = math.degrees(2 * math.atan(360.0 / 920.0))   # D435 colour, 1280x720, fy = 920
+FOVY_DEG = math.degrees(2 * math.atan(360.0 / 920.0))  # D435 colour, 1280x720, fy = 920
 
 
 def look_at(eye: tuple[float, float, float], target: tuple[float, float, float]) -> Pose:
@@ -71,10 +71,20 @@ def base_spec(cfg: LabConfig, spec: mujoco.MjSpec | None = None) -> mujoco.MjSpe
     spec.stat.extent = 1.5
     spec.stat.center = (0.4, 0.0, 0.0)
     wb = spec.worldbody
-    wb.add_light(name="key", pos=(0.4, -0.5, 2.0), dir=(0.0, 0.25, -1.0),
-                 diffuse=(0.6, 0.6, 0.6), castshadow=False)
-    wb.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=(3, 3, 0.1),
-                pos=(0, 0, FLOOR_Z), rgba=(0.45, 0.47, 0.5, 1))
+    wb.add_light(
+        name="key",
+        pos=(0.4, -0.5, 2.0),
+        dir=(0.0, 0.25, -1.0),
+        diffuse=(0.6, 0.6, 0.6),
+        castshadow=False,
+    )
+    wb.add_geom(
+        name="floor",
+        type=mujoco.mjtGeom.mjGEOM_PLANE,
+        size=(3, 3, 0.1),
+        pos=(0, 0, FLOOR_Z),
+        rgba=(0.45, 0.47, 0.5, 1),
+    )
     return spec
 
 
@@ -85,7 +95,7 @@ def wood_texture(size: int = 512, seed: int = 11) -> np.ndarray:
     y = np.linspace(0, 1, size)[:, None]
     x = np.linspace(0, 1, size)[None, :]
     low = np.zeros((size, size))
-    for k in (3, 7, 15):      # smooth value noise at a few scales, tileable by construction
+    for k in (3, 7, 15):  # smooth value noise at a few scales, tileable by construction
         a, b = rng.uniform(0, 2 * np.pi, 2)
         low += np.sin(2 * np.pi * k * x + a) * np.cos(2 * np.pi * k * y + b) / k
     grain = np.sin(2 * np.pi * (40 * y + 2.5 * low + 0.3 * np.sin(2 * np.pi * 2 * x)))
@@ -97,19 +107,28 @@ def wood_texture(size: int = 512, seed: int = 11) -> np.ndarray:
 
 def add_table(spec: mujoco.MjSpec, cfg: LabConfig) -> None:
     img = wood_texture()
-    tex = spec.add_texture(name="wood", type=mujoco.mjtTexture.mjTEXTURE_2D,
-                           width=img.shape[1], height=img.shape[0], nchannel=3)
+    tex = spec.add_texture(
+        name="wood",
+        type=mujoco.mjtTexture.mjTEXTURE_2D,
+        width=img.shape[1],
+        height=img.shape[0],
+        nchannel=3,
+    )
     tex.data = img.tobytes()
     mat = spec.add_material(name="wood", texuniform=True, texrepeat=(2.0, 2.0))
     mat.textures[mujoco.mjtTextureRole.mjTEXROLE_RGB] = "wood"
     mat.specular, mat.shininess = 0.1, 0.1
     sx, sy = (TABLE_X[1] - TABLE_X[0]) / 2, (TABLE_Y[1] - TABLE_Y[0]) / 2
     spec.worldbody.add_geom(
-        name="table", type=mujoco.mjtGeom.mjGEOM_BOX,
+        name="table",
+        type=mujoco.mjtGeom.mjGEOM_BOX,
         size=(sx, sy, TABLE_THICKNESS / 2),
         pos=(TABLE_X[0] + sx, TABLE_Y[0] + sy, -TABLE_THICKNESS / 2),
-        material="wood", friction=(cfg.table_friction, 0.005, 0.0001),
-        contype=1, conaffinity=3)          # objects and the robot (contype 2) land on it
+        material="wood",
+        friction=(cfg.table_friction, 0.005, 0.0001),
+        contype=1,
+        conaffinity=3,
+    )  # objects and the robot (contype 2) land on it
 
 
 def _box_inertia(mass: float, ext: np.ndarray) -> np.ndarray:
@@ -123,30 +142,53 @@ def add_objects(spec: mujoco.MjSpec, cfg: LabConfig) -> None:
         body = spec.worldbody.add_body(name=o.name, pos=pos, quat=quat)
         body.add_freejoint(name=f"{o.name}_free")
         solref = contact_solref(o.restitution, cfg.contact_timeconst, cfg.timestep)
-        common = dict(friction=(o.friction, 0.005, 0.0001), solref=solref, priority=1,
-                      condim=4, contype=1, conaffinity=3)
+        common = dict(
+            friction=(o.friction, 0.005, 0.0001),
+            solref=solref,
+            priority=1,
+            condim=4,
+            contype=1,
+            conaffinity=3,
+        )
         if o.shape == "box":
             ext = np.asarray(o.size, float)
-            body.add_geom(name=o.name, type=mujoco.mjtGeom.mjGEOM_BOX, size=ext / 2,
-                          rgba=o.rgba, **common)
+            body.add_geom(
+                name=o.name, type=mujoco.mjtGeom.mjGEOM_BOX, size=ext / 2, rgba=o.rgba, **common
+            )
             inertia = _box_inertia(o.mass, ext)
         elif o.shape == "cylinder":
             r, h = o.size
-            body.add_geom(name=o.name, type=mujoco.mjtGeom.mjGEOM_CYLINDER, size=(r, h / 2, 0),
-                          rgba=o.rgba, **common)
+            body.add_geom(
+                name=o.name,
+                type=mujoco.mjtGeom.mjGEOM_CYLINDER,
+                size=(r, h / 2, 0),
+                rgba=o.rgba,
+                **common,
+            )
             inertia = o.mass * np.array([(3 * r * r + h * h) / 12] * 2 + [r * r / 2])
         else:
             scale = float(o.size[0]) if o.size else 1.0
             full, parts = mesh_files(o.mesh)
             spec.add_mesh(name=f"{o.name}_visual", file=str(full), scale=(scale,) * 3)
-            body.add_geom(name=o.name, type=mujoco.mjtGeom.mjGEOM_MESH,
-                          meshname=f"{o.name}_visual", rgba=o.rgba, contype=0,
-                          conaffinity=0, group=1)
+            body.add_geom(
+                name=o.name,
+                type=mujoco.mjtGeom.mjGEOM_MESH,
+                meshname=f"{o.name}_visual",
+                rgba=o.rgba,
+                contype=0,
+                conaffinity=0,
+                group=1,
+            )
             for i, p in enumerate(parts):
                 spec.add_mesh(name=f"{o.name}_part{i}", file=str(p), scale=(scale,) * 3)
-                body.add_geom(name=f"{o.name}_col{i}", type=mujoco.mjtGeom.mjGEOM_MESH,
-                              meshname=f"{o.name}_part{i}", group=3, rgba=(0, 0, 0, 0),
-                              **common)
+                body.add_geom(
+                    name=f"{o.name}_col{i}",
+                    type=mujoco.mjtGeom.mjGEOM_MESH,
+                    meshname=f"{o.name}_part{i}",
+                    group=3,
+                    rgba=(0, 0, 0, 0),
+                    **common,
+                )
             m = trimesh.load(full, force="mesh")
             assert isinstance(m, trimesh.Trimesh)
             m.apply_scale(scale)
@@ -166,8 +208,7 @@ def add_cameras(spec: mujoco.MjSpec, cfg: LabConfig) -> None:
         T = pose_to_matrix(c.pose)
         T[:3, :3] = T[:3, :3] @ R_CV_MJ
         p = matrix_to_pose(T)
-        parent.add_camera(name=c.name, pos=p[:3], quat=quat_xyzw_to_wxyz(p[3:]),
-                          fovy=FOVY_DEG)
+        parent.add_camera(name=c.name, pos=p[:3], quat=quat_xyzw_to_wxyz(p[3:]), fovy=FOVY_DEG)
 
 
 def add_joint_actuators(spec: mujoco.MjSpec, cfg: LabConfig, joints: tuple[str, ...]) -> None:
@@ -176,15 +217,16 @@ def add_joint_actuators(spec: mujoco.MjSpec, cfg: LabConfig, joints: tuple[str, 
         raise LabError(f"lab scene {cfg.scene!r}: config needs 'joints' and 'actuators'")
     for arr in (jc.damping, jc.frictionloss, jc.armature, ac.kp, ac.kv, ac.force_limit):
         if len(arr) != len(joints):
-            raise LabError(f"lab scene {cfg.scene!r}: per-joint arrays need {len(joints)} "
-                           f"values, got {len(arr)}")
+            raise LabError(
+                f"lab scene {cfg.scene!r}: per-joint arrays need {len(joints)} "
+                f"values, got {len(arr)}"
+            )
     for i, name in enumerate(joints):
         j = spec.joint(name)
-        j.damping = (jc.damping[i], 0.0, 0.0)   # MuJoCo 4: polynomial, linear term first
+        j.damping = (jc.damping[i], 0.0, 0.0)  # MuJoCo 4: polynomial, linear term first
         j.frictionloss = jc.frictionloss[i]
         j.armature = jc.armature[i]
-        a = spec.add_actuator(name=f"{name}_motor", target=name,
-                              trntype=mujoco.mjtTrn.mjTRN_JOINT)
+        a = spec.add_actuator(name=f"{name}_motor", target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT)
         a.set_to_motor()
         a.ctrllimited = True
         a.ctrlrange = (-ac.force_limit[i], ac.force_limit[i])

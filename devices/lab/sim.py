@@ -39,7 +39,7 @@ class LabSim:
         self.config.validate()
         self.model = build_model(scene, self.config)
         self.data = mujoco.MjData(self.model)
-        self._scratch = mujoco.MjData(self.model)       # kinematics without touching data
+        self._scratch = mujoco.MjData(self.model)  # kinematics without touching data
         names = self.scene.joint_names
         self.n = len(names)
         jids = [self.model.joint(n).id for n in names]
@@ -49,9 +49,8 @@ class LabSim:
         self._kp = np.array(ac.kp if ac else (), float)
         self._kv = np.array(ac.kv if ac else (), float)
         self._flim = np.array(ac.force_limit if ac else (), float)
-        self._tool = (self.model.body(self.scene.tool_body).id
-                      if self.scene.tool_body else -1)
-        self.seq = 0                 # physics steps since reset: the state sequence number
+        self._tool = self.model.body(self.scene.tool_body).id if self.scene.tool_body else -1
+        self.seq = 0  # physics steps since reset: the state sequence number
         self.reset()
 
     # --- time and state ----------------------------------------------------------------
@@ -74,7 +73,7 @@ class LabSim:
         self._ref = self.data.qpos[self._qadr].copy()
         self._tau = np.zeros(self.n)
         self.seq = seq
-        self._state: RobotState | None = None     # measured lazily: noise only when read
+        self._state: RobotState | None = None  # measured lazily: noise only when read
 
     @property
     def time(self) -> float:
@@ -114,10 +113,12 @@ class LabSim:
     def _measure(self) -> RobotState:
         c, r, n = self.config, self._rng, self.n
         return RobotState(
-            t=self.time, seq=self.seq,
+            t=self.time,
+            seq=self.seq,
             joint_pos=self.data.qpos[self._qadr] + r.normal(0, c.joint_pos_noise, n),
             joint_vel=self.data.qvel[self._dadr] + r.normal(0, c.joint_vel_noise, n),
-            joint_effort=self._tau + r.normal(0, c.effort_noise, n))
+            joint_effort=self._tau + r.normal(0, c.effort_noise, n),
+        )
 
     def read_state(self) -> RobotState:
         """The newest measured state (noisy), with ee_pos from the measured joints. Reading
@@ -125,8 +126,14 @@ class LabSim:
         if self._state is None:
             s = self._measure()
             if self._tool >= 0:
-                s = RobotState(s.t, s.seq, s.joint_pos, s.joint_vel, s.joint_effort,
-                               self.forward_kinematics(s.joint_pos))
+                s = RobotState(
+                    s.t,
+                    s.seq,
+                    s.joint_pos,
+                    s.joint_vel,
+                    s.joint_effort,
+                    self.forward_kinematics(s.joint_pos),
+                )
             self._state = s
         return self._state
 
@@ -135,12 +142,15 @@ class LabSim:
     def write_command(self, mode: CommandMode, values: NDArray[np.float64]) -> None:
         """Queue a command; the controller sees it `latency_s` later on the lab clock."""
         if mode not in MODES:
-            raise LabError(f"lab {self.scene.name}: command mode {mode!r} not supported "
-                           f"(supports {MODES})")
+            raise LabError(
+                f"lab {self.scene.name}: command mode {mode!r} not supported (supports {MODES})"
+            )
         v = np.array(values, dtype=float).reshape(-1)
         if v.shape != (self.n,) or not np.all(np.isfinite(v)):
-            raise LabError(f"lab {self.scene.name}: {mode} command needs {self.n} finite "
-                           f"values, got {np.asarray(values).tolist()}")
+            raise LabError(
+                f"lab {self.scene.name}: {mode} command needs {self.n} finite "
+                f"values, got {np.asarray(values).tolist()}"
+            )
         self._queue.append((self.time + self.config.latency_s, mode, v))
 
     def hold(self) -> None:
@@ -184,11 +194,15 @@ class LabSim:
                 meta[f"camera/{c.name}/mount_body"] = c.mount_body
                 meta[f"camera/{c.name}/nominal_T_mount_camera"] = list(c.nominal_pose)
         return RobotInfo(
-            name=f"lab/{self.scene.name}", joint_names=self.scene.joint_names,
-            limits=self.scene.nominal_limits(), control_rate_hz=self.config.control_rate_hz,
+            name=f"lab/{self.scene.name}",
+            joint_names=self.scene.joint_names,
+            limits=self.scene.nominal_limits(),
+            control_rate_hz=self.config.control_rate_hz,
             command_modes=MODES if self.n else (),
             cameras=tuple(c.name for c in self.config.cameras),
-            description=self.scene.robot_description, meta=meta)
+            description=self.scene.robot_description,
+            meta=meta,
+        )
 
     # --- truth (benchmarks and tests only; never on the protocol) ----------------------
 
@@ -203,27 +217,33 @@ class LabSim:
             out[o.name] = matrix_to_pose(T)
         return out
 
-    def set_object(self, name: str, pose: NDArray[np.float64] | None = None,
-                   lin_vel: NDArray[np.float64] | None = None,
-                   ang_vel: NDArray[np.float64] | None = None) -> None:
+    def set_object(
+        self,
+        name: str,
+        pose: NDArray[np.float64] | None = None,
+        lin_vel: NDArray[np.float64] | None = None,
+        ang_vel: NDArray[np.float64] | None = None,
+    ) -> None:
         """Place / throw a free object (the experimenter's hand): pose xyz + quat xyzw in
         the world, velocities in m/s and rad/s (world frame)."""
         try:
             j = self.model.joint(f"{name}_free").id
         except KeyError:
-            raise LabError(f"lab {self.scene.name}: no free object {name!r} "
-                           f"(has {[o.name for o in self.config.objects]})") from None
+            raise LabError(
+                f"lab {self.scene.name}: no free object {name!r} "
+                f"(has {[o.name for o in self.config.objects]})"
+            ) from None
         qa, da = self.model.jnt_qposadr[j], self.model.jnt_dofadr[j]
         if pose is not None:
             p = np.asarray(pose, float)
-            self.data.qpos[qa:qa + 3] = p[:3]
-            self.data.qpos[qa + 3:qa + 7] = quat_xyzw_to_wxyz(p[3:7])
+            self.data.qpos[qa : qa + 3] = p[:3]
+            self.data.qpos[qa + 3 : qa + 7] = quat_xyzw_to_wxyz(p[3:7])
         if lin_vel is not None:
-            self.data.qvel[da:da + 3] = np.asarray(lin_vel, float)
+            self.data.qvel[da : da + 3] = np.asarray(lin_vel, float)
         if ang_vel is not None:
             # MuJoCo's free-joint angular velocity is in the body frame
             R = self.data.xmat[self.model.body(name).id].reshape(3, 3)
-            self.data.qvel[da + 3:da + 6] = R.T @ np.asarray(ang_vel, float)
+            self.data.qvel[da + 3 : da + 6] = R.T @ np.asarray(ang_vel, float)
         mujoco.mj_forward(self.model, self.data)
 
     def truth_joint_pos(self) -> NDArray[np.float64]:

@@ -45,8 +45,9 @@ def table_mesh() -> trimesh.Trimesh:
     return m
 
 
-def truth_meshes(config: LabConfig,
-                 poses: dict[str, ArrayLike] | None = None) -> dict[str, trimesh.Trimesh]:
+def truth_meshes(
+    config: LabConfig, poses: dict[str, ArrayLike] | None = None
+) -> dict[str, trimesh.Trimesh]:
     """World-frame meshes of the table (if the scene has one) and every object.
 
     Objects are placed at `poses[name]` (xyz + quat xyzw, e.g. from
@@ -70,8 +71,9 @@ def _kinematic_model(config_json: str) -> tuple[mujoco.MjModel, mujoco.MjData]:
     return model, mujoco.MjData(model)
 
 
-def truth_camera_pose(config: LabConfig, camera: str,
-                      joint_pos: ArrayLike | None = None) -> NDArray[np.float64]:
+def truth_camera_pose(
+    config: LabConfig, camera: str, joint_pos: ArrayLike | None = None
+) -> NDArray[np.float64]:
     """TRUE T_world_camera (4x4, OpenCV axes) of `camera`.
 
     Fixed cameras: from the config. Wrist cameras: the mount body's pose at the TRUE

@@ -36,9 +36,14 @@ LOCAL = "local"
 class Agent:
     """Wraps any RobotDriver. `start()` runs the control loop on its own thread."""
 
-    def __init__(self, driver: RobotDriver, safety: SafetyConfig | None = None,
-                 watchdog: WatchdogConfig | None = None, log_seconds: float = 60.0,
-                 realtime_priority: int | None = None) -> None:
+    def __init__(
+        self,
+        driver: RobotDriver,
+        safety: SafetyConfig | None = None,
+        watchdog: WatchdogConfig | None = None,
+        log_seconds: float = 60.0,
+        realtime_priority: int | None = None,
+    ) -> None:
         self.driver = driver
         self.info = driver.info()
         self.n = len(self.info.joint_names)
@@ -48,12 +53,12 @@ class Agent:
         self.watchdog = Watchdog(watchdog or WatchdogConfig(), self.dt)
         self.log = AgentLog(self.n, max(16, int(log_seconds * self.info.control_rate_hz)))
         self.loop = RateLoop(self.info.control_rate_hz)
-        self.realtime_priority = realtime_priority   # SCHED_FIFO for the loop thread, if allowed
+        self.realtime_priority = realtime_priority  # SCHED_FIFO for the loop thread, if allowed
         self.realtime = False
         self.mode = "idle"
         self.stop_reason: str | None = None
         self.owner: str | None = None
-        self.watchdog_stops: list[dict[str, float]] = []   # deadline, stopped_at, latency_s
+        self.watchdog_stops: list[dict[str, float]] = []  # deadline, stopped_at, latency_s
         self._lock = threading.RLock()
         self._cmd_mode = "position"
         self._target: Vec | None = None
@@ -61,9 +66,9 @@ class Agent:
         self._policy: OnnxPolicy | None = None
         self._policy_fn: PolicyFn | None = None
         self._policy_mode = "position"
-        self._policy_safety = self.base_safety    # envelope while the policy runs (tighter)
+        self._policy_safety = self.base_safety  # envelope while the policy runs (tighter)
         self._worker: PolicyWorker | None = None
-        self._ramp = (0.0, 0.0)        # start time, duration (s)
+        self._ramp = (0.0, 0.0)  # start time, duration (s)
         self._policy_last_output = 0.0
         self._ramp_from: Vec = np.zeros(self.n)
         self._seq = 0
@@ -129,15 +134,18 @@ class Agent:
     # -- control API (any thread) -------------------------------------------------------
     def _claim(self, owner: str) -> None:
         if self.mode == "estop":
-            raise DeviceError(f"{self.info.name}: e-stop is latched ({self.stop_reason}); "
-                              "reset it first")
+            raise DeviceError(
+                f"{self.info.name}: e-stop is latched ({self.stop_reason}); reset it first"
+            )
         if self.owner not in (None, owner):
             raise DeviceError(f"{self.info.name} is controlled by another client ({self.owner})")
         self.owner = owner
 
     def _activate(self, now: float, state: RobotState) -> None:
         if self.mode not in ("command", "policy"):
-            self._prev = state.joint_pos.copy() if self._cmd_mode == "position" else np.zeros(self.n)
+            self._prev = (
+                state.joint_pos.copy() if self._cmd_mode == "position" else np.zeros(self.n)
+            )
             self.watchdog.arm(now)
 
     def heartbeat(self, owner: str = LOCAL) -> None:
@@ -147,8 +155,10 @@ class Agent:
     def command(self, mode: str, values: Vec, owner: str = LOCAL) -> None:
         """Stream a joint target (position, rad) or velocity (rad/s); torque where supported."""
         if mode not in self.info.command_modes and not (mode == "position"):
-            raise DeviceError(f"{self.info.name} does not accept '{mode}' commands "
-                              f"(modes: {', '.join(self.info.command_modes)})")
+            raise DeviceError(
+                f"{self.info.name} does not accept '{mode}' commands "
+                f"(modes: {', '.join(self.info.command_modes)})"
+            )
         with self._lock:
             if self.mode == "policy":
                 raise DeviceError(f"{self.info.name}: a policy is running; stop it first")
@@ -174,8 +184,9 @@ class Agent:
             self._policy_safety = self.base_safety
             self._worker = PolicyWorker(fn, realtime_priority=self.realtime_priority)
 
-    def upload_policy(self, onnx_bytes: bytes, spec: dict[str, Any],
-                      safety: dict[str, Any] | None = None) -> dict[str, Any]:
+    def upload_policy(
+        self, onnx_bytes: bytes, spec: dict[str, Any], safety: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Load an ONNX policy with its spec and (optionally tighter) safety config; runs it
         once on the current state to check its output. Returns a summary."""
         pspec = PolicySpec.from_dict(spec, self.n)
@@ -194,8 +205,12 @@ class Agent:
         with self._lock:
             self.load_policy(fn, pspec.action_mode)
             self._policy, self._policy_safety = policy, cfg
-        return {"observation": list(pspec.observation), "action_mode": pspec.action_mode,
-                "inference_ms": infer_ms, "safety": cfg.to_dict()}
+        return {
+            "observation": list(pspec.observation),
+            "action_mode": pspec.action_mode,
+            "inference_ms": infer_ms,
+            "safety": cfg.to_dict(),
+        }
 
     def run_policy(self, ramp_s: float = 1.0, owner: str = LOCAL) -> None:
         """Start the loaded policy, blending in from the current pose over `ramp_s` seconds."""
@@ -263,10 +278,20 @@ class Agent:
                 if late is not None:
                     self._halt(late[0], "stopped")
                     stopped_at = time.monotonic()
-                    self.watchdog_stops.append({"deadline": late[1], "stopped_at": stopped_at,
-                                                "latency_s": stopped_at - late[1]})
-                    self._event("watchdog", late[0], latency_s=stopped_at - late[1],
-                                detect_s=now - late[1], tick_late_s=t_start - self._due)
+                    self.watchdog_stops.append(
+                        {
+                            "deadline": late[1],
+                            "stopped_at": stopped_at,
+                            "latency_s": stopped_at - late[1],
+                        }
+                    )
+                    self._event(
+                        "watchdog",
+                        late[0],
+                        latency_s=stopped_at - late[1],
+                        detect_s=now - late[1],
+                        tick_late_s=t_start - self._due,
+                    )
                 elif mode == "command":
                     raw = self._target
                 else:
@@ -282,14 +307,17 @@ class Agent:
                         self.driver.write_command(self._cmd_mode, res.command)  # type: ignore[arg-type]
                         self._prev = sent = res.command
                         if acted and acted != self._acted:
-                            self._event("safety", f"clamped by {', '.join(acted)} limit",
-                                        acted=list(acted))
+                            self._event(
+                                "safety", f"clamped by {', '.join(acted)} limit", acted=list(acted)
+                            )
             self._acted = acted
             self._seq += 1
-            self.log.record(state.t, raw, sent, state.joint_pos, state.joint_vel, acted,
-                            self.mode)
-            status = {"estop": self.mode == "estop", "acted": list(acted),
-                      "stop_reason": self.stop_reason}
+            self.log.record(state.t, raw, sent, state.joint_pos, state.joint_vel, acted, self.mode)
+            status = {
+                "estop": self.mode == "estop",
+                "acted": list(acted),
+                "stop_reason": self.stop_reason,
+            }
             mode_now, seq = self.mode, self._seq
         for fn in self._state_listeners:
             fn(seq, state, sent, mode_now, status)
@@ -321,8 +349,10 @@ class Agent:
         if out is None:
             age = now - self._policy_last_output
             if age > self.watchdog.policy_timeout_s:
-                reason = (f"watchdog: policy output late ({age * 1e3:.1f} ms without a new "
-                          f"output, limit {self.watchdog.policy_timeout_s * 1e3:.1f} ms)")
+                reason = (
+                    f"watchdog: policy output late ({age * 1e3:.1f} ms without a new "
+                    f"output, limit {self.watchdog.policy_timeout_s * 1e3:.1f} ms)"
+                )
                 self._halt(reason, "stopped")
                 self._event("watchdog", reason, latency_s=age - self.watchdog.policy_timeout_s)
             return None
@@ -345,8 +375,14 @@ class Agent:
         """Mode, owner, stop reason, safety and watchdog config, loop jitter (ms) over the
         last `jitter_window_s` seconds (default: the whole history)."""
         last = int(jitter_window_s * self.info.control_rate_hz) if jitter_window_s else None
-        return {"mode": self.mode, "estop": self.mode == "estop", "owner": self.owner,
-                "stop_reason": self.stop_reason, "policy_loaded": self._policy_fn is not None,
-                "safety": self.envelope.config.to_dict(),
-                "watchdog": self.watchdog.config.to_dict(), "realtime": self.realtime,
-                "jitter_ms": self.loop.jitter_ms(last)}
+        return {
+            "mode": self.mode,
+            "estop": self.mode == "estop",
+            "owner": self.owner,
+            "stop_reason": self.stop_reason,
+            "policy_loaded": self._policy_fn is not None,
+            "safety": self.envelope.config.to_dict(),
+            "watchdog": self.watchdog.config.to_dict(),
+            "realtime": self.realtime,
+            "jitter_ms": self.loop.jitter_ms(last),
+        }

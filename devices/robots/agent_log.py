@@ -24,14 +24,21 @@ class AgentLog:
         self.sent = np.zeros((capacity, n))
         self.joint_pos = np.zeros((capacity, n))
         self.joint_vel = np.zeros((capacity, n))
-        self.acted = np.zeros(capacity, dtype=np.int64)    # bit i: LIMIT_NAMES[i] acted
-        self.mode = np.zeros(capacity, dtype=np.int64)      # index into MODES
+        self.acted = np.zeros(capacity, dtype=np.int64)  # bit i: LIMIT_NAMES[i] acted
+        self.mode = np.zeros(capacity, dtype=np.int64)  # index into MODES
         self.count = 0
         self._lock = threading.Lock()
 
-    def record(self, t: float, raw: NDArray[np.float64] | None,
-               sent: NDArray[np.float64] | None, joint_pos: NDArray[np.float64],
-               joint_vel: NDArray[np.float64], acted: tuple[str, ...], mode: str) -> None:
+    def record(
+        self,
+        t: float,
+        raw: NDArray[np.float64] | None,
+        sent: NDArray[np.float64] | None,
+        joint_pos: NDArray[np.float64],
+        joint_vel: NDArray[np.float64],
+        acted: tuple[str, ...],
+        mode: str,
+    ) -> None:
         with self._lock:
             i = self.count % self.capacity
             self.t[i] = t
@@ -46,14 +53,21 @@ class AgentLog:
             self.mode[i] = MODES.index(mode)
             self.count += 1
 
-    def snapshot(self, last: int | None = None) -> dict[str, NDArray[np.float64] | NDArray[np.int64]]:
+    def snapshot(
+        self, last: int | None = None
+    ) -> dict[str, NDArray[np.float64] | NDArray[np.int64]]:
         """Copies of the logged ticks in time order (the newest `last` ticks if given)."""
         with self._lock:
             m = min(self.count, self.capacity)
             if last is not None:
                 m = min(m, last)
-            idx = (np.arange(self.count - m, self.count) % self.capacity)
-            return {"t": self.t[idx].copy(), "raw": self.raw[idx].copy(),
-                    "sent": self.sent[idx].copy(), "joint_pos": self.joint_pos[idx].copy(),
-                    "joint_vel": self.joint_vel[idx].copy(), "acted": self.acted[idx].copy(),
-                    "mode": self.mode[idx].copy()}
+            idx = np.arange(self.count - m, self.count) % self.capacity
+            return {
+                "t": self.t[idx].copy(),
+                "raw": self.raw[idx].copy(),
+                "sent": self.sent[idx].copy(),
+                "joint_pos": self.joint_pos[idx].copy(),
+                "joint_vel": self.joint_vel[idx].copy(),
+                "acted": self.acted[idx].copy(),
+                "mode": self.mode[idx].copy(),
+            }

@@ -48,8 +48,9 @@ def load_token(token_file: Path | str | None = None) -> str:
         if not token:
             raise DeviceError(f"no robot token: pass a token file or set {TOKEN_ENV}")
     if len(token) < MIN_TOKEN_CHARS:
-        raise DeviceError(f"robot token from {source} is too short "
-                          f"({len(token)} < {MIN_TOKEN_CHARS} characters)")
+        raise DeviceError(
+            f"robot token from {source} is too short ({len(token)} < {MIN_TOKEN_CHARS} characters)"
+        )
     return token
 
 

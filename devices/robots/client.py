@@ -33,24 +33,42 @@ from devices.robots import protocol as P
 from devices.robots.driver import RobotInfo, RobotState
 from devices.trajectory import Trajectory
 
-UNITS = {"robot/joint_pos": "rad", "robot/joint_vel": "rad/s", "robot/joint_effort": "N*m",
-         "robot/command": "rad"}
+UNITS = {
+    "robot/joint_pos": "rad",
+    "robot/joint_vel": "rad/s",
+    "robot/joint_effort": "N*m",
+    "robot/command": "rad",
+}
 
 
 class RobotClient:
     """A connection to one robot agent (virtual lab or hardware)."""
 
-    def __init__(self, host: str, port: int, token: str, *, name: str = "twinbench",
-                 connect_timeout_s: float = 3.0, request_timeout_s: float = 10.0,
-                 heartbeat: bool = True, heartbeat_period_s: float = 0.05,
-                 stale_timeout_s: float = 1.0, subscribe_state: bool = True,
-                 version: int = P.PROTOCOL_VERSION,
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        token: str,
+        *,
+        name: str = "twinbench",
+        connect_timeout_s: float = 3.0,
+        request_timeout_s: float = 10.0,
+        heartbeat: bool = True,
+        heartbeat_period_s: float = 0.05,
+        stale_timeout_s: float = 1.0,
+        subscribe_state: bool = True,
+        version: int = P.PROTOCOL_VERSION,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.host, self.port, self._token, self.name = host, int(port), token, name
         self.address = f"{host}:{self.port}"
         self.connect_timeout_s, self.request_timeout_s = connect_timeout_s, request_timeout_s
         self.heartbeat_enabled, self.heartbeat_period_s = heartbeat, heartbeat_period_s
-        self.stale_timeout_s, self._subscribe, self._version = stale_timeout_s, subscribe_state, version
+        self.stale_timeout_s, self._subscribe, self._version = (
+            stale_timeout_s,
+            subscribe_state,
+            version,
+        )
         self.on_event = on_event
         self.info: RobotInfo | None = None
         self.session = ""
@@ -86,9 +104,17 @@ class RobotClient:
             raise self._err(f"cannot connect ({exc}); is the robot agent / lab running?") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            sock.sendall(P.pack({"type": "hello", "protocol": P.PROTOCOL_NAME,
-                                 "version": self._version, "token": self._token,
-                                 "client": self.name}))
+            sock.sendall(
+                P.pack(
+                    {
+                        "type": "hello",
+                        "protocol": P.PROTOCOL_NAME,
+                        "version": self._version,
+                        "token": self._token,
+                        "client": self.name,
+                    }
+                )
+            )
             msg = P.recv_message(sock)
         except (OSError, P.ConnectionClosed, P.ProtocolError) as exc:
             sock.close()
@@ -103,10 +129,10 @@ class RobotClient:
         self.session, self.cameras = str(msg.get("session", "")), list(msg.get("cameras", []))
         sock.settimeout(self.stale_timeout_s if self._subscribe else None)
         self._sock = sock
-        self._threads = [threading.Thread(target=self._read_loop, name="robot-client-rx",
-                                          daemon=True),
-                         threading.Thread(target=self._heartbeat_loop, name="robot-client-hb",
-                                          daemon=True)]
+        self._threads = [
+            threading.Thread(target=self._read_loop, name="robot-client-rx", daemon=True),
+            threading.Thread(target=self._heartbeat_loop, name="robot-client-hb", daemon=True),
+        ]
         for t in self._threads:
             t.start()
         if self._subscribe:
@@ -155,8 +181,7 @@ class RobotClient:
             while True:
                 self._handle(P.recv_message(self._sock))
         except TimeoutError:
-            self._set_lost(self._err(f"no data for {self.stale_timeout_s:.1f} s; "
-                                     "connection lost"))
+            self._set_lost(self._err(f"no data for {self.stale_timeout_s:.1f} s; connection lost"))
         except P.ConnectionClosed:
             self._set_lost(self._err("connection closed by the robot"))
         except DeviceError as exc:
@@ -231,8 +256,9 @@ class RobotClient:
                     raise self._lost
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise self._err(f"no reply to '{kind}' within "
-                                    f"{timeout_s or self.request_timeout_s:.1f} s")
+                    raise self._err(
+                        f"no reply to '{kind}' within {timeout_s or self.request_timeout_s:.1f} s"
+                    )
                 self._cv.wait(left)
             reply = self._replies.pop(req_id)
         if reply["type"] == "error":
@@ -286,17 +312,29 @@ class RobotClient:
         t = np.array([m["t"] for m in keep], dtype=float)
         rate = float((len(keep) - 1) / (t[-1] - t[0])) if len(keep) > 1 else 0.0
         chans = {
-            "robot/joint_pos": np.array([m["joint_pos"] for m in keep], dtype=float).reshape(len(keep), n),
-            "robot/joint_vel": np.array([m["joint_vel"] for m in keep], dtype=float).reshape(len(keep), n),
-            "robot/joint_effort": np.array([m["joint_effort"] for m in keep], dtype=float).reshape(len(keep), n),
-            "robot/command": np.array([m["command"] if m.get("command") is not None else nan
-                                       for m in keep], dtype=float).reshape(len(keep), n),
+            "robot/joint_pos": np.array([m["joint_pos"] for m in keep], dtype=float).reshape(
+                len(keep), n
+            ),
+            "robot/joint_vel": np.array([m["joint_vel"] for m in keep], dtype=float).reshape(
+                len(keep), n
+            ),
+            "robot/joint_effort": np.array([m["joint_effort"] for m in keep], dtype=float).reshape(
+                len(keep), n
+            ),
+            "robot/command": np.array(
+                [m["command"] if m.get("command") is not None else nan for m in keep], dtype=float
+            ).reshape(len(keep), n),
         }
-        meta = {"robot": self.info.name, "joint_names": list(self.info.joint_names),
-                "control_rate_hz": self.info.control_rate_hz, "device": self.address,
-                "rate_hz": rate, "dropped_states": dropped,
-                "repeated_timestamps": len(msgs) - len(keep),
-                "modes": sorted({str(m.get("mode")) for m in keep})}
+        meta = {
+            "robot": self.info.name,
+            "joint_names": list(self.info.joint_names),
+            "control_rate_hz": self.info.control_rate_hz,
+            "device": self.address,
+            "rate_hz": rate,
+            "dropped_states": dropped,
+            "repeated_timestamps": len(msgs) - len(keep),
+            "modes": sorted({str(m.get("mode")) for m in keep}),
+        }
         return Trajectory(t=t, channels=chans, units=UNITS, source="real", meta=meta)
 
     # -- commands ----------------------------------------------------------------------
@@ -310,8 +348,9 @@ class RobotClient:
     def command_velocity(self, joint_vel: ArrayLike) -> None:
         self.command("velocity", joint_vel)
 
-    def upload_policy(self, onnx: bytes | Path, spec: dict[str, Any],
-                      safety: dict[str, Any] | None = None) -> dict[str, Any]:
+    def upload_policy(
+        self, onnx: bytes | Path, spec: dict[str, Any], safety: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Upload an ONNX policy + observation/action spec (+ tighter safety settings)."""
         data = Path(onnx).read_bytes() if isinstance(onnx, (str, Path)) else bytes(onnx)
         result: dict[str, Any] = self.request("policy_upload", onnx=data, spec=spec, safety=safety)
@@ -342,8 +381,9 @@ class RobotClient:
         wire = self.request("get_log", last=last)
         return {k: P.array_from_wire(v, k) for k, v in wire.items()}
 
-    def camera_frames(self, camera: str,
-                      timeout_s: float = 5.0) -> Generator[RGBDFrame, None, None]:
+    def camera_frames(
+        self, camera: str, timeout_s: float = 5.0
+    ) -> Generator[RGBDFrame, None, None]:
         """Frames streamed from `camera` until the iterator is closed; raises DeviceError
         when no frame arrives within `timeout_s`."""
         q: queue.Queue[RGBDFrame] = queue.Queue(maxsize=4)
@@ -355,7 +395,9 @@ class RobotClient:
                     yield q.get(timeout=timeout_s)
                 except queue.Empty:
                     self.check()
-                    raise self._err(f"no frame from camera '{camera}' in {timeout_s:.1f} s") from None
+                    raise self._err(
+                        f"no frame from camera '{camera}' in {timeout_s:.1f} s"
+                    ) from None
         finally:
             self._frames.pop(camera, None)
             if self.connected:

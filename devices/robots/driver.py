@@ -27,12 +27,16 @@ class JointLimits:
     effort: NDArray[np.float64]
 
     def to_dict(self) -> dict[str, list[float]]:
-        return {k: np.asarray(getattr(self, k), dtype=float).tolist()
-                for k in ("lower", "upper", "velocity", "effort")}
+        return {
+            k: np.asarray(getattr(self, k), dtype=float).tolist()
+            for k in ("lower", "upper", "velocity", "effort")
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JointLimits:
-        return cls(*(np.asarray(d[k], dtype=float) for k in ("lower", "upper", "velocity", "effort")))
+        return cls(
+            *(np.asarray(d[k], dtype=float) for k in ("lower", "upper", "velocity", "effort"))
+        )
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ class RobotInfo:
     control_rate_hz: float
     command_modes: tuple[str, ...] = ("position",)
     cameras: tuple[str, ...] = ()
-    description: str = ""          # e.g. URDF file name or resource key of the robot model
+    description: str = ""  # e.g. URDF file name or resource key of the robot model
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,7 +87,7 @@ class RobotState:
     joint_pos: NDArray[np.float64]
     joint_vel: NDArray[np.float64]
     joint_effort: NDArray[np.float64]
-    ee_pos: NDArray[np.float64] | None = None      # (3,) end effector in base frame, m
+    ee_pos: NDArray[np.float64] | None = None  # (3,) end effector in base frame, m
 
 
 class RobotDriver(Protocol):

@@ -29,7 +29,9 @@ READY = re.compile(r"listening on ([0-9.]+):(\d+)")
 class LabProcess:
     """A running `lab serve` subprocess: `host`, `port`, `token`, `terminate()`."""
 
-    def __init__(self, proc: subprocess.Popen[str], token: str, token_dir: tempfile.TemporaryDirectory[str]) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[str], token: str, token_dir: tempfile.TemporaryDirectory[str]
+    ) -> None:
         self.proc, self.token, self._token_dir = proc, token, token_dir
         self.host, self.port = "127.0.0.1", 0
         self.output: deque[str] = deque(maxlen=200)
@@ -50,12 +52,15 @@ class LabProcess:
         deadline = time.monotonic() + timeout_s
         while not self._ready.wait(0.05):
             if self.proc.poll() is not None:
-                raise DeviceError("lab process exited with code "
-                                  f"{self.proc.returncode} before serving:\n" + self.tail())
+                raise DeviceError(
+                    "lab process exited with code "
+                    f"{self.proc.returncode} before serving:\n" + self.tail()
+                )
             if time.monotonic() > deadline:
                 self.terminate()
-                raise DeviceError(f"lab process did not start serving within {timeout_s:.0f} s:\n"
-                                  + self.tail())
+                raise DeviceError(
+                    f"lab process did not start serving within {timeout_s:.0f} s:\n" + self.tail()
+                )
 
     def tail(self, lines: int = 20) -> str:
         return "\n".join(list(self.output)[-lines:])
@@ -86,10 +91,18 @@ class LabProcess:
         self.terminate()
 
 
-def start_lab_process(scene: str = "panda_table", config: Path | None = None, *,
-                      port: int = 0, host: str = "127.0.0.1", token: str | None = None,
-                      camera_size: str | None = None, camera_fps: int | None = None,
-                      extra_args: list[str] | None = None, timeout_s: float = 60.0) -> LabProcess:
+def start_lab_process(
+    scene: str = "panda_table",
+    config: Path | None = None,
+    *,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    camera_size: str | None = None,
+    camera_fps: int | None = None,
+    extra_args: list[str] | None = None,
+    timeout_s: float = 60.0,
+) -> LabProcess:
     """Start `python main.py lab serve` and return once it listens (port 0: any free port).
 
     Raises DeviceError with the process output if it fails to start.
@@ -98,9 +111,21 @@ def start_lab_process(scene: str = "panda_table", config: Path | None = None, *,
     tdir = tempfile.TemporaryDirectory(prefix="twinbench-lab-")
     token_file = Path(tdir.name) / "token"
     write_token_file(token_file, token)
-    cmd = [sys.executable, str(REPO_ROOT / "main.py"), "lab", "serve", "--scene", scene,
-           "--port", str(port), "--host", host, "--token-file", str(token_file),
-           "--exit-with-parent"]
+    cmd = [
+        sys.executable,
+        str(REPO_ROOT / "main.py"),
+        "lab",
+        "serve",
+        "--scene",
+        scene,
+        "--port",
+        str(port),
+        "--host",
+        host,
+        "--token-file",
+        str(token_file),
+        "--exit-with-parent",
+    ]
     if config is not None:
         cmd += ["--config", str(config)]
     if camera_size:
@@ -113,8 +138,15 @@ def start_lab_process(scene: str = "panda_table", config: Path | None = None, *,
     env.setdefault("PYOPENGL_PLATFORM", "egl")
     env["PYTHONUNBUFFERED"] = "1"
     # stdin stays open for the lab's lifetime: if this process dies, the lab sees EOF and stops
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO_ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     lab = LabProcess(proc, token, tdir)
     lab.wait_ready(timeout_s)
     return lab

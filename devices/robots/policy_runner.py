@@ -43,8 +43,9 @@ class PolicySpec:
         obs = tuple(d.get("observation", ("joint_pos", "joint_vel")))
         bad = [o for o in obs if o not in OBS_TERMS]
         if bad or not obs:
-            raise DeviceError(f"policy spec: unknown observation term(s) {bad} "
-                              f"(known: {', '.join(OBS_TERMS)})")
+            raise DeviceError(
+                f"policy spec: unknown observation term(s) {bad} (known: {', '.join(OBS_TERMS)})"
+            )
         act = d.get("action", {})
         if not isinstance(act, dict):
             raise DeviceError("policy spec: 'action' must be a map")
@@ -56,8 +57,9 @@ class PolicySpec:
         target = d.get("target")
         if "target" in obs:
             if target is None or len(target) != n_joints:
-                raise DeviceError(f"policy spec observes 'target' but 'target' is not "
-                                  f"{n_joints} numbers")
+                raise DeviceError(
+                    f"policy spec observes 'target' but 'target' is not {n_joints} numbers"
+                )
             target = tuple(float(x) for x in target)
         return cls(obs, mode, typ, float(act.get("scale", 1.0)), target)
 
@@ -78,8 +80,9 @@ class OnnxPolicy:
         opts.inter_op_num_threads = 1
         opts.log_severity_level = 3
         try:
-            self.session = ort.InferenceSession(onnx_bytes, sess_options=opts,
-                                                providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(
+                onnx_bytes, sess_options=opts, providers=["CPUExecutionProvider"]
+            )
         except Exception as exc:  # onnxruntime raises its own untyped errors
             raise DeviceError(f"uploaded policy is not a loadable ONNX model ({exc})") from None
         inputs = self.session.get_inputs()
@@ -89,13 +92,14 @@ class OnnxPolicy:
         dim = spec.obs_dim(self.n)
         shape = [s if isinstance(s, int) else None for s in inputs[0].shape]
         if shape and shape[-1] not in (None, dim):
-            raise DeviceError(f"policy input '{self.input_name}' expects {shape[-1]} values but "
-                              f"the spec's observation {list(spec.observation)} has {dim}")
+            raise DeviceError(
+                f"policy input '{self.input_name}' expects {shape[-1]} values but "
+                f"the spec's observation {list(spec.observation)} has {dim}"
+            )
         self.batched = len(shape) == 2
         self.obs = np.zeros((1, dim) if self.batched else (dim,), dtype=np.float32)
         self.flat_obs = self.obs.reshape(-1)
-        self.target = (np.asarray(spec.target, dtype=np.float32)
-                       if spec.target is not None else None)
+        self.target = np.asarray(spec.target, dtype=np.float32) if spec.target is not None else None
         self.output_name = self.session.get_outputs()[0].name
 
     def observe(self, state: RobotState) -> NDArray[np.float32]:
@@ -103,11 +107,11 @@ class OnnxPolicy:
         n, o = self.n, self.flat_obs
         for i, term in enumerate(self.spec.observation):
             if term == "joint_pos":
-                o[i * n:(i + 1) * n] = state.joint_pos
+                o[i * n : (i + 1) * n] = state.joint_pos
             elif term == "joint_vel":
-                o[i * n:(i + 1) * n] = state.joint_vel
+                o[i * n : (i + 1) * n] = state.joint_vel
             else:
-                o[i * n:(i + 1) * n] = self.target  # type: ignore[assignment]
+                o[i * n : (i + 1) * n] = self.target  # type: ignore[assignment]
         return self.obs
 
     def raw_output(self, state: RobotState) -> NDArray[np.float64]:

@@ -19,10 +19,11 @@ class PolicyWorker:
     """`submit(state)` then `result(timeout)`: the output, or None while it is not ready
     (call `result` again on a later tick; `busy` stays true until it is collected)."""
 
-    def __init__(self, fn: PolicyFn, name: str = "policy",
-                 realtime_priority: int | None = None) -> None:
+    def __init__(
+        self, fn: PolicyFn, name: str = "policy", realtime_priority: int | None = None
+    ) -> None:
         self.fn = fn
-        self.realtime_priority = realtime_priority   # inference is part of the control loop
+        self.realtime_priority = realtime_priority  # inference is part of the control loop
         self._go = threading.Event()
         self._done = threading.Event()
         self._state: RobotState | None = None

@@ -24,8 +24,8 @@ PROTOCOL_NAME = "twinbench-robot"
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
 HEADER = struct.Struct(">I")
-MAX_HELLO_BYTES = 4096                 # before authentication a peer may send only this much
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024   # after authentication (policy upload, camera frames)
+MAX_HELLO_BYTES = 4096  # before authentication a peer may send only this much
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # after authentication (policy upload, camera frames)
 
 
 class ProtocolError(DeviceError):
@@ -42,6 +42,7 @@ class ConnectionClosed(DeviceError):
 
 # -- framing ----------------------------------------------------------------------------
 
+
 def pack(msg: dict[str, Any]) -> bytes:
     """One framed message: length header + msgpack body."""
     body: bytes = msgpack.packb(msg, use_bin_type=True)
@@ -52,8 +53,14 @@ def unpack_body(body: bytes) -> dict[str, Any]:
     """Decode one msgpack body into a message dict; raises ProtocolError('malformed')."""
     try:
         msg = msgpack.unpackb(body, raw=False, strict_map_key=True)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError,
-            UnicodeDecodeError, TypeError) as exc:
+    except (
+        ValueError,
+        msgpack.ExtraData,
+        msgpack.FormatError,
+        msgpack.StackError,
+        UnicodeDecodeError,
+        TypeError,
+    ) as exc:
         raise ProtocolError("malformed", f"message is not valid msgpack ({exc})") from None
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
         raise ProtocolError("malformed", "message must be a map with a string 'type' field")
@@ -77,16 +84,20 @@ def recv_message(sock: socket.socket, max_bytes: int = MAX_MESSAGE_BYTES) -> dic
     ConnectionClosed, or socket.timeout / OSError from the socket."""
     (n,) = HEADER.unpack(_recv_exact(sock, HEADER.size))
     if n > max_bytes:
-        raise ProtocolError("too_large",
-                            f"message of {n} bytes exceeds the limit of {max_bytes} bytes")
+        raise ProtocolError(
+            "too_large", f"message of {n} bytes exceeds the limit of {max_bytes} bytes"
+        )
     return unpack_body(_recv_exact(sock, n))
 
 
-def error_message(code: str, message: str, fatal: bool, req_id: int | None = None) -> dict[str, Any]:
+def error_message(
+    code: str, message: str, fatal: bool, req_id: int | None = None
+) -> dict[str, Any]:
     return {"type": "error", "code": code, "message": message, "fatal": fatal, "id": req_id}
 
 
 # -- arrays -----------------------------------------------------------------------------
+
 
 def array_to_wire(a: NDArray[Any]) -> dict[str, Any]:
     """Raw little-endian bytes + dtype + shape (for images and logs, not joint vectors)."""
@@ -108,8 +119,9 @@ def array_from_wire(d: Any, name: str) -> NDArray[Any]:
         raise ProtocolError("malformed", f"field '{name}': unsupported array encoding {dtype}")
     dt = np.dtype(dtype)
     if len(data) != int(np.prod(shape, dtype=np.int64)) * dt.itemsize:
-        raise ProtocolError("malformed", f"field '{name}': {len(data)} bytes do not match "
-                            f"shape {shape} of {dtype}")
+        raise ProtocolError(
+            "malformed", f"field '{name}': {len(data)} bytes do not match shape {shape} of {dtype}"
+        )
     return np.frombuffer(data, dtype=dt).reshape(shape).astype(dt.newbyteorder("="))
 
 
@@ -121,15 +133,18 @@ def joint_vector(values: Any, n: int, name: str) -> NDArray[np.float64]:
     except (TypeError, ValueError):
         raise ProtocolError("bad_request", f"'{name}' must be a list of {n} numbers") from None
     if arr.shape != (n,):
-        raise ProtocolError("bad_request",
-                            f"'{name}' must have {n} values (one per joint), got shape {arr.shape}")
+        raise ProtocolError(
+            "bad_request", f"'{name}' must have {n} values (one per joint), got shape {arr.shape}"
+        )
     return arr
 
 
 # -- robot state ------------------------------------------------------------------------
 
-def state_message(state: RobotState, command: NDArray[np.float64] | None, mode: str,
-                  status: dict[str, Any]) -> dict[str, Any]:
+
+def state_message(
+    state: RobotState, command: NDArray[np.float64] | None, mode: str, status: dict[str, Any]
+) -> dict[str, Any]:
     """The `state` message the server streams at the robot's control rate."""
     return {
         "type": "state",
@@ -148,7 +163,8 @@ def state_message(state: RobotState, command: NDArray[np.float64] | None, mode: 
 def state_from_message(msg: dict[str, Any]) -> RobotState:
     ee = msg.get("ee_pos")
     return RobotState(
-        t=float(msg["t"]), seq=int(msg["seq"]),
+        t=float(msg["t"]),
+        seq=int(msg["seq"]),
         joint_pos=np.asarray(msg["joint_pos"], dtype=float),
         joint_vel=np.asarray(msg["joint_vel"], dtype=float),
         joint_effort=np.asarray(msg["joint_effort"], dtype=float),
@@ -157,6 +173,7 @@ def state_from_message(msg: dict[str, Any]) -> RobotState:
 
 
 # -- camera frames ----------------------------------------------------------------------
+
 
 def frame_to_message(frame: RGBDFrame, camera: str) -> dict[str, Any]:
     """An RGBDFrame as a `frame` message: RGB8 colour and Z16 depth as raw bytes, the
@@ -176,8 +193,11 @@ def frame_to_message(frame: RGBDFrame, camera: str) -> dict[str, Any]:
         "depth_z16": depth.tobytes(),
         "depth_scale": float(frame.depth_scale),
         "intrinsics": frame.intrinsics.to_dict(),
-        "T_world_camera": (None if frame.T_world_camera is None
-                           else np.asarray(frame.T_world_camera, dtype=float).reshape(16).tolist()),
+        "T_world_camera": (
+            None
+            if frame.T_world_camera is None
+            else np.asarray(frame.T_world_camera, dtype=float).reshape(16).tolist()
+        ),
         "meta": {k: v for k, v in frame.meta.items() if isinstance(v, (str, int, float, bool))},
     }
 
@@ -200,6 +220,13 @@ def frame_from_message(msg: dict[str, Any]) -> RGBDFrame:
     color = np.frombuffer(color_b, dtype=np.uint8).reshape(ch, cw, 3)
     depth = np.frombuffer(depth_b, dtype="<u2").reshape(h, w).astype(np.uint16)
     T = None if pose is None else np.asarray(pose, dtype=float).reshape(4, 4)
-    return RGBDFrame(color=color, depth=depth, depth_scale=scale, intrinsics=intr,
-                     timestamp=ts, index=idx, T_world_camera=T,
-                     meta={"camera": str(msg.get("camera", "")), **dict(msg.get("meta") or {})})
+    return RGBDFrame(
+        color=color,
+        depth=depth,
+        depth_scale=scale,
+        intrinsics=intr,
+        timestamp=ts,
+        index=idx,
+        T_world_camera=T,
+        meta={"camera": str(msg.get("camera", "")), **dict(msg.get("meta") or {})},
+    )

@@ -33,18 +33,22 @@ class SafetyConfig:
     """How strict the envelope is. Scales are fractions of the robot's limits (<= 1)."""
 
     on_violation: OnViolation = "clamp"
-    position_margin: float = 0.0          # rad kept clear of each joint limit
+    position_margin: float = 0.0  # rad kept clear of each joint limit
     velocity_scale: float = 1.0
     effort_scale: float = 1.0
-    max_step: tuple[float, ...] | None = None   # per joint, per tick (rad or rad/s); None: from limits
-    velocity_ramp_s: float = 0.1          # velocity commands reach full speed no faster than this
-    workspace_lower: tuple[float, float, float] | None = None   # m, robot base frame
+    max_step: tuple[float, ...] | None = (
+        None  # per joint, per tick (rad or rad/s); None: from limits
+    )
+    velocity_ramp_s: float = 0.1  # velocity commands reach full speed no faster than this
+    workspace_lower: tuple[float, float, float] | None = None  # m, robot base frame
     workspace_upper: tuple[float, float, float] | None = None
     measured_effort_factor: float | None = 1.5  # stop when |measured effort| > factor * limit
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
-                for f in fields(self)}
+        return {
+            f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
+            for f in fields(self)
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "safety config") -> SafetyConfig:
@@ -52,8 +56,9 @@ class SafetyConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise DeviceError(f"{where}: unknown safety setting(s) {sorted(unknown)} "
-                              f"(known: {sorted(known)})")
+            raise DeviceError(
+                f"{where}: unknown safety setting(s) {sorted(unknown)} (known: {sorted(known)})"
+            )
         kw: dict[str, Any] = {}
         try:
             for k, v in d.items():
@@ -79,14 +84,21 @@ class SafetyConfig:
 
     def tightened(self, other: SafetyConfig) -> SafetyConfig:
         """`other` combined with self so that no limit gets looser than self's."""
+
         def tighter_box(a: Any, b: Any, fn: Callable[..., Any]) -> Any:
             if a is None or b is None:
                 return a if b is None else b
             return tuple(float(x) for x in fn(a, b))
 
-        step = self.max_step if other.max_step is None else (
-            other.max_step if self.max_step is None
-            else tuple(float(x) for x in np.minimum(self.max_step, other.max_step)))
+        step = (
+            self.max_step
+            if other.max_step is None
+            else (
+                other.max_step
+                if self.max_step is None
+                else tuple(float(x) for x in np.minimum(self.max_step, other.max_step))
+            )
+        )
         mef = [f for f in (self.measured_effort_factor, other.measured_effort_factor) if f]
         return replace(
             self,
@@ -106,8 +118,10 @@ def default_config(info: RobotInfo) -> SafetyConfig:
     """The envelope the agent starts with: the robot's limits and workspace box."""
     ws = info.meta.get("workspace") if isinstance(info.meta, dict) else None
     if isinstance(ws, dict) and "lower" in ws and "upper" in ws:
-        return SafetyConfig(workspace_lower=tuple(float(x) for x in ws["lower"]),  # type: ignore[arg-type]
-                            workspace_upper=tuple(float(x) for x in ws["upper"]))  # type: ignore[arg-type]
+        return SafetyConfig(
+            workspace_lower=tuple(float(x) for x in ws["lower"]),  # type: ignore[arg-type]
+            workspace_upper=tuple(float(x) for x in ws["upper"]),
+        )  # type: ignore[arg-type]
     return SafetyConfig()
 
 
@@ -115,16 +129,20 @@ def default_config(info: RobotInfo) -> SafetyConfig:
 class SafetyResult:
     """What the envelope decided for one command."""
 
-    command: Vec              # the command to send (valid only when stop is None)
-    acted: tuple[str, ...]    # names of the limits that changed or refused the command
-    stop: str | None          # a human-readable reason when the robot must stop instead
+    command: Vec  # the command to send (valid only when stop is None)
+    acted: tuple[str, ...]  # names of the limits that changed or refused the command
+    stop: str | None  # a human-readable reason when the robot must stop instead
 
 
 class SafetyEnvelope:
     """Applies `SafetyConfig` for one robot at control period `dt` (s)."""
 
-    def __init__(self, info: RobotInfo, config: SafetyConfig | None = None,
-                 fk: Callable[[Vec], Vec | None] | None = None) -> None:
+    def __init__(
+        self,
+        info: RobotInfo,
+        config: SafetyConfig | None = None,
+        fk: Callable[[Vec], Vec | None] | None = None,
+    ) -> None:
         self.info = info
         self.dt = 1.0 / float(info.control_rate_hz)
         self.fk = fk
@@ -137,8 +155,10 @@ class SafetyEnvelope:
         self.lower = np.asarray(lim.lower, float) + config.position_margin
         self.upper = np.asarray(lim.upper, float) - config.position_margin
         if np.any(self.lower > self.upper):
-            raise DeviceError(f"safety config: position_margin {config.position_margin} rad "
-                              "leaves no room between the joint limits")
+            raise DeviceError(
+                f"safety config: position_margin {config.position_margin} rad "
+                "leaves no room between the joint limits"
+            )
         self.vmax = np.asarray(lim.velocity, float) * config.velocity_scale
         self.effmax = np.asarray(lim.effort, float) * config.effort_scale
         self.step_pos = self.vmax * self.dt
@@ -153,8 +173,10 @@ class SafetyEnvelope:
             self.step_vel = np.minimum(self.step_vel, ms)
         self.box: tuple[Vec, Vec] | None = None
         if config.workspace_lower is not None and config.workspace_upper is not None:
-            self.box = (np.asarray(config.workspace_lower, float),
-                        np.asarray(config.workspace_upper, float))
+            self.box = (
+                np.asarray(config.workspace_lower, float),
+                np.asarray(config.workspace_upper, float),
+            )
 
     def in_workspace(self, joint_pos: Vec) -> bool:
         """True when there is no box, no kinematics, or the end effector is inside the box."""
@@ -175,8 +197,12 @@ class SafetyEnvelope:
         mef = self.config.measured_effort_factor
         if mef is not None and np.any(np.abs(state.joint_effort) > mef * self.effmax):
             j = int(np.argmax(np.abs(state.joint_effort) / self.effmax))
-            return SafetyResult(prev, ("effort",), f"measured effort {state.joint_effort[j]:.1f} "
-                                f"N*m on {self.info.joint_names[j]} exceeds {mef:g}x its limit")
+            return SafetyResult(
+                prev,
+                ("effort",),
+                f"measured effort {state.joint_effort[j]:.1f} "
+                f"N*m on {self.info.joint_names[j]} exceeds {mef:g}x its limit",
+            )
         if mode == "position":
             return self._position(command, prev)
         if mode == "velocity":
@@ -232,8 +258,9 @@ class SafetyEnvelope:
             acted.append("effort")
         q = state.joint_pos
         if np.any(q > self.upper) or np.any(q < self.lower):
-            return SafetyResult(out, (*acted, "position"), "joint outside its position limits "
-                                "under torque control")
+            return SafetyResult(
+                out, (*acted, "position"), "joint outside its position limits under torque control"
+            )
         if not self.in_workspace(q):
             return SafetyResult(out, (*acted, "workspace"), "end effector left the workspace box")
         return self._finish(out, acted)

@@ -26,17 +26,25 @@ from devices.robots.driver import RobotState
 from devices.robots.session import Session
 
 log = logging.getLogger(__name__)
-CameraFeed = Callable[[], Iterator[RGBDFrame]]   # a fresh, paced, blocking frame iterator
+CameraFeed = Callable[[], Iterator[RGBDFrame]]  # a fresh, paced, blocking frame iterator
 
 
 class RobotServer:
     """TCP server for `agent`; use as a context manager or call start()/close()."""
 
-    def __init__(self, agent: Agent, token: str, host: str = "127.0.0.1", port: int = 0,
-                 cameras: Mapping[str, CameraFeed] | None = None, max_clients: int = 16,
-                 hello_timeout_s: float = 5.0, idle_timeout_s: float = 10.0,
-                 max_message_bytes: int = P.MAX_MESSAGE_BYTES,
-                 flood_rate_hz: float | None = None) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        token: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        cameras: Mapping[str, CameraFeed] | None = None,
+        max_clients: int = 16,
+        hello_timeout_s: float = 5.0,
+        idle_timeout_s: float = 10.0,
+        max_message_bytes: int = P.MAX_MESSAGE_BYTES,
+        flood_rate_hz: float | None = None,
+    ) -> None:
         self.agent, self.token, self.host, self.port = agent, token, host, port
         self.cameras = dict(cameras or {})
         self.max_clients = max_clients
@@ -70,13 +78,16 @@ class RobotServer:
         try:
             sock = socket.create_server((self.host, self.port), reuse_port=False)
         except OSError as exc:
-            raise DeviceError(f"robot server: cannot listen on {self.host}:{self.port} ({exc})") from exc
+            raise DeviceError(
+                f"robot server: cannot listen on {self.host}:{self.port} ({exc})"
+            ) from exc
         sock.settimeout(0.2)
         self._sock, self.port, self._running = sock, sock.getsockname()[1], True
         self.agent.add_state_listener(self._on_state)
         self.agent.add_event_listener(self._on_event)
-        self._accept_thread = threading.Thread(target=self._accept_loop, name="robot-accept",
-                                               daemon=True)
+        self._accept_thread = threading.Thread(
+            target=self._accept_loop, name="robot-accept", daemon=True
+        )
         self._accept_thread.start()
 
     def close(self) -> None:
@@ -133,8 +144,14 @@ class RobotServer:
             self.agent.release(session.sid, f"client {session.name} disconnected")
 
     # -- streams ------------------------------------------------------------------------
-    def _on_state(self, seq: int, state: RobotState, command: NDArray[np.float64] | None,
-                  mode: str, status: dict[str, Any]) -> None:
+    def _on_state(
+        self,
+        seq: int,
+        state: RobotState,
+        command: NDArray[np.float64] | None,
+        mode: str,
+        status: dict[str, Any],
+    ) -> None:
         targets = [s for s in tuple(self.sessions.values()) if s.subscribed_state]
         if not targets:
             return
@@ -145,9 +162,16 @@ class RobotServer:
             s.enqueue("state", data)
 
     def _on_event(self, kind: str, message: str, data: dict[str, Any]) -> None:
-        packed = P.pack({"type": "event", "kind": kind, "message": message,
-                         "data": {k: v for k, v in data.items()
-                                  if isinstance(v, (str, int, float, bool, list))}})
+        packed = P.pack(
+            {
+                "type": "event",
+                "kind": kind,
+                "message": message,
+                "data": {
+                    k: v for k, v in data.items() if isinstance(v, (str, int, float, bool, list))
+                },
+            }
+        )
         for s in list(self.sessions.values()):
             if s.authenticated:
                 s.enqueue("other", packed)
@@ -158,8 +182,9 @@ class RobotServer:
         with self._lock:
             self._cam_subs.setdefault(name, set()).add(session)
             if name not in self._cam_threads:
-                t = threading.Thread(target=self._camera_loop, args=(name,),
-                                     name=f"camera-{name}", daemon=True)
+                t = threading.Thread(
+                    target=self._camera_loop, args=(name,), name=f"camera-{name}", daemon=True
+                )
                 self._cam_threads[name] = t
                 t.start()
         return {"camera": name}
@@ -175,7 +200,7 @@ class RobotServer:
                 with self._lock:
                     subs = list(self._cam_subs.get(name, ()))
                     if not subs or not self._running:
-                        self._cam_threads.pop(name, None)   # atomically with the check
+                        self._cam_threads.pop(name, None)  # atomically with the check
                         break
                 data = P.pack(P.frame_to_message(frame, name))
                 for s in subs:

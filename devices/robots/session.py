@@ -16,7 +16,7 @@ from devices.robots.auth import token_matches
 if TYPE_CHECKING:
     from devices.robots.server import RobotServer
 
-MAX_QUEUED_STATES = 500      # ~2 s at 250 Hz; older states are dropped (seq shows the gap)
+MAX_QUEUED_STATES = 500  # ~2 s at 250 Hz; older states are dropped (seq shows the gap)
 MAX_QUEUED_FRAMES = 3
 
 
@@ -68,7 +68,10 @@ class Session:
             if kind == "state" and len(self._out) >= MAX_QUEUED_STATES:
                 self.dropped_states += 1
                 return
-            if kind == "frame" and sum(1 for k, _ in self._out if k == "frame") >= MAX_QUEUED_FRAMES:
+            if (
+                kind == "frame"
+                and sum(1 for k, _ in self._out if k == "frame") >= MAX_QUEUED_FRAMES
+            ):
                 return
             self._out.append((kind, data))
             self._cv.notify()
@@ -125,15 +128,22 @@ class Session:
             while not self._closing:
                 msg = P.recv_message(self.sock, self.server.max_message_bytes)
                 if not self.guard.allow():
-                    self.fail("flood", f"more than {self.server.flood_rate_hz:.0f} messages/s "
-                              "from this client; disconnected and robot stopped")
+                    self.fail(
+                        "flood",
+                        f"more than {self.server.flood_rate_hz:.0f} messages/s "
+                        "from this client; disconnected and robot stopped",
+                    )
                     return
                 self._dispatch(msg)
         except P.ProtocolError as exc:
             self.fail(exc.code, str(exc))
         except TimeoutError:
-            self.fail("timeout", "no hello within the handshake time" if not self.authenticated
-                      else f"client silent for {self.server.idle_timeout_s:.0f} s")
+            self.fail(
+                "timeout",
+                "no hello within the handshake time"
+                if not self.authenticated
+                else f"client silent for {self.server.idle_timeout_s:.0f} s",
+            )
         except (P.ConnectionClosed, OSError):
             self.close()
         except Exception as exc:  # never let one client take the server down
@@ -141,19 +151,29 @@ class Session:
 
     def _handshake(self, msg: dict[str, Any]) -> None:
         if msg.get("type") != "hello" or msg.get("protocol") != P.PROTOCOL_NAME:
-            raise P.ProtocolError("auth", "expected a hello message of the "
-                                  f"{P.PROTOCOL_NAME} protocol")
+            raise P.ProtocolError(
+                "auth", f"expected a hello message of the {P.PROTOCOL_NAME} protocol"
+            )
         if not token_matches(self.server.token, msg.get("token")):
             raise P.ProtocolError("auth", "authentication failed")
         version = msg.get("version")
         if version not in P.SUPPORTED_VERSIONS:
-            raise P.ProtocolError("version", f"protocol version {version!r} is not supported "
-                                  f"(server speaks {list(P.SUPPORTED_VERSIONS)})")
+            raise P.ProtocolError(
+                "version",
+                f"protocol version {version!r} is not supported "
+                f"(server speaks {list(P.SUPPORTED_VERSIONS)})",
+            )
         self.authenticated = True
-        self.send({"type": "welcome", "version": P.PROTOCOL_VERSION, "session": self.sid,
-                   "info": self.server.agent.info.to_dict(),
-                   "cameras": sorted(self.server.cameras),
-                   "server_time": time.monotonic()})
+        self.send(
+            {
+                "type": "welcome",
+                "version": P.PROTOCOL_VERSION,
+                "session": self.sid,
+                "info": self.server.agent.info.to_dict(),
+                "cameras": sorted(self.server.cameras),
+                "server_time": time.monotonic(),
+            }
+        )
 
     def _dispatch(self, msg: dict[str, Any]) -> None:
         kind, req_id = msg["type"], msg.get("id")

@@ -28,15 +28,16 @@ def set_realtime(priority: int, native_id: int = 0) -> bool:
 class RateLoop:
     """Call `wait()` once per tick; it returns the due time of the tick."""
 
-    def __init__(self, rate_hz: float, spin_s: float = 0.0004, resync_periods: int = 5,
-                 history: int = 20000) -> None:
+    def __init__(
+        self, rate_hz: float, spin_s: float = 0.0004, resync_periods: int = 5, history: int = 20000
+    ) -> None:
         self.dt = 1.0 / float(rate_hz)
         self.spin_s = spin_s
         self.resync_periods = resync_periods
         self.k = 0
         self.t0 = time.perf_counter()
         self.skipped = 0
-        self._lateness = np.zeros(history)   # s, wake time minus due time, ring buffer
+        self._lateness = np.zeros(history)  # s, wake time minus due time, ring buffer
         self._n = 0
 
     def restart(self) -> None:
@@ -71,8 +72,13 @@ class RateLoop:
             return {"p50": 0.0, "p99": 0.0, "max": 0.0, "ticks": 0.0, "skipped": 0.0}
         idx = np.arange(self._n - m, self._n) % self._lateness.size
         lat = self._lateness[idx] * 1e3
-        return {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)),
-                "max": float(lat.max()), "ticks": float(self._n), "skipped": float(self.skipped)}
+        return {
+            "p50": float(np.percentile(lat, 50)),
+            "p99": float(np.percentile(lat, 99)),
+            "max": float(lat.max()),
+            "ticks": float(self._n),
+            "skipped": float(self.skipped),
+        }
 
     def reset_stats(self) -> None:
         self._n = 0

@@ -16,7 +16,7 @@ class WatchdogConfig:
     (None: 5 control periods; a late output keeps the previous command until then)."""
 
     heartbeat_timeout_s: float = 0.25
-    command_timeout_s: float = 0.1       # velocity/torque streams must refresh this often
+    command_timeout_s: float = 0.1  # velocity/torque streams must refresh this often
     policy_timeout_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -44,8 +44,9 @@ class Watchdog:
     def __init__(self, config: WatchdogConfig, dt: float) -> None:
         self.config = config
         self.dt = dt
-        self.policy_timeout_s = (config.policy_timeout_s if config.policy_timeout_s is not None
-                                 else 5.0 * dt)
+        self.policy_timeout_s = (
+            config.policy_timeout_s if config.policy_timeout_s is not None else 5.0 * dt
+        )
         self.last_heartbeat = float("-inf")
         self.last_command = float("-inf")
         self.armed = False
@@ -74,12 +75,18 @@ class Watchdog:
             return None
         deadline = self.heartbeat_deadline()
         if now > deadline:
-            return (f"watchdog: no heartbeat from the workbench for "
-                    f"{(now - self.last_heartbeat) * 1e3:.0f} ms "
-                    f"(limit {self.config.heartbeat_timeout_s * 1e3:.0f} ms)", deadline)
+            return (
+                f"watchdog: no heartbeat from the workbench for "
+                f"{(now - self.last_heartbeat) * 1e3:.0f} ms "
+                f"(limit {self.config.heartbeat_timeout_s * 1e3:.0f} ms)",
+                deadline,
+            )
         if streamed_command:
             deadline = self.last_command + self.config.command_timeout_s
             if now > deadline:
-                return (f"watchdog: streamed command is {(now - self.last_command) * 1e3:.0f} ms "
-                        f"old (limit {self.config.command_timeout_s * 1e3:.0f} ms)", deadline)
+                return (
+                    f"watchdog: streamed command is {(now - self.last_command) * 1e3:.0f} ms "
+                    f"old (limit {self.config.command_timeout_s * 1e3:.0f} ms)",
+                    deadline,
+                )
         return None

@@ -18,7 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def test_round_trip_with_lineage(tmp_path: Path) -> None:
@@ -78,11 +80,15 @@ def test_failed_artifact_leaves_no_trace(tmp_path: Path) -> None:
         ("{ this is not json", "corrupt manifest"),
         ('{"format": "something-else", "format_version": 1}', "not a Twinbench manifest"),
         ('{"format": "twinbench-project", "format_version": 99}', "newer than this Twinbench"),
-        ('{"format": "twinbench-project", "format_version": 1, "artifacts": [{"id": 1}]}',
-         "corrupt artifact entry"),
+        (
+            '{"format": "twinbench-project", "format_version": 1, "artifacts": [{"id": 1}]}',
+            "corrupt artifact entry",
+        ),
     ],
 )
-def test_bad_projects_are_refused_and_untouched(tmp_path: Path, content: str | None, match: str) -> None:
+def test_bad_projects_are_refused_and_untouched(
+    tmp_path: Path, content: str | None, match: str
+) -> None:
     root = tmp_path / "bad"
     root.mkdir()
     (root / "notes.txt").write_text("keep me")
@@ -123,8 +129,11 @@ def test_writer_killed_mid_save_leaves_openable_project(tmp_path: Path) -> None:
     committed = 0
     for delay in (0.3, 0.45, 0.6):
         proc = subprocess.Popen(
-            [sys.executable, "-c", _WRITER, str(root)], cwd=REPO, stdout=subprocess.PIPE,
-            text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+            [sys.executable, "-c", _WRITER, str(root)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
         )
         assert proc.stdout is not None
         first = proc.stdout.readline()  # at least one artifact written before the kill

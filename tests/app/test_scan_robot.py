@@ -47,9 +47,15 @@ def test_guided_scan_finds_objects_where_they_are(lab: LabProcess, tmp_path: Pat
     rec = tmp_path / "robot.db3"
     with RobotClient(lab.host, lab.port, lab.token) as robot:
         # the TRUE hand-eye (tests only): isolates FK + frame/state pairing from calibration
-        res = run_to_end(scan_robot(robot, ScanOptions(), record=rec,
-                                    plan=RobotScanPlan(views=7, object_views=0),
-                                    calibration={"T_hand_camera": _true_hand_camera()}))
+        res = run_to_end(
+            scan_robot(
+                robot,
+                ScanOptions(),
+                record=rec,
+                plan=RobotScanPlan(views=7, object_views=0),
+                calibration={"T_hand_camera": _true_hand_camera()},
+            )
+        )
         st = _status_after_stop(robot)
         assert st["mode"] == "stopped" and not st["estop"]
         assert _still(robot) < 2e-3
@@ -84,8 +90,10 @@ def _true_hand_camera() -> np.ndarray:
 def test_hand_eye_over_the_protocol_recovers_the_true_mount() -> None:
     from app.workflows.scan_robot import calibrate_robot
 
-    with start_lab_process("panda_calib", camera_size="424x240", camera_fps=15) as calib_lab, \
-            RobotClient(calib_lab.host, calib_lab.port, calib_lab.token) as robot:
+    with (
+        start_lab_process("panda_calib", camera_size="424x240", camera_fps=15) as calib_lab,
+        RobotClient(calib_lab.host, calib_lab.port, calib_lab.token) as robot,
+    ):
         cal = run_to_end(calibrate_robot(robot, views=6, plan=RobotScanPlan()))
         assert _status_after_stop(robot)["mode"] == "stopped"
     X, Xt = cal["T_hand_camera"], _true_hand_camera()
@@ -99,7 +107,7 @@ def test_cancel_mid_scan_leaves_robot_stopped(lab: LabProcess) -> None:
     with RobotClient(lab.host, lab.port, lab.token) as robot:
         q_start = robot.latest_state().joint_pos
         job = scan_robot(robot, ScanOptions(), plan=RobotScanPlan(views=6, object_views=0))
-        for _ in range(3):        # start message + two integrated views
+        for _ in range(3):  # start message + two integrated views
             next(job)
         assert np.max(np.abs(robot.latest_state().joint_pos - q_start)) > 0.05  # it moved
         job.close()

@@ -44,7 +44,9 @@ def test_new_open_and_recent_order(ctl: AppController, tmp_path: Path) -> None:
     assert again.open_last().root == a.root
 
 
-def test_recent_is_capped_and_tolerates_corruption(ctl: AppController, tmp_path: Path, caplog) -> None:
+def test_recent_is_capped_and_tolerates_corruption(
+    ctl: AppController, tmp_path: Path, caplog
+) -> None:
     for i in range(MAX_RECENT + 3):
         ctl.new_project(tmp_path / f"p{i}")
     rec = ctl.recent_projects()

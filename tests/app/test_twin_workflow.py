@@ -14,7 +14,9 @@ from app.workflows import twin as twin_flow
 from twins.errors import TwinError
 
 
-def test_cli_build_with_lineage_and_info(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_build_with_lineage_and_info(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "p"
     Project.create(root)
     assert cli(["twin", "build", "--project", str(root), "--procedural", "--quiet"]) == 0
@@ -30,8 +32,22 @@ def test_cli_build_with_lineage_and_info(tmp_path: Path, capsys: pytest.CaptureF
     assert cli(["twin", "info", "--project", str(root)]) == 0
     assert "objects.u_block.density" in capsys.readouterr().out
     # a second twin from the same scan, no robot
-    assert cli(["twin", "build", "--project", str(root), "--scan", scan.id, "--robot", "none",
-                "--quiet"]) == 0
+    assert (
+        cli(
+            [
+                "twin",
+                "build",
+                "--project",
+                str(root),
+                "--scan",
+                scan.id,
+                "--robot",
+                "none",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "no robot" in capsys.readouterr().out
 
 
@@ -48,11 +64,23 @@ def test_failed_build_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixt
     # a bad robot file: the CLI says which file and exits non-zero
     bad = tmp_path / "bad.urdf"
     bad.write_text("<robot name='x'><link name='a'>")
-    rc = cli(["twin", "build", "--project", str(proj.root), "--procedural", "--robot", str(bad),
-              "--quiet"])
+    rc = cli(
+        [
+            "twin",
+            "build",
+            "--project",
+            str(proj.root),
+            "--procedural",
+            "--robot",
+            str(bad),
+            "--quiet",
+        ]
+    )
     assert rc == 2 and "bad.urdf: malformed URDF XML" in capsys.readouterr().err
-    assert json.loads((proj.root / MANIFEST).read_text())["artifacts"] == \
-        json.loads(manifest)["artifacts"]
+    assert (
+        json.loads((proj.root / MANIFEST).read_text())["artifacts"]
+        == json.loads(manifest)["artifacts"]
+    )
 
 
 def test_edit_is_a_new_artifact_with_parent(tmp_path: Path) -> None:

@@ -24,7 +24,9 @@ def test_pose_matrix_round_trip() -> None:
 
 
 def test_invert_is_inverse() -> None:
-    T = pose_to_matrix([0.1, -0.2, 0.3, *Rotation.from_euler("xyz", [10, 20, 30], degrees=True).as_quat()])
+    T = pose_to_matrix(
+        [0.1, -0.2, 0.3, *Rotation.from_euler("xyz", [10, 20, 30], degrees=True).as_quat()]
+    )
     np.testing.assert_allclose(invert(T) @ T, np.eye(4), atol=1e-12)
 
 

@@ -19,9 +19,13 @@ def _traj(n: int = 200) -> Trajectory:
     q = np.stack([np.sin(2 * np.pi * t), np.cos(t)], 1)
     rot = Rotation.from_rotvec(np.outer(t, [0, 0, 1.0])).as_quat()
     pose = np.concatenate([np.stack([t, 0 * t, 0 * t + 0.1], 1), rot], 1)
-    return Trajectory(t, {"robot/joint_pos": q, "objects/puck/pose": pose, "robot/command": q[:, 0]},
-                      {"robot/joint_pos": "rad", "objects/puck/pose": POSE_UNIT, "robot/command": "rad"},
-                      "real", {"robot": "pendulum", "rate_hz": 100.0})
+    return Trajectory(
+        t,
+        {"robot/joint_pos": q, "objects/puck/pose": pose, "robot/command": q[:, 0]},
+        {"robot/joint_pos": "rad", "objects/puck/pose": POSE_UNIT, "robot/command": "rad"},
+        "real",
+        {"robot": "pendulum", "rate_hz": 100.0},
+    )
 
 
 def test_validation_messages() -> None:

@@ -33,7 +33,7 @@ def _record_sine(client: RobotClient, seconds: float) -> Trajectory:
 
     th = threading.Thread(target=drive, daemon=True)
     th.start()
-    time.sleep(0.2)                      # commands are flowing before the recording starts
+    time.sleep(0.2)  # commands are flowing before the recording starts
     try:
         traj = client.stream(seconds)
     finally:
@@ -56,8 +56,9 @@ def test_lab_recording_replays_in_twin(tmp_path: Path) -> None:
     keep = np.isfinite(cmd).all(axis=1)
     assert keep.mean() > 0.95
     real = real.with_channels(
-        t=real.t[keep], channels={k: v[keep] for k, v in real.channels.items()})
-    real.save(tmp_path / "traj")                      # what a project would store
+        t=real.t[keep], channels={k: v[keep] for k, v in real.channels.items()}
+    )
+    real.save(tmp_path / "traj")  # what a project would store
     real = Trajectory.load(tmp_path / "traj")
 
     spec = build_twin(procedural_scan_result(), tmp_path / "twin", name="e2e")
@@ -67,7 +68,7 @@ def test_lab_recording_replays_in_twin(tmp_path: Path) -> None:
     q_real, q_sim = real["robot/joint_pos"], sim["robot/joint_pos"][:, :7]
     err = np.abs(q_sim - q_real)
     motion = np.ptp(q_real, axis=0)
-    assert motion.min() > 0.2                           # the arm really moved
+    assert motion.min() > 0.2  # the arm really moved
     # the nominal twin follows the lab to a few centirad: the gap is the lab's latency and
     # PD tracking, which fitting (a later step) is meant to close
     rms = float(np.sqrt(np.mean(err**2)))

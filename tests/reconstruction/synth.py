@@ -23,8 +23,9 @@ def scene() -> dict[str, trimesh.Trimesh]:
     return {"table": table, "box": box, "cylinder": cyl}
 
 
-def look_at(eye: np.ndarray, target: np.ndarray, up: tuple[float, float, float] = (0, 0, 1.0)
-            ) -> np.ndarray:
+def look_at(
+    eye: np.ndarray, target: np.ndarray, up: tuple[float, float, float] = (0, 0, 1.0)
+) -> np.ndarray:
     """T_world_camera of an OpenCV camera (x right, y down, z forward) at eye looking at target."""
     z = target - eye
     z = z / np.linalg.norm(z)
@@ -36,19 +37,27 @@ def look_at(eye: np.ndarray, target: np.ndarray, up: tuple[float, float, float] 
     return T
 
 
-def render(meshes: dict[str, trimesh.Trimesh], T_world_camera: np.ndarray,
-           intr: Intrinsics = INTR, noise_m: float = 0.0, index: int = 0,
-           seed: int = 0) -> RGBDFrame:
+def render(
+    meshes: dict[str, trimesh.Trimesh],
+    T_world_camera: np.ndarray,
+    intr: Intrinsics = INTR,
+    noise_m: float = 0.0,
+    index: int = 0,
+    seed: int = 0,
+) -> RGBDFrame:
     """Depth (mm units) and flat per-mesh colour as seen by a pinhole camera."""
     rs = o3d.t.geometry.RaycastingScene()
     colors = {}
     palette = [(200, 180, 150), (200, 40, 40), (40, 90, 200), (40, 160, 60)]
     for i, (_name, m) in enumerate(meshes.items()):
-        gid = rs.add_triangles(o3d.core.Tensor(m.vertices.astype(np.float32)),
-                               o3d.core.Tensor(m.faces.astype(np.uint32)))
+        gid = rs.add_triangles(
+            o3d.core.Tensor(m.vertices.astype(np.float32)),
+            o3d.core.Tensor(m.faces.astype(np.uint32)),
+        )
         colors[gid] = palette[i % len(palette)]
     rays = o3d.t.geometry.RaycastingScene.create_rays_pinhole(
-        o3d.core.Tensor(intr.K), o3d.core.Tensor(invert(T_world_camera)), intr.width, intr.height)
+        o3d.core.Tensor(intr.K), o3d.core.Tensor(invert(T_world_camera)), intr.width, intr.height
+    )
     ans = rs.cast_rays(rays)
     t = ans["t_hit"].numpy()
     geo = ans["geometry_ids"].numpy()
@@ -67,9 +76,16 @@ def render(meshes: dict[str, trimesh.Trimesh], T_world_camera: np.ndarray,
     return RGBDFrame(color, depth, 0.001, intr, index / 30.0, index, T_world_camera)
 
 
-def orbit(n: int, radius: float = 0.6, height: float = 0.45,
-          center: tuple[float, float, float] = (0.52, 0.0, 0.03), span: float = 0.9) -> list[np.ndarray]:
+def orbit(
+    n: int,
+    radius: float = 0.6,
+    height: float = 0.45,
+    center: tuple[float, float, float] = (0.52, 0.0, 0.03),
+    span: float = 0.9,
+) -> list[np.ndarray]:
     """Camera poses on an arc around the objects, looking at `center`."""
     angles = np.linspace(-span, span, n) + np.pi
-    return [look_at(center + np.array([radius * np.cos(a), radius * np.sin(a), height]), center)
-            for a in angles]
+    return [
+        look_at(center + np.array([radius * np.cos(a), radius * np.sin(a), height]), center)
+        for a in angles
+    ]

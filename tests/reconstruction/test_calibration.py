@@ -37,7 +37,7 @@ B_TRUE = _T([np.pi, 0, 0], [0.3, 0.07, 0.0])
 
 def _blank(index: int = 0) -> RGBDFrame:
     color = np.full((INTR.height, INTR.width, 3), 170, np.uint8)
-    depth = np.zeros((INTR.height, INTR.width), np.uint16)     # no occluders
+    depth = np.zeros((INTR.height, INTR.width), np.uint16)  # no occluders
     return RGBDFrame(color, depth, 0.001, INTR, 0.0, index)
 
 
@@ -74,7 +74,7 @@ def test_board_not_found_is_clear() -> None:
 def test_board_png_and_workspace_frame(tmp_path: Path) -> None:
     p = save_board_png(tmp_path / "board.png")
     img = cv2.imread(str(p), cv2.IMREAD_GRAYSCALE)
-    assert img.shape == (600, 840)                     # 0.15 x 0.21 m at 4000 px/m
+    assert img.shape == (600, 840)  # 0.15 x 0.21 m at 4000 px/m
     assert BOARD.size_m == pytest.approx((0.21, 0.15))
     T = workspace_frame(np.array([0, 0, 2.0, -0.2]), np.array([0.5, 0.1, 0.7]))
     assert np.allclose(T[:3, 2], [0, 0, 1]) and np.allclose(T[:3, 3], [0.5, 0.1, 0.1])

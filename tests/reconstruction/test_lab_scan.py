@@ -21,8 +21,10 @@ def lab_scan(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyp
 
     rec = tmp_path_factory.mktemp("lab") / "lab.db3"
     previews = []
-    res = run_to_end(scan_lab(ScanOptions(), record=rec, quick=True),
-                     lambda p: previews.append(p.partial) if p.partial else None)
+    res = run_to_end(
+        scan_lab(ScanOptions(), record=rec, quick=True),
+        lambda p: previews.append(p.partial) if p.partial else None,
+    )
     return res, rec, previews
 
 
@@ -43,9 +45,9 @@ def test_calibration_recovers_lab_truth(lab_scan) -> None:  # type: ignore[no-un
     assert rotation_angle_deg(Tf, Tf_true) < 0.5
     he = res.calibration["hand_eye"]
     assert len(he["residual_mm"]) >= 6 and max(he["reproj_px"]) < 1.5
-    assert res.calibration["intrinsics_check"]["relative_error"] < 0.01   # D435-like K holds
+    assert res.calibration["intrinsics_check"]["relative_error"] < 0.01  # D435-like K holds
     T_table = np.asarray(res.calibration["T_base_table"])
-    assert T_table[2, 2] > 0.999 and abs(T_table[2, 3]) < 0.003          # table top at z = 0
+    assert T_table[2, 2] > 0.999 and abs(T_table[2, 3]) < 0.003  # table top at z = 0
     assert res.capture["sdk_version"] and res.capture["depth_scale"] == 0.001
 
 
@@ -82,7 +84,8 @@ def test_recording_replays_through_cli(lab_scan, tmp_path: Path) -> None:  # typ
         n = sum(1 for _ in pb.frames())
     # every frame comes back (SDK 2.59 may lose the first at start: then it is reported)
     assert n + len(pb.dropped) == res.quality["frames_integrated"] + len(
-        res.quality["frames_skipped"])
+        res.quality["frames_skipped"]
+    )
     assert pb.dropped in ([], [1])
     proj = tmp_path / "proj"
     assert main(["project", "new", str(proj)]) == 0

@@ -14,17 +14,24 @@ from tests.reconstruction.synth import orbit, render, scene
 @pytest.mark.slow
 def test_odometry_tracks_and_skips_bad_frames() -> None:
     sc = scene()
-    poses = orbit(8, span=0.35)                     # ~6 deg and ~6 cm between frames
+    poses = orbit(8, span=0.35)  # ~6 deg and ~6 cm between frames
     frames = [render(sc, T, noise_m=0.0005, index=i) for i, T in enumerate(poses)]
     rng = np.random.default_rng(0)
     f = frames[4]
-    junk = RGBDFrame(rng.integers(0, 255, f.color.shape).astype(np.uint8),
-                     rng.integers(200, 1000, f.depth.shape).astype(np.uint16), 0.001,
-                     f.intrinsics, f.timestamp, 100)
+    junk = RGBDFrame(
+        rng.integers(0, 255, f.color.shape).astype(np.uint8),
+        rng.integers(200, 1000, f.depth.shape).astype(np.uint16),
+        0.001,
+        f.intrinsics,
+        f.timestamp,
+        100,
+    )
     sess = ScanSession(track=True)
     for fr in frames[:4] + [junk] + frames[4:]:
-        sess.add(RGBDFrame(fr.color, fr.depth, fr.depth_scale, fr.intrinsics, fr.timestamp,
-                           fr.index), None)                 # no pose: odometry
+        sess.add(
+            RGBDFrame(fr.color, fr.depth, fr.depth_scale, fr.intrinsics, fr.timestamp, fr.index),
+            None,
+        )  # no pose: odometry
     assert list(sess.skipped) == [100] and "tracking failed" in sess.skipped[100]
     assert sess.tsdf.frames_integrated == 8
     T_first_last = invert(poses[0]) @ poses[-1]

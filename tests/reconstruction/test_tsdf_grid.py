@@ -27,7 +27,7 @@ def _fuse(frames, settings: TSDFSettings) -> TSDFIntegrator:  # type: ignore[no-
 def test_grid_shift_puts_the_table_mid_block() -> None:
     s = TSDFSettings(voxel_size=0.004, block_resolution=8, table_z=0.0)
     assert s.grid_shift == pytest.approx(0.016)
-    assert TSDFSettings(table_z=0.02).grid_shift == pytest.approx(0.028)   # (16 - 20) mod 32
+    assert TSDFSettings(table_z=0.02).grid_shift == pytest.approx(0.028)  # (16 - 20) mod 32
     assert TSDFSettings(table_z=None).grid_shift == 0.0
 
 
@@ -44,7 +44,7 @@ def test_aligned_grid_touches_fewer_blocks_same_surface(frames) -> None:  # type
     assert len(b.faces) > 0.8 * len(a.faces)
     assert abs(np.median(b.vertices[:, 2][np.abs(b.vertices[:, 2]) < 0.005])) < 0.001
     p, _ = aligned.points()
-    assert abs(np.median(p[:, 2][np.abs(p[:, 2]) < 0.005])) < 0.001   # previews shifted back
+    assert abs(np.median(p[:, 2][np.abs(p[:, 2]) < 0.005])) < 0.001  # previews shifted back
 
 
 def test_workspace_drops_blocks_outside(frames) -> None:  # type: ignore[no-untyped-def]

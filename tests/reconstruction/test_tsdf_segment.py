@@ -26,9 +26,9 @@ def test_tsdf_mesh_is_not_empty_and_plausible(synth_frames: list[RGBDFrame]) -> 
     for f in synth_frames[::3]:
         assert ig.integrate(f, f.T_world_camera)
     m = ig.mesh()
-    assert len(m.faces) > 10000                       # DESIGN §9: legacy TSDF gave 0 here
+    assert len(m.faces) > 10000  # DESIGN §9: legacy TSDF gave 0 here
     lo, hi = m.bounds
-    assert lo[2] > -0.01 and 0.11 < hi[2] < 0.13       # table top at 0, cylinder top at 0.12
+    assert lo[2] > -0.01 and 0.11 < hi[2] < 0.13  # table top at 0, cylinder top at 0.12
     p, c = ig.points()
     assert len(p) > 5000 and c.dtype == np.uint8
 
@@ -75,14 +75,14 @@ def test_plane_ransac_is_seeded(synth_frames: list[RGBDFrame]) -> None:
     a, fa = fit_table_plane(pts, seed=3)
     b, fb = fit_table_plane(pts, seed=3)
     assert np.array_equal(a.normal, b.normal) and a.d == b.d and fa == fb
-    assert abs(a.normal[2]) > 0.999           # no `up`: oriented towards the world origin
+    assert abs(a.normal[2]) > 0.999  # no `up`: oriented towards the world origin
 
 
 def test_touching_objects_of_different_colour_are_split() -> None:
     left = trimesh.creation.box((0.06, 0.06, 0.08))
     left.apply_translation((0.47, 0.0, 0.04))
     right = trimesh.creation.box((0.06, 0.06, 0.05))
-    right.apply_translation((0.53, 0.0, 0.025))        # faces touch at x = 0.50
+    right.apply_translation((0.53, 0.0, 0.025))  # faces touch at x = 0.50
     table = trimesh.creation.box((1.0, 0.8, 0.04))
     table.apply_translation((0.5, 0.0, -0.02))
     sc = {"table": table, "left": left, "right": right}
@@ -112,11 +112,13 @@ def test_ear_clip_and_fan_fill() -> None:
     u = np.array([[0, 0], [3, 0], [3, 3], [2, 3], [2, 1], [1, 1], [1, 3], [0, 3]], float)
     tris = ear_clip(u)
     assert tris is not None and len(tris) == 6
-    area = sum(abs((u[b] - u[a])[0] * (u[c] - u[a])[1] - (u[b] - u[a])[1] * (u[c] - u[a])[0]) / 2
-               for a, b, c in tris)
-    assert area == pytest.approx(7.0)                  # the U's area, its gap not covered
+    area = sum(
+        abs((u[b] - u[a])[0] * (u[c] - u[a])[1] - (u[b] - u[a])[1] * (u[c] - u[a])[0]) / 2
+        for a, b, c in tris
+    )
+    assert area == pytest.approx(7.0)  # the U's area, its gap not covered
     box = trimesh.creation.box((1, 1, 1))
-    bottom = box.face_normals[:, 2] < -0.9          # remove the bottom: a square hole
+    bottom = box.face_normals[:, 2] < -0.9  # remove the bottom: a square hole
     open_box = trimesh.Trimesh(box.vertices, box.faces[~bottom], process=False)
     assert not open_box.is_watertight
     closed = fill_holes_fan(open_box)
@@ -125,8 +127,9 @@ def test_ear_clip_and_fan_fill() -> None:
 
 def test_cluster_downsamples_big_clouds() -> None:
     rng = np.random.default_rng(0)
-    table = np.column_stack([rng.uniform(0, 1, 400000), rng.uniform(-0.5, 0.5, 400000),
-                             np.zeros(400000)])
+    table = np.column_stack(
+        [rng.uniform(0, 1, 400000), rng.uniform(-0.5, 0.5, 400000), np.zeros(400000)]
+    )
     obj = rng.uniform([0.4, 0.0, 0.01], [0.45, 0.05, 0.06], (200000, 3))
     pts = np.vstack([table, obj])
     plane, _ = fit_table_plane(pts, up=np.array([0, 0, 1.0]))

@@ -21,9 +21,14 @@ DATA = Path(pybullet_data.getDataPath())
 PEND = Path(__file__).resolve().parents[3] / "shared" / "data" / "real" / "simple_pendulum"
 
 
-@pytest.mark.parametrize("ref, n", [("pybullet_data:franka_panda/panda.urdf", 9),
-                                    ("pybullet_data:kuka_iiwa/model.urdf", 7),
-                                    ("pybullet_data:xarm/xarm6_robot.urdf", 6)])
+@pytest.mark.parametrize(
+    "ref, n",
+    [
+        ("pybullet_data:franka_panda/panda.urdf", 9),
+        ("pybullet_data:kuka_iiwa/model.urdf", 7),
+        ("pybullet_data:xarm/xarm6_robot.urdf", 6),
+    ],
+)
 def test_bundled_robots_build_and_follow_commands(ref: str, n: int, tmp_path: Path) -> None:
     robot, params, _ = robot_into(tmp_path, ref)
     spec = assemble("r", (robot, params), ground=False)
@@ -55,10 +60,14 @@ def _urdf(tmp_path: Path, body: str, name: str = "bad.urdf") -> Path:
     return p
 
 
-LINK = '<link name="{n}"><inertial><mass value="{m}"/><inertia ixx="1e-3" ixy="0" ixz="0" ' \
-       'iyy="1e-3" iyz="0" izz="1e-3"/></inertial>{extra}</link>'
-JOINT = '<joint name="j1" type="revolute"><parent link="a"/><child link="b"/>' \
-        '<axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint>'
+LINK = (
+    '<link name="{n}"><inertial><mass value="{m}"/><inertia ixx="1e-3" ixy="0" ixz="0" '
+    'iyy="1e-3" iyz="0" izz="1e-3"/></inertial>{extra}</link>'
+)
+JOINT = (
+    '<joint name="j1" type="revolute"><parent link="a"/><child link="b"/>'
+    '<axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="1" velocity="1"/></joint>'
+)
 
 
 def test_bad_robot_descriptions_name_the_element(tmp_path: Path) -> None:
@@ -66,12 +75,14 @@ def test_bad_robot_descriptions_name_the_element(tmp_path: Path) -> None:
     p.write_text("<robot name='r'><link name='a'></robot>")
     with pytest.raises(TwinError, match="broken.urdf: malformed URDF XML"):
         read_urdf(p)
-    neg = _urdf(tmp_path, LINK.format(n="a", m=1, extra="") + LINK.format(n="b", m=-2, extra="")
-                + JOINT)
+    neg = _urdf(
+        tmp_path, LINK.format(n="a", m=1, extra="") + LINK.format(n="b", m=-2, extra="") + JOINT
+    )
     with pytest.raises(TwinError, match="link 'b' has negative mass"):
         read_urdf(neg)
-    zero = _urdf(tmp_path, LINK.format(n="a", m=1, extra="") + LINK.format(n="b", m=0, extra="")
-                 + JOINT)
+    zero = _urdf(
+        tmp_path, LINK.format(n="a", m=1, extra="") + LINK.format(n="b", m=0, extra="") + JOINT
+    )
     with pytest.raises(TwinError, match="link 'b' moved by joint 'j1' has mass 0.0 kg"):
         read_urdf(zero)
     orphan = _urdf(tmp_path, LINK.format(n="a", m=1, extra="") + JOINT)
@@ -82,10 +93,15 @@ def test_bad_robot_descriptions_name_the_element(tmp_path: Path) -> None:
 
 
 def test_missing_mesh_falls_back_without_touching_the_original(tmp_path: Path) -> None:
-    vis = '<visual><geometry><mesh filename="meshes/gone.stl"/></geometry></visual>' \
-          '<collision><geometry><mesh filename="meshes/gone.stl"/></geometry></collision>'
-    src = _urdf(tmp_path, LINK.format(n="a", m=1, extra="") + LINK.format(n="b", m=1, extra=vis)
-                + JOINT, "arm.urdf")
+    vis = (
+        '<visual><geometry><mesh filename="meshes/gone.stl"/></geometry></visual>'
+        '<collision><geometry><mesh filename="meshes/gone.stl"/></geometry></collision>'
+    )
+    src = _urdf(
+        tmp_path,
+        LINK.format(n="a", m=1, extra="") + LINK.format(n="b", m=1, extra=vis) + JOINT,
+        "arm.urdf",
+    )
     before = src.read_bytes()
     out, notes = loadable_urdf(src, tmp_path / "fixed")
     assert src.read_bytes() == before and out != src

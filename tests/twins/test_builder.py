@@ -15,9 +15,13 @@ from twins.spec import TwinSpec
 
 
 def test_values_are_written_and_read_back(demo_twin: TwinSpec) -> None:
-    vals = {"objects.box.density": 800.0, "objects.box.friction": 0.9,
-            "objects.box.restitution": 0.3, "sim.solver_iterations": 80,
-            "robot.links.panda_link4.mass": 3.0}
+    vals = {
+        "objects.box.density": 800.0,
+        "objects.box.friction": 0.9,
+        "objects.box.restitution": 0.3,
+        "sim.solver_iterations": 80,
+        "robot.links.panda_link4.mass": 3.0,
+    }
     with TwinWorld(demo_twin, vals) as w:
         info = pb.getDynamicsInfo(w.bodies["box"].body_id, -1, physicsClientId=w.cid)
         assert info[0] == pytest.approx(800.0 * demo_twin.object("box").volume)
@@ -37,7 +41,9 @@ def test_a_value_the_engine_ignores_is_an_error(demo_twin: TwinSpec, monkeypatch
         return tuple(info)
 
     monkeypatch.setattr(builder.pb, "getDynamicsInfo", ignoring_friction)
-    with pytest.raises(TwinError, match="parameter 'objects.box.friction': wrote 0.9 but PyBullet reports 0.5"):
+    with pytest.raises(
+        TwinError, match="parameter 'objects.box.friction': wrote 0.9 but PyBullet reports 0.5"
+    ):
         TwinWorld(demo_twin, {"objects.box.friction": 0.9})
 
 
@@ -59,8 +65,14 @@ def test_reset_makes_rollouts_repeatable(demo_twin: TwinSpec) -> None:
 
 
 def _falling_box(restitution: float = 0.0):
-    box = primitive_object("box", "box", (0.05, 0.05, 0.05), (0, 0, 0.5, 0, 0, 0, 1), mass=1.0,
-                           material={"restitution": restitution})
+    box = primitive_object(
+        "box",
+        "box",
+        (0.05, 0.05, 0.05),
+        (0, 0, 0.5, 0, 0, 0, 1),
+        mass=1.0,
+        material={"restitution": restitution},
+    )
     return assemble("drop", None, [box], ground=True, sim=sim_params())
 
 
@@ -76,8 +88,9 @@ def test_free_fall_matches_analytic() -> None:
 
 def test_compliant_contact_sinks_by_weight_over_stiffness() -> None:
     box = primitive_object("box", "box", (0.05, 0.05, 0.05), (0, 0, 0.05, 0, 0, 0, 1), mass=1.0)
-    spec = assemble("soft", None, [box], ground=True, contact_model="compliant",
-                    stiffness=2000.0, damping=200.0)
+    spec = assemble(
+        "soft", None, [box], ground=True, contact_model="compliant", stiffness=2000.0, damping=200.0
+    )
     # box and ground springs in series, 1 / (1/k1 + 1/k2), at each of the 4 corner contacts
     k = 4 * 2000.0 / 2
     with TwinWorld(spec) as w:
@@ -92,10 +105,12 @@ def test_dc_motor_reaches_back_emf_speed() -> None:
     spec = qube_twin()
     V = 2.0
     t = np.arange(0, 12.0001, 0.01)  # time constant ~1.5 s once the pendulum flies out
-    real = Trajectory(t, {"robot/command": np.full((len(t), 1), V),
-                          "robot/joint_pos": np.zeros((len(t), 2))},
-                      {"robot/command": "V", "robot/joint_pos": "rad"},
-                      meta={"joint_names": ["arm", "pendulum"], "command_joints": ["arm"]})
+    real = Trajectory(
+        t,
+        {"robot/command": np.full((len(t), 1), V), "robot/joint_pos": np.zeros((len(t), 2))},
+        {"robot/command": "V", "robot/joint_pos": "rad"},
+        meta={"joint_names": ["arm", "pendulum"], "command_joints": ["arm"]},
+    )
     with TwinWorld(spec) as w:
         sim = replay_in(w, real)
     km, Rm, Dr = 0.042, 8.4, 5e-6
@@ -112,7 +127,10 @@ def test_kuka_and_armature(tmp_path) -> None:
     robot = robot_from_urdf("pybullet_data:kuka_iiwa/model.urdf", path)
     spec = assemble("kuka", robot, ground=False)
     assert len(spec.robot.joints) == 7  # type: ignore[union-attr]
-    with TwinWorld(spec) as w0, TwinWorld(spec, {"robot.joints.lbr_iiwa_joint_7.armature": 0.05}) as w1:
+    with (
+        TwinWorld(spec) as w0,
+        TwinWorld(spec, {"robot.joints.lbr_iiwa_joint_7.armature": 0.05}) as w1,
+    ):
         for w in (w0, w1):
             li = w.link_index["lbr_iiwa_link_7"]
             w.info = pb.getDynamicsInfo(w.robot_id, li, physicsClientId=w.cid)[2]  # type: ignore[attr-defined]

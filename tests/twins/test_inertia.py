@@ -48,8 +48,7 @@ def test_concave_mesh_is_decomposed(tmp_path) -> None:
     assert 2 <= len(hulls) <= 6
 
     def inside(p: tuple[float, float, float]) -> bool:
-        return any(np.all(ConvexHull(h.vertices).equations @ np.r_[p, 1.0] <= 1e-9)
-                   for h in hulls)
+        return any(np.all(ConvexHull(h.vertices).equations @ np.r_[p, 1.0] <= 1e-9) for h in hulls)
 
     # the gap of the U stays free (one convex hull would fill it); the material is covered
     assert not inside((0.0, 0.005, 0.0))
@@ -57,7 +56,8 @@ def test_concave_mesh_is_decomposed(tmp_path) -> None:
     obj, params, notes = mesh_object("u_block", u, (0, 0, 0, 0, 0, 0, 1), tmp_path)
     assert obj.shape.kind == "mesh" and len(obj.shape.hulls) == len(hulls)
     assert any("concave" in n for n in notes)
-    box, _, notes = mesh_object("box", trimesh.creation.box((0.1, 0.06, 0.04)),
-                                (0, 0, 0, 0, 0, 0, 1), tmp_path)
+    box, _, notes = mesh_object(
+        "box", trimesh.creation.box((0.1, 0.06, 0.04)), (0, 0, 0, 0, 0, 0, 1), tmp_path
+    )
     assert box.shape.kind == "box"
     assert sorted(box.shape.size) == pytest.approx([0.02, 0.03, 0.05])

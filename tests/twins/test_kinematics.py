@@ -24,8 +24,9 @@ def test_panda_hand_matches_lab_body_pose() -> None:
                 Tm = sim.body_pose(link, q)
                 Tp = kin.link_pose(link, q)
                 assert np.linalg.norm(Tp[:3, 3] - Tm[:3, 3]) < 1e-3, (link, q)
-                ang = np.degrees(np.arccos(np.clip((np.trace(Tp[:3, :3].T @ Tm[:3, :3]) - 1) / 2,
-                                                   -1, 1)))
+                ang = np.degrees(
+                    np.arccos(np.clip((np.trace(Tp[:3, :3].T @ Tm[:3, :3]) - 1) / 2, -1, 1))
+                )
                 assert ang < 0.1, (link, q, ang)
                 assert np.allclose(kin.link_pose_pybullet(link, q), Tp, atol=1e-5)
 
@@ -58,7 +59,8 @@ def test_errors_name_the_problem() -> None:
         description_path("no_such_robot/robot.urdf")
     with pytest.raises(TwinError, match="no joint"):
         RobotKinematics.from_description("franka_panda/panda.urdf", ["elbow"])
-    with RobotKinematics.from_description("franka_panda/panda.urdf",
-                                          [f"panda_joint{i}" for i in range(1, 8)]) as k:
+    with RobotKinematics.from_description(
+        "franka_panda/panda.urdf", [f"panda_joint{i}" for i in range(1, 8)]
+    ) as k:
         with pytest.raises(TwinError, match="no link 'flange'"):
             k.link_pose("flange", np.zeros(7))

@@ -22,8 +22,12 @@ def test_param_validation_names_the_parameter() -> None:
 
 
 def test_paramset_validate_fills_nominals_and_refuses_unknowns() -> None:
-    ps = ParamSet([Param("sim.time_step", "s", 0.004, 1e-4, 0.02),
-                   Param("sim.substeps", "1", 1, 1, 20, integer=True)])
+    ps = ParamSet(
+        [
+            Param("sim.time_step", "s", 0.004, 1e-4, 0.02),
+            Param("sim.substeps", "1", 1, 1, 20, integer=True),
+        ]
+    )
     vals = ps.validate({"sim.substeps": 3.4})
     assert vals == {"sim.time_step": 0.004, "sim.substeps": 3.0}
     with pytest.raises(TwinError, match="unknown parameter 'sim.timestep'"):

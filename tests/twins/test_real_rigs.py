@@ -36,8 +36,13 @@ def _authors_ode(real, p=PENDULUM_ID) -> np.ndarray:  # type: ignore[no-untyped-
     for k in range(1, len(t)):
         while tt < t[k] - 1e-12:
             h = min(2e-4, t[k] - tt)
-            a = (tau[k - 1] - p["m_cx"] * 9.81 * np.sin(q) - p["Fv"] * v
-                 - p["Fc"] * np.arctan(100 * v) - p["offset"]) / p["J"]
+            a = (
+                tau[k - 1]
+                - p["m_cx"] * 9.81 * np.sin(q)
+                - p["Fv"] * v
+                - p["Fc"] * np.arctan(100 * v)
+                - p["offset"]
+            ) / p["J"]
             v += a * h
             q += v * h
             tt += h
@@ -59,7 +64,8 @@ def test_simple_pendulum_replay_tracks_the_first_second() -> None:
     real = load_pendulum_csv(
         PEND / "results_control_method_pd_system_identification_data_measured.csv",
         PEND / "results_control_method_pd_system_identification_data_desired.csv",
-        command="desired").slice_time(0.0, 1.0)
+        command="desired",
+    ).slice_time(0.0, 1.0)
     spec = simple_pendulum_twin(PEND / "data_urdf_dfki_simple_pendulum.urdf")
     sim = replay(spec, None, real)
     assert np.array_equal(sim.t, real.t) and sim.source == "sim"
@@ -72,8 +78,11 @@ def test_simple_pendulum_replay_tracks_the_first_second() -> None:
     assert err_twin < 2.5 * err_ref
     assert _rmse(q_sim, ref) < 0.08
     # and it is not trivially right: without the motor torque the pendulum stays put
-    still = replay(spec, None, real.with_channels(
-        channels={**real.channels, "robot/command": np.zeros((len(real), 1))}))
+    still = replay(
+        spec,
+        None,
+        real.with_channels(channels={**real.channels, "robot/command": np.zeros((len(real), 1))}),
+    )
     assert _rmse(still["robot/joint_pos"][:, 0], q_real) > 3 * err_twin
 
 

@@ -21,8 +21,9 @@ def _two_boxes(sleep: bool, gap: float = 0.1) -> TwinSpec:
     """Box A at rest; box B at rest `gap` m to its left (-x), 2 cm off-centre (a push
     that turns A one way, not a symmetric one whose turn is decided by round-off)."""
     a = primitive_object("a", "box", (0.05, 0.05, 0.05), (0, 0, 0.05, 0, 0, 0, 1), mass=0.5)
-    b = primitive_object("b", "box", (0.05, 0.05, 0.05), (-0.1 - gap, 0.02, 0.05, 0, 0, 0, 1),
-                         mass=0.5)
+    b = primitive_object(
+        "b", "box", (0.05, 0.05, 0.05), (-0.1 - gap, 0.02, 0.05, 0, 0, 0, 1), mass=0.5
+    )
     spec = assemble("push", None, [a, b], ground=True, sim=sim_params())
     return dataclasses.replace(spec, object_sleeping=sleep)
 
@@ -88,8 +89,12 @@ def test_sleeping_is_saved_with_the_twin(demo_twin: TwinSpec) -> None:
 
 
 def test_resting_objects_cost_little_when_asleep() -> None:
-    boxes = [primitive_object(f"b{i}", "box", (0.03, 0.03, 0.03),
-                              (0.1 * i, 0, 0.03, 0, 0, 0, 1), mass=0.2) for i in range(6)]
+    boxes = [
+        primitive_object(
+            f"b{i}", "box", (0.03, 0.03, 0.03), (0.1 * i, 0, 0.03, 0, 0, 0, 1), mass=0.2
+        )
+        for i in range(6)
+    ]
     spec = assemble("rest", None, boxes, ground=True)
     rates = {}
     for sleep in (True, False):
@@ -110,9 +115,19 @@ def test_the_robot_pushes_a_sleeping_object_like_an_awake_one(demo_twin: TwinSpe
     with TwinWorld(demo_twin) as w:
         tip = w.link_index["panda_grasptarget"]
         down = pb.getQuaternionFromEuler([np.pi, 0, 0])
-        keys = np.asarray([pb.calculateInverseKinematics(
-            w.robot_id, tip, [x, box[1], 0.03], down, maxNumIterations=200, physicsClientId=w.cid)
-            for x in np.linspace(box[0] - 0.15, box[0] + 0.08, 6)])
+        keys = np.asarray(
+            [
+                pb.calculateInverseKinematics(
+                    w.robot_id,
+                    tip,
+                    [x, box[1], 0.03],
+                    down,
+                    maxNumIterations=200,
+                    physicsClientId=w.cid,
+                )
+                for x in np.linspace(box[0] - 0.15, box[0] + 0.08, 6)
+            ]
+        )
     t = np.arange(0, 3.0001, 0.01)
     q0 = np.asarray(demo_twin.robot.initial_joint_pos)  # type: ignore[union-attr]
     tk = np.r_[0.0, np.linspace(1.0, 3.0, len(keys))]

@@ -30,10 +30,16 @@ def test_json_round_trip_and_version(demo_twin: TwinSpec, tmp_path: Path) -> Non
 def test_every_number_is_a_param(demo_twin: TwinSpec) -> None:
     names = set(demo_twin.params)
     assert set(demo_twin.required_params()) <= names
-    for key in ("sim.time_step", "sim.solver_iterations", "objects.u_block.density",
-                "objects.box.restitution", "env.table.friction",
-                "robot.actuators.panda_joint1.bandwidth", "robot.joints.panda_joint4.armature",
-                "robot.links.panda_link3.mass"):
+    for key in (
+        "sim.time_step",
+        "sim.solver_iterations",
+        "objects.u_block.density",
+        "objects.box.restitution",
+        "env.table.friction",
+        "robot.actuators.panda_joint1.bandwidth",
+        "robot.joints.panda_joint4.armature",
+        "robot.links.panda_link3.mass",
+    ):
         assert key in names
         p = demo_twin.params[key]
         assert p.low <= p.nominal <= p.high and p.unit

@@ -34,8 +34,11 @@ def _no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
         assert pool.activeThreadCount() == 0, "a job is still running on the global pool"
     deadline = 50
     # _DummyThread entries are Qt pool threads Python has seen; the pool checks cover them.
-    leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()
-              and not isinstance(t, threading._DummyThread)]
+    leaked = [
+        t
+        for t in threading.enumerate()
+        if t not in before and t.is_alive() and not isinstance(t, threading._DummyThread)
+    ]
     while leaked and deadline:
         threading.Event().wait(0.1)
         deadline -= 1

@@ -13,8 +13,22 @@ from PySide6 import QtWidgets
 from widgets.scene_view import SceneView
 
 BOX_V = np.array([[x, y, z] for x in (0, 1) for y in (0, 1) for z in (0, 1)], float) * 0.4 - 0.2
-BOX_F = np.array([[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],
-                  [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]])
+BOX_F = np.array(
+    [
+        [0, 1, 3],
+        [0, 3, 2],
+        [4, 6, 7],
+        [4, 7, 5],
+        [0, 4, 5],
+        [0, 5, 1],
+        [2, 3, 7],
+        [2, 7, 6],
+        [0, 2, 6],
+        [0, 6, 4],
+        [1, 5, 7],
+        [1, 7, 3],
+    ]
+)
 
 
 def count(img) -> dict[str, int]:  # type: ignore[no-untyped-def]
@@ -24,9 +38,11 @@ def count(img) -> dict[str, int]:  # type: ignore[no-untyped-def]
     arr = np.frombuffer(ptr.constBits(), np.uint8)[: h * ptr.bytesPerLine()]
     arr = arr.reshape(h, ptr.bytesPerLine())[:, : w * 3].reshape(h, w, 3).astype(int)
     r, g, b = arr[..., 0], arr[..., 1], arr[..., 2]
-    return {"red": int(((r > 120) & (g < 80) & (b < 80)).sum()),
-            "green": int(((g > 150) & (r < 100) & (b < 100)).sum()),
-            "non_background": int((np.abs(arr - [38, 41, 46]).sum(-1) > 30).sum())}
+    return {
+        "red": int(((r > 120) & (g < 80) & (b < 80)).sum()),
+        "green": int(((g > 150) & (r < 100) & (b < 100)).sum()),
+        "non_background": int((np.abs(arr - [38, 41, 46]).sum(-1) > 30).sum()),
+    }
 
 
 def main(out: Path) -> int:
@@ -41,8 +57,9 @@ def main(out: Path) -> int:
     T[:3, 3] = [0.0, 0.0, 0.3]
     view.set_frame("frame", T, size=0.3)
     rng = np.random.default_rng(0)
-    view.set_points("cloud", rng.normal([0.0, -0.5, 0.0], 0.03, (500, 3)), (0.1, 0.9, 0.1, 1.0),
-                    size_px=4)
+    view.set_points(
+        "cloud", rng.normal([0.0, -0.5, 0.0], 0.03, (500, 3)), (0.1, 0.9, 0.1, 1.0), size_px=4
+    )
     for _ in range(5):
         app.processEvents()
     img = view.grab_image()

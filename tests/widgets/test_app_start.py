@@ -13,12 +13,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_main(tmp_path: Path, **env_over: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
+    }
     env.update(TWINBENCH_CONFIG_DIR=str(tmp_path / "cfg"), TWINBENCH_DATA_DIR=str(tmp_path / "d"))
     env.update(env_over)
-    return subprocess.run([sys.executable, "main.py"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "main.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_no_display_message(tmp_path: Path) -> None:

@@ -56,8 +56,9 @@ def test_demo_motion_moves_arm_and_cancel_holds(lab_window, controller, qtbot) -
     link = controller.robot_link
     q0 = controller.robot_state().joint_pos.copy()
     task = lab_window.runner.start("Demo motion", demo.motion_job(link, duration_s=30.0))
-    qtbot.waitUntil(lambda: abs(controller.robot_state().joint_pos[0] - q0[0]) > 0.05,
-                    timeout=10000)
+    qtbot.waitUntil(
+        lambda: abs(controller.robot_state().joint_pos[0] - q0[0]) > 0.05, timeout=10000
+    )
     with qtbot.waitSignal(task.sig_cancelled, timeout=5000):
         task.cancel()
     qtbot.wait(300)
@@ -77,8 +78,9 @@ def test_closing_window_stops_lab(lab_window, controller, qtbot) -> None:
     assert not lab_window.devices_panel.timer.isActive()
 
 
-def test_record_button_saves_trajectory_shown_on_calibrate(lab_window, controller, tmp_path,
-                                                           qtbot) -> None:
+def test_record_button_saves_trajectory_shown_on_calibrate(
+    lab_window, controller, tmp_path, qtbot
+) -> None:
     controller.new_project(tmp_path / "rec")
     panel = lab_window.devices_panel
     panel.record_seconds = 0.5

@@ -42,7 +42,9 @@ def test_progress_forwarded_and_result_returned(runner, qtbot) -> None:
     seen: list[Progress] = []
     threads: list[str] = []
     task = runner.start("count", steps_job(5, 0.04, log))
-    task.sig_progress.connect(lambda p: (seen.append(p), threads.append(threading.current_thread().name)))
+    task.sig_progress.connect(
+        lambda p: (seen.append(p), threads.append(threading.current_thread().name))
+    )
     with qtbot.waitSignal(task.sig_finished, timeout=5000) as blocker:
         pass
     assert blocker.args == [50]
@@ -133,8 +135,11 @@ def test_controller_jobs_run_through_window_runner(window, controller, qtbot) ->
     from app.session import idle_job
 
     results: list[tuple[object, str]] = []
-    controller.submit_job("wait", idle_job(0.1, 4),
-                          on_done=lambda r: results.append((r, threading.current_thread().name)))
+    controller.submit_job(
+        "wait",
+        idle_job(0.1, 4),
+        on_done=lambda r: results.append((r, threading.current_thread().name)),
+    )
     qtbot.waitUntil(lambda: bool(results), timeout=5000)
     assert results == [(0.1, threading.main_thread().name)]
 

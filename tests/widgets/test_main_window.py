@@ -23,8 +23,10 @@ def snapshot(root: Path) -> dict[str, tuple[str, int]]:
     out = {}
     for p in sorted(root.rglob("*")):
         if p.is_file():
-            out[str(p.relative_to(root))] = (hashlib.sha256(p.read_bytes()).hexdigest(),
-                                              p.stat().st_mtime_ns)
+            out[str(p.relative_to(root))] = (
+                hashlib.sha256(p.read_bytes()).hexdigest(),
+                p.stat().st_mtime_ns,
+            )
     return out
 
 
@@ -52,8 +54,9 @@ def test_switching_pages_by_clicking_sidebar(window, qtbot) -> None:
     for row in (3, 1, 4, 0):
         item = window.steps.item(row)
         rect = window.steps.visualItemRect(item)
-        qtbot.mouseClick(window.steps.viewport(), QtCore.Qt.MouseButton.LeftButton,
-                         pos=rect.center())
+        qtbot.mouseClick(
+            window.steps.viewport(), QtCore.Qt.MouseButton.LeftButton, pos=rect.center()
+        )
         assert window.stack.currentIndex() == row
         assert window.current_step() == workflows.STEPS[row].key
 
@@ -77,8 +80,9 @@ def test_needs_are_ticked_from_the_open_project(window, controller, tmp_path, qt
 
 def test_file_new_open_recent_save(window, controller, tmp_path, monkeypatch, qtbot) -> None:
     p1 = tmp_path / "first"
-    monkeypatch.setattr(QtWidgets.QFileDialog, "getSaveFileName",
-                        staticmethod(lambda *a, **k: (str(p1), "")))
+    monkeypatch.setattr(
+        QtWidgets.QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(p1), ""))
+    )
     window.act_new.trigger()
     assert controller.project is not None and controller.project.root == p1.resolve()
     assert (p1 / MANIFEST).is_file()
@@ -86,21 +90,30 @@ def test_file_new_open_recent_save(window, controller, tmp_path, monkeypatch, qt
 
     p2 = tmp_path / "second"
     Project.create(p2)
-    monkeypatch.setattr(QtWidgets.QFileDialog, "getExistingDirectory",
-                        staticmethod(lambda *a, **k: str(p2)))
+    monkeypatch.setattr(
+        QtWidgets.QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(p2))
+    )
     window.act_open.trigger()
     assert controller.project.root == p2.resolve()
     assert controller.recent_projects() == [p2.resolve(), p1.resolve()]
-    qtbot.waitUntil(lambda: [a.text() for a in window.recent_menu.actions()]
-                    == [str(p2.resolve()), str(p1.resolve())])
+    qtbot.waitUntil(
+        lambda: (
+            [a.text() for a in window.recent_menu.actions()]
+            == [str(p2.resolve()), str(p1.resolve())]
+        )
+    )
 
     window.recent_menu.actions()[1].trigger()  # Open recent ▸ first
     assert controller.project.root == p1.resolve()
 
     # a recent project that was deleted: error naming it, then it leaves the list
     shutil.rmtree(p2)
-    qtbot.waitUntil(lambda: [a.text() for a in window.recent_menu.actions()]
-                    == [str(p1.resolve()), str(p2.resolve())])
+    qtbot.waitUntil(
+        lambda: (
+            [a.text() for a in window.recent_menu.actions()]
+            == [str(p1.resolve()), str(p2.resolve())]
+        )
+    )
     window.recent_menu.actions()[1].trigger()
     assert window.last_error is not None and str(p2.resolve()) in window.last_error[1]
     window.error_box.close()
@@ -117,7 +130,8 @@ def test_file_new_open_recent_save(window, controller, tmp_path, monkeypatch, qt
 
 @pytest.mark.parametrize("problem", ["corrupt", "newer", "not_project"])
 def test_bad_project_shows_error_naming_path_and_changes_nothing(
-        window, controller, tmp_path, monkeypatch, qtbot, problem) -> None:
+    window, controller, tmp_path, monkeypatch, qtbot, problem
+) -> None:
     good = tmp_path / "good"
     controller.new_project(good)
     bad = tmp_path / "bad"
@@ -129,20 +143,25 @@ def test_bad_project_shows_error_naming_path_and_changes_nothing(
         (bad / MANIFEST).write_text('{"format": "twinbench-project", "format_version": 99}')
     before = snapshot(tmp_path)
     recent_before = controller.recent_projects()
-    monkeypatch.setattr(QtWidgets.QFileDialog, "getExistingDirectory",
-                        staticmethod(lambda *a, **k: str(bad)))
+    monkeypatch.setattr(
+        QtWidgets.QFileDialog, "getExistingDirectory", staticmethod(lambda *a, **k: str(bad))
+    )
     window.act_open.trigger()
 
     assert window.error_box is not None and window.error_box.isVisible()
     text = window.error_box.text()
     assert str(bad) in text
-    assert {"corrupt": "corrupt manifest", "newer": "newer",
-            "not_project": "not a Twinbench project"}[problem] in text
+    assert {
+        "corrupt": "corrupt manifest",
+        "newer": "newer",
+        "not_project": "not a Twinbench project",
+    }[problem] in text
     assert controller.project is not None and controller.project.root == good.resolve()
     assert controller.recent_projects() == recent_before
     assert snapshot(tmp_path) == before  # nothing written, not even the recent list
-    qtbot.waitUntil(lambda: any(str(bad) in t and c.name() == "#c62828"
-                                for t, c in window.log_panel.rows()))
+    qtbot.waitUntil(
+        lambda: any(str(bad) in t and c.name() == "#c62828" for t, c in window.log_panel.rows())
+    )
     window.error_box.close()
 
 
@@ -177,8 +196,11 @@ def _save_traj(controller, scale: float, summary: str) -> str:  # type: ignore[n
     t = np.linspace(0, 1, 101)
     q = np.stack([scale * np.sin(t), scale * np.cos(t)], 1)
     return controller.save_trajectory(
-        Trajectory(t, {"robot/joint_pos": q}, {"robot/joint_pos": "rad"}, "real",
-                   {"robot": "arm2"}), summary=summary)
+        Trajectory(
+            t, {"robot/joint_pos": q}, {"robot/joint_pos": "rad"}, "real", {"robot": "arm2"}
+        ),
+        summary=summary,
+    )
 
 
 def test_calibrate_page_plots_project_trajectories(window, controller, tmp_path, qtbot) -> None:
@@ -195,7 +217,8 @@ def test_calibrate_page_plots_project_trajectories(window, controller, tmp_path,
     assert [page.traj_list.item(i).text() for i in range(2)] == ["first run", "second run"]
     # the newest is plotted; tick the first too: both recordings, told apart by a label
     page.traj_list.item(0).setCheckState(
-        __import__("PySide6.QtCore", fromlist=["Qt"]).Qt.CheckState.Checked)
+        __import__("PySide6.QtCore", fromlist=["Qt"]).Qt.CheckState.Checked
+    )
     names = sorted(page.plot.series())
     assert len(names) == 4 and any("@" in n for n in names)
     s = page.plot.series()

@@ -13,16 +13,36 @@ import pytest
 
 pytestmark = [pytest.mark.gui, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
-MODULES = ["scan_page", "twin_page", "calibrate_page", "policies_page", "deploy_page",
-           "scene_view", "trajectory_plot", "jobs"]
+MODULES = [
+    "scan_page",
+    "twin_page",
+    "calibrate_page",
+    "policies_page",
+    "deploy_page",
+    "scene_view",
+    "trajectory_plot",
+    "jobs",
+]
 
 
 def test_previews_start(tmp_path: Path) -> None:
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen",
-               TWINBENCH_CONFIG_DIR=str(tmp_path / "cfg"), TWINBENCH_DATA_DIR=str(tmp_path / "d"))
-    procs = {m: subprocess.Popen([sys.executable, "-m", f"widgets.{m}"], cwd=REPO, env=env,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for m in MODULES}
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="offscreen",
+        TWINBENCH_CONFIG_DIR=str(tmp_path / "cfg"),
+        TWINBENCH_DATA_DIR=str(tmp_path / "d"),
+    )
+    procs = {
+        m: subprocess.Popen(
+            [sys.executable, "-m", f"widgets.{m}"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for m in MODULES
+    }
     try:
         deadline = time.monotonic() + 6.0
         while time.monotonic() < deadline and all(p.poll() is None for p in procs.values()):

@@ -35,15 +35,15 @@ def test_scan_page_reconstructs_edits_and_accepts(qtbot, tmp_path: Path, recordi
     page = ScanPage(c)
     qtbot.addWidget(page)
     assert not page.showing_empty_state()
-    assert page.start_scan("file", recording)          # runs synchronously without a window
+    assert page.start_scan("file", recording)  # runs synchronously without a window
     assert page.result is not None and len(page.result.objects) == 2
     assert page.objects.rowCount() == 2 and page.accept_btn.isEnabled()
     items = page.scene.items()
     assert "scan/scene" in items and sum(k.startswith("scan/object/") for k in items) == 2
     assert page.color_view.pixmap() is not None and not page.color_view.pixmap().isNull()
-    page.objects.item(0, 0).setText("mug")              # rename through the table
+    page.objects.item(0, 0).setText("mug")  # rename through the table
     assert page.result.objects[0].name == "mug"
-    page.objects.item(1, 0).setText("mug")              # duplicate: refused, kept
+    page.objects.item(1, 0).setText("mug")  # duplicate: refused, kept
     assert page.result.objects[1].name == "object_2" and "already used" in page.warn.text()
     page.objects.selectRow(1)
     page._drop()

@@ -38,7 +38,7 @@ def test_robot_source_follows_the_connection(qtbot, tmp_path) -> None:  # type: 
     qtbot.addWidget(page)
     keys = lambda: [page.source.itemData(i) for i in range(page.source.count())]  # noqa: E731
     assert "robot" not in keys()
-    assert not page.start_scan("robot")          # no robot: refused with a message
+    assert not page.start_scan("robot")  # no robot: refused with a message
     assert "no robot connected" in page.status.text()
     with start_lab_process("panda_table", extra_args=["--no-cameras"]) as lab:
         client = RobotClient(lab.host, lab.port, lab.token)

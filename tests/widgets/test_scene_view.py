@@ -9,8 +9,22 @@ import pytest
 pytestmark = pytest.mark.gui
 
 BOX_V = np.array([[x, y, z] for x in (0, 1) for y in (0, 1) for z in (0, 1)], float) * 0.2
-BOX_F = np.array([[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],
-                  [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]])
+BOX_F = np.array(
+    [
+        [0, 1, 3],
+        [0, 3, 2],
+        [4, 6, 7],
+        [4, 7, 5],
+        [0, 4, 5],
+        [0, 5, 1],
+        [2, 3, 7],
+        [2, 7, 6],
+        [0, 2, 6],
+        [0, 6, 4],
+        [1, 5, 7],
+        [1, 7, 3],
+    ]
+)
 
 
 @pytest.fixture
@@ -33,7 +47,11 @@ def test_items_kept_by_name_and_replaced(view) -> None:
     view.set_polyline("path", np.zeros((4, 3)))
     items = view.items()
     assert {n: i.kind for n, i in items.items()} == {
-        "box": "mesh", "cloud": "points", "ee": "frame", "path": "line"}
+        "box": "mesh",
+        "cloud": "points",
+        "ee": "frame",
+        "path": "line",
+    }
     assert items["box"].data["color"] == (1.0, 0.0, 0.0, 1.0)
     assert np.allclose(items["box"].data["transform"], T)
     assert np.allclose(items["cloud"].data["colors"][:, :3], 1.0)  # uint8 colours scaled

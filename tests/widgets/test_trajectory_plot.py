@@ -33,8 +33,12 @@ def test_series_grouped_real_solid_sim_dashed(plot) -> None:
 
     names = plot.add_trajectory(make("real"))
     names += plot.add_trajectory(make("sim", 0.9))
-    assert names == ["real/robot/joint_pos[0]", "real/robot/joint_pos[1]",
-                     "sim/robot/joint_pos[0]", "sim/robot/joint_pos[1]"]
+    assert names == [
+        "real/robot/joint_pos[0]",
+        "real/robot/joint_pos[1]",
+        "sim/robot/joint_pos[0]",
+        "sim/robot/joint_pos[1]",
+    ]
     plots = plot.plots()
     assert list(plots) == ["robot/joint_pos[0]", "robot/joint_pos[1]"]
     curves = plots["robot/joint_pos[0]"].listDataItems()

@@ -29,16 +29,21 @@ def xdisplay() -> Iterator[str]:
     if exe is None:
         pytest.skip("Xvfb is not installed (scripts/setup.sh installs package xvfb)")
     r, w = os.pipe()
-    proc = subprocess.Popen([exe, "-displayfd", str(w), "-screen", "0", "1600x1000x24",
-                             "-nolisten", "tcp"], pass_fds=(w,),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [exe, "-displayfd", str(w), "-screen", "0", "1600x1000x24", "-nolisten", "tcp"],
+        pass_fds=(w,),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     os.close(w)
     try:
         with os.fdopen(r) as fh:
             num = fh.readline().strip()
         if not num:
-            raise RuntimeError("Xvfb did not report a display: "
-                               + (proc.stderr.read().decode() if proc.stderr else ""))
+            raise RuntimeError(
+                "Xvfb did not report a display: "
+                + (proc.stderr.read().decode() if proc.stderr else "")
+            )
         yield f":{num}"
     finally:
         proc.terminate()
@@ -53,8 +58,13 @@ def xdisplay() -> Iterator[str]:
 
 def gui_env(display: str, tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYOPENGL_PLATFORM"}
-    env.update(DISPLAY=display, QT_QPA_PLATFORM="xcb", MUJOCO_GL="egl",
-               TWINBENCH_CONFIG_DIR=str(tmp / "config"), TWINBENCH_DATA_DIR=str(tmp / "data"))
+    env.update(
+        DISPLAY=display,
+        QT_QPA_PLATFORM="xcb",
+        MUJOCO_GL="egl",
+        TWINBENCH_CONFIG_DIR=str(tmp / "config"),
+        TWINBENCH_DATA_DIR=str(tmp / "data"),
+    )
     return env
 
 
@@ -72,10 +82,23 @@ def png_size(png: Path) -> tuple[int, int]:
 def test_main_window_screenshot(xdisplay: str, tmp_path: Path) -> None:
     proj = Project.create(tmp_path / "workspace")
     shot = tmp_path / "main_window.png"
-    res = subprocess.run([sys.executable, "main.py", "gui", str(proj.root), "--screenshot",
-                          str(shot), "--screenshot-delay", "1.5"], cwd=REPO,
-                         env=gui_env(xdisplay, tmp_path), capture_output=True, text=True,
-                         timeout=90)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "main.py",
+            "gui",
+            str(proj.root),
+            "--screenshot",
+            str(shot),
+            "--screenshot-delay",
+            "1.5",
+        ],
+        cwd=REPO,
+        env=gui_env(xdisplay, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert res.returncode == 0, res.stderr
     assert "screenshot saved" in res.stderr
     w, h = png_size(shot)
@@ -87,15 +110,20 @@ def test_main_window_screenshot(xdisplay: str, tmp_path: Path) -> None:
 
 def test_scene_view_draws_with_opengl(xdisplay: str, tmp_path: Path) -> None:
     out = tmp_path / "scene.json"
-    res = subprocess.run([sys.executable, "-m", "tests.widgets.scene_render", str(out)],
-                         cwd=REPO, env=gui_env(xdisplay, tmp_path), capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "tests.widgets.scene_render", str(out)],
+        cwd=REPO,
+        env=gui_env(xdisplay, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     got = json.loads(out.read_text())
     assert got["platform"] == "xcb" and got["has_gl"], got
     drawn, removed = got["with_items"], got["after_remove"]
-    assert drawn["red"] > 1000, got          # the red box
-    assert drawn["green"] > 500, got         # the green point cloud
+    assert drawn["red"] > 1000, got  # the red box
+    assert drawn["green"] > 500, got  # the green point cloud
     # what stays red/green after removing them is the axes of the frames
     assert removed["red"] < 0.1 * drawn["red"], got
     assert removed["green"] < 0.25 * drawn["green"], got
@@ -105,13 +133,19 @@ def test_scene_view_draws_with_opengl(xdisplay: str, tmp_path: Path) -> None:
 
 def test_demo_with_lab_screenshot_and_lab_stopped(xdisplay: str, tmp_path: Path) -> None:
     shot = tmp_path / "demo.png"
-    res = subprocess.run([sys.executable, "main.py", "demo", "--screenshot", str(shot),
-                          "--screenshot-delay", "2"], cwd=REPO,
-                         env=gui_env(xdisplay, tmp_path), capture_output=True, text=True,
-                         timeout=120)
+    res = subprocess.run(
+        [sys.executable, "main.py", "demo", "--screenshot", str(shot), "--screenshot-delay", "2"],
+        cwd=REPO,
+        env=gui_env(xdisplay, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert "robot connected" in res.stderr, res.stderr
-    assert "virtual lab stopped" in res.stderr, res.stderr  # (exit code 0 unless it had to be killed)
+    assert "virtual lab stopped" in res.stderr, (
+        res.stderr
+    )  # (exit code 0 unless it had to be killed)
     assert (tmp_path / "data" / "demo" / "twinbench.json").is_file()
     png_size(shot)
     keep(shot, "demo_lab.png")

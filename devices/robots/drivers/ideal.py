@@ -32,10 +32,16 @@ HOME = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785)
 def panda_like_info(rate_hz: float = 250.0) -> RobotInfo:
     """Franka-Panda-like joint limits at `rate_hz`, with a workspace box in `meta`."""
     return RobotInfo(
-        name="ideal", joint_names=tuple(f"joint{i + 1}" for i in range(7)),
-        limits=JointLimits(np.array(PANDA_LOWER), np.array(PANDA_UPPER), np.array(PANDA_VEL),
-                           np.array(PANDA_EFFORT)),
-        control_rate_hz=rate_hz, command_modes=("position", "velocity"),
+        name="ideal",
+        joint_names=tuple(f"joint{i + 1}" for i in range(7)),
+        limits=JointLimits(
+            np.array(PANDA_LOWER),
+            np.array(PANDA_UPPER),
+            np.array(PANDA_VEL),
+            np.array(PANDA_EFFORT),
+        ),
+        control_rate_hz=rate_hz,
+        command_modes=("position", "velocity"),
         description="ideal first-order joint servo (test driver)",
         meta={"workspace": {"lower": [-0.6, -0.6, 0.0], "upper": [0.6, 0.6, 0.9]}},
     )
@@ -44,15 +50,25 @@ def panda_like_info(rate_hz: float = 250.0) -> RobotInfo:
 class IdealDriver:
     """A RobotDriver whose joints track commands as first-order systems."""
 
-    def __init__(self, info: RobotInfo | None = None, tau_s: float = 0.02,
-                 physics_hz: float = 1000.0, link_m: float = 0.15,
-                 initial: Vec | None = None, kp: float = 200.0) -> None:
+    def __init__(
+        self,
+        info: RobotInfo | None = None,
+        tau_s: float = 0.02,
+        physics_hz: float = 1000.0,
+        link_m: float = 0.15,
+        initial: Vec | None = None,
+        kp: float = 200.0,
+    ) -> None:
         self._info = info or panda_like_info()
         n = len(self._info.joint_names)
         self.tau_s, self.link_m, self.kp = tau_s, link_m, kp
         self.physics_dt = 1.0 / physics_hz
-        q0 = np.array(HOME[:n] if initial is None and n <= 7 else
-                      (initial if initial is not None else np.zeros(n)), dtype=float)
+        q0 = np.array(
+            HOME[:n]
+            if initial is None and n <= 7
+            else (initial if initial is not None else np.zeros(n)),
+            dtype=float,
+        )
         self._q, self._dq = q0.copy(), np.zeros(n)
         self._mode: CommandMode = "position"
         self._target = q0.copy()
@@ -61,7 +77,7 @@ class IdealDriver:
         self._t = time.monotonic()
         self._running = False
         self._thread: threading.Thread | None = None
-        self.commands: list[tuple[str, Vec]] = []      # every write, for tests that audit them
+        self.commands: list[tuple[str, Vec]] = []  # every write, for tests that audit them
         self.record_commands = False
         self.holds = 0
 
@@ -87,10 +103,19 @@ class IdealDriver:
         with self._lock:
             q, dq = self._q.copy(), self._dq.copy()
             t, seq, target, mode = self._t, self._seq, self._target.copy(), self._mode
-        eff = (np.clip(self.kp * (target - q), -self._info.limits.effort, self._info.limits.effort)
-               if mode == "position" else np.zeros_like(q))
-        return RobotState(t=t, seq=seq, joint_pos=q, joint_vel=dq, joint_effort=eff,
-                          ee_pos=self.forward_kinematics(q))
+        eff = (
+            np.clip(self.kp * (target - q), -self._info.limits.effort, self._info.limits.effort)
+            if mode == "position"
+            else np.zeros_like(q)
+        )
+        return RobotState(
+            t=t,
+            seq=seq,
+            joint_pos=q,
+            joint_vel=dq,
+            joint_effort=eff,
+            ee_pos=self.forward_kinematics(q),
+        )
 
     def write_command(self, mode: CommandMode, values: Vec) -> None:
         if mode not in ("position", "velocity"):

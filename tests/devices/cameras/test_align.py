@@ -27,11 +27,20 @@ def _record_unaligned(path: Path, n: int = 3) -> None:
 
     profs = []
     for sensor, st, fmt, bpp, (w, h, f), uid in (
-            (ds, rs.stream.depth, rs.format.z16, 2, (320, 240, 300.0), 0),
-            (cs, rs.stream.color, rs.format.rgb8, 3, (640, 480, 600.0), 1)):
+        (ds, rs.stream.depth, rs.format.z16, 2, (320, 240, 300.0), 0),
+        (cs, rs.stream.color, rs.format.rgb8, 3, (640, 480, 600.0), 1),
+    ):
         vs = rs.video_stream()
-        vs.type, vs.index, vs.uid, vs.width, vs.height, vs.fps, vs.bpp, vs.fmt = \
-            st, 0, uid, w, h, 30, bpp, fmt
+        vs.type, vs.index, vs.uid, vs.width, vs.height, vs.fps, vs.bpp, vs.fmt = (
+            st,
+            0,
+            uid,
+            w,
+            h,
+            30,
+            bpp,
+            fmt,
+        )
         vs.intrinsics = intr(w, h, f)
         profs.append(sensor.add_video_stream(vs).as_video_stream_profile())
     ext = rs.extrinsics()
@@ -48,11 +57,18 @@ def _record_unaligned(path: Path, n: int = 3) -> None:
     color = np.zeros((480, 640, 3), np.uint8)
     color[:, :320] = (220, 20, 20)
     for i in range(n):
-        for sensor, prof, px, bpp, w in ((ds, profs[0], depth, 2, 320), (cs, profs[1], color, 3, 640)):
+        for sensor, prof, px, bpp, w in (
+            (ds, profs[0], depth, 2, 320),
+            (cs, profs[1], color, 3, 640),
+        ):
             f = rs.software_video_frame()
             f.pixels, f.stride, f.bpp = px, w * bpp, bpp
-            f.timestamp, f.domain, f.frame_number, f.profile = \
-                i * 33.3, rs.timestamp_domain.hardware_clock, i, prof
+            f.timestamp, f.domain, f.frame_number, f.profile = (
+                i * 33.3,
+                rs.timestamp_domain.hardware_clock,
+                i,
+                prof,
+            )
             sensor.on_video_frame(f)
         for q in queues:
             assert q.try_wait_for_frame(2000)[0]
@@ -63,8 +79,14 @@ def _record_unaligned(path: Path, n: int = 3) -> None:
     gc.collect()
     from devices.cameras.source import CaptureInfo, sdk_version
     from devices.frames import Intrinsics
-    CaptureInfo(sdk_version(), Intrinsics(640, 480, 600.0, 600.0, 320.0, 240.0), 0.001,
-                frames=n, first_index=0).save(path)
+
+    CaptureInfo(
+        sdk_version(),
+        Intrinsics(640, 480, 600.0, 600.0, 320.0, 240.0),
+        0.001,
+        frames=n,
+        first_index=0,
+    ).save(path)
 
 
 def test_playback_aligns_depth_to_colour(tmp_path: Path) -> None:

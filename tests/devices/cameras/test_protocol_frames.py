@@ -22,8 +22,11 @@ def test_protocol_frames_recorded_by_sdk(tmp_path: Path) -> None:
     rec = tmp_path / "remote.db3"
     with start_lab_process("panda_table", camera_size="424x240", camera_fps=15) as lab:
         with RobotClient(lab.host, lab.port, lab.token) as robot:
-            src = SoftwareDeviceSource(islice(robot.camera_frames("fixed", timeout_s=60.0), 5), fps=15,
-                                       name="protocol fixed")
+            src = SoftwareDeviceSource(
+                islice(robot.camera_frames("fixed", timeout_s=60.0), 5),
+                fps=15,
+                name="protocol fixed",
+            )
             src.record_to(rec)
             with src:
                 got = list(src.frames())

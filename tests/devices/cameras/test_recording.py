@@ -39,8 +39,10 @@ def test_software_device_roundtrip_through_db3(tmp_path: Path) -> None:
     with src:
         passed = list(src.frames())
     assert len(passed) == 10
-    assert all((a.depth == b.depth).all() and (a.color == b.color).all()
-               for a, b in zip(frames, passed, strict=True))
+    assert all(
+        (a.depth == b.depth).all() and (a.color == b.color).all()
+        for a, b in zip(frames, passed, strict=True)
+    )
     info = json.loads(sidecar_path(path).read_text())
     assert info["sdk_version"] == sdk_version()
     assert info["depth_scale"] == pytest.approx(0.001)
@@ -56,7 +58,7 @@ def test_software_device_roundtrip_through_db3(tmp_path: Path) -> None:
         a = by_index[b.index]
         assert (a.depth == b.depth).all() and (a.color == b.color).all()
         assert b.depth_scale == pytest.approx(0.001, rel=1e-6)
-        assert np.allclose(b.T_world_camera, a.T_world_camera)   # poses from the sidecar
+        assert np.allclose(b.T_world_camera, a.T_world_camera)  # poses from the sidecar
     assert got[0].intrinsics.fx == pytest.approx(307.0)
 
 
@@ -82,7 +84,7 @@ def test_truncated_recording_is_refused_with_its_name(tmp_path: Path) -> None:
     path.write_bytes(data[: int(len(data) * 0.9)])
     with pytest.raises(DataFileError, match=r"cut\.db3.*truncated"):
         PlaybackSource(path).open()
-    assert sidecar_path(path).is_file()        # the capture info is not lost
+    assert sidecar_path(path).is_file()  # the capture info is not lost
 
 
 def test_garbage_file_and_missing_file(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from devices.robots.driver import RobotDriver
 def test_driver_runs_in_real_time_and_moves() -> None:
     drv = make_driver("panda_table")
     assert isinstance(drv, LabDriver)
-    _: RobotDriver = drv                                    # structural typing holds
+    _: RobotDriver = drv  # structural typing holds
     try:
         s0 = drv.read_state()
         q = s0.joint_pos.copy()

@@ -25,7 +25,7 @@ def _move(sim: LabSim, target: tuple[float, float, float], seconds: float = 1.0)
     q0 = sim.truth_joint_pos()
     q1 = _ik(sim, np.array(target), q0)
     n = int(seconds / 0.004)
-    for k in range(1, n + 1):                    # 250 Hz position stream, like the agent
+    for k in range(1, n + 1):  # 250 Hz position stream, like the agent
         sim.write_command("position", q0 + (q1 - q0) * k / n)
         sim.run_for(0.004)
     sim.run_for(0.3)
@@ -38,9 +38,9 @@ def test_tool_pushes_box_and_leaves_other_objects() -> None:
     for tgt in [(0.44, y, 0.15), (0.44, y, 0.03), (0.62, y, 0.03), (0.62, y, 0.15)]:
         _move(sim, tgt)
         tool = sim.forward_kinematics(sim.truth_joint_pos())
-        assert np.linalg.norm(tool - tgt) < 0.015          # PD + friction: mm-level error
+        assert np.linalg.norm(tool - tgt) < 0.015  # PD + friction: mm-level error
     after = sim.truth_object_poses()
-    assert after["box"][0] - before["box"][0] > 0.05        # pushed along +x
-    assert abs(after["box"][2] - before["box"][2]) < 2e-3   # still on the table
+    assert after["box"][0] - before["box"][0] > 0.05  # pushed along +x
+    assert abs(after["box"][2] - before["box"][2]) < 2e-3  # still on the table
     for name in ("cylinder", "u_block"):
         assert np.linalg.norm(after[name][:3] - before[name][:3]) < 1e-3

@@ -28,8 +28,9 @@ def test_default_config_round_trips_and_matches_bundled_file(name: str, tmp_path
     p = tmp_path / "c.json"
     cfg.save(p)
     assert LabConfig.load(p) == cfg
-    assert LabConfig.load(default_config_path(name)) == cfg, \
+    assert LabConfig.load(default_config_path(name)) == cfg, (
         "resources/lab JSON is stale: run python -m devices.lab.scenes"
+    )
 
 
 def test_bad_configs_are_named() -> None:
@@ -58,7 +59,7 @@ def test_panda_has_seven_actuated_joints_and_truth_applied() -> None:
 def test_u_block_is_non_convex_and_parts_tile_it() -> None:
     m = load_mesh("u_block")
     assert m.is_watertight
-    assert m.volume < 0.8 * m.convex_hull.volume          # really non-convex
+    assert m.volume < 0.8 * m.convex_hull.volume  # really non-convex
     parts = u_block_parts()
     assert all(p.is_convex for p in parts)
     assert sum(p.volume for p in parts) == pytest.approx(m.volume, rel=1e-9)

@@ -19,8 +19,13 @@ def _quiet(cfg: LabConfig, **kw: object) -> LabConfig:
     """The config without noise, latency (unless given) and passive friction/damping."""
     j = cfg.joints
     zero = tuple(0.0 for _ in j.damping)
-    base = dict(joint_pos_noise=0.0, joint_vel_noise=0.0, effort_noise=0.0, latency_s=0.0,
-                joints=dataclasses.replace(j, damping=zero, frictionloss=zero))
+    base = dict(
+        joint_pos_noise=0.0,
+        joint_vel_noise=0.0,
+        effort_noise=0.0,
+        latency_s=0.0,
+        joints=dataclasses.replace(j, damping=zero, frictionloss=zero),
+    )
     base.update(kw)
     return dataclasses.replace(cfg, **base)
 
@@ -92,7 +97,7 @@ def test_panda_tracks_position_and_force_limit_clamps() -> None:
     target = q + np.array([0.3, 0.2, -0.2, 0.25, 0.3, -0.2, 0.4])
     sim.write_command("position", target)
     sim.run_for(3.0)
-    assert np.abs(sim.truth_joint_pos() - target).max() < 0.02      # frictionloss leaves a bias
+    assert np.abs(sim.truth_joint_pos() - target).max() < 0.02  # frictionloss leaves a bias
     sim.write_command("torque", np.full(7, 500.0))
     sim.run_for(0.05)
     lim = np.array(sim.config.actuators.force_limit)
@@ -103,7 +108,7 @@ def test_panda_tracks_position_and_force_limit_clamps() -> None:
 def test_measured_state_has_configured_noise() -> None:
     cfg = SCENES["pendulum"].default_config()
     sim = LabSim("pendulum", cfg)
-    sim.run_for(1.0)                                   # settled, held at 0
+    sim.run_for(1.0)  # settled, held at 0
     err = []
     for _ in range(2000):
         sim.step()
@@ -114,7 +119,7 @@ def test_measured_state_has_configured_noise() -> None:
 def test_bad_commands_raise_named_errors() -> None:
     sim = LabSim("panda_table")
     with pytest.raises(LabError, match="voltage"):
-        sim.write_command("voltage", np.zeros(7))         # type: ignore[arg-type]
+        sim.write_command("voltage", np.zeros(7))  # type: ignore[arg-type]
     with pytest.raises(LabError, match="7 finite"):
         sim.write_command("position", np.zeros(3))
     with pytest.raises(LabError, match="7 finite"):
@@ -129,9 +134,18 @@ def _numbers(obj: object) -> set[float]:
 def test_truth_is_not_reachable_through_info_or_states(name: str) -> None:
     sim = LabSim(name)
     cfg = sim.config
-    hidden = [cfg.latency_s, cfg.joint_pos_noise, cfg.joint_vel_noise, cfg.effort_noise,
-              *cfg.actuators.kp, *cfg.actuators.kv, *cfg.actuators.force_limit,
-              *cfg.joints.damping, *cfg.joints.frictionloss, *cfg.joints.armature]
+    hidden = [
+        cfg.latency_s,
+        cfg.joint_pos_noise,
+        cfg.joint_vel_noise,
+        cfg.effort_noise,
+        *cfg.actuators.kp,
+        *cfg.actuators.kv,
+        *cfg.actuators.force_limit,
+        *cfg.joints.damping,
+        *cfg.joints.frictionloss,
+        *cfg.joints.armature,
+    ]
     for o in cfg.objects:
         hidden += [o.mass, o.friction, o.restitution, *o.com_offset]
     for c in cfg.cameras:
@@ -150,8 +164,12 @@ def _bounce(e: float, drop: float = 0.15) -> float:
     """Drop the cylinder flat onto the table; return rebound / impact vertical speed."""
     cfg = SCENES["objects_table"].default_config()
     cyl = cfg.objects[1]
-    obj = dataclasses.replace(cyl, restitution=e, com_offset=(0.0, 0.0, 0.0),
-                              pose=(0.4, 0.0, cyl.pose[2] + drop, 0.0, 0.0, 0.0, 1.0))
+    obj = dataclasses.replace(
+        cyl,
+        restitution=e,
+        com_offset=(0.0, 0.0, 0.0),
+        pose=(0.4, 0.0, cyl.pose[2] + drop, 0.0, 0.0, 0.0, 1.0),
+    )
     sim = LabSim("objects_table", dataclasses.replace(cfg, objects=(obj,)))
     dof = sim.model.jnt_dofadr[sim.model.joint(f"{obj.name}_free").id] + 2
     vz = []
@@ -160,7 +178,7 @@ def _bounce(e: float, drop: float = 0.15) -> float:
         vz.append(sim.data.qvel[dof])
     v = np.array(vz)
     up = int(np.argmax(v > 0))
-    return float(v[up:up + 100].max() / -v[:up].min())
+    return float(v[up : up + 100].max() / -v[:up].min())
 
 
 @pytest.mark.parametrize("e", [0.05, 0.3, 0.6])
@@ -175,7 +193,7 @@ def test_velocity_mode_and_hold() -> None:
     sim.write_command("velocity", v)
     sim.run_for(1.0)
     np.testing.assert_allclose(sim.data.qvel[:7], v, atol=0.02)
-    sim.hold()                                      # immediate: no latency on the brake
+    sim.hold()  # immediate: no latency on the brake
     held = sim.truth_joint_pos()
     sim.run_for(1.0)
     assert np.abs(sim.truth_joint_pos() - held).max() < 0.02
@@ -184,18 +202,17 @@ def test_velocity_mode_and_hold() -> None:
 
 def test_thrown_object_flies_a_parabola_then_lands() -> None:
     sim = LabSim("objects_table")
-    sim.run_for(3.0)                          # resting objects fall asleep (MuJoCo sleep)
+    sim.run_for(3.0)  # resting objects fall asleep (MuJoCo sleep)
     assert sim.data.ntree_awake == 0
     start = np.array([0.3, 0.0, 0.3, 0.0, 0.0, 0.0, 1.0])
     t0 = sim.time
-    sim.set_object("cylinder", start, lin_vel=np.array([0.5, 0.0, 1.0]))   # wakes it
+    sim.set_object("cylinder", start, lin_vel=np.array([0.5, 0.0, 1.0]))  # wakes it
     sim.run_for(0.1)
     p = sim.truth_object_poses()["cylinder"][:3]
     t = sim.time - t0
-    np.testing.assert_allclose(p, [0.3 + 0.5 * t, 0.0, 0.3 + 1.0 * t - 9.81 * t * t / 2],
-                               atol=2e-3)
+    np.testing.assert_allclose(p, [0.3 + 0.5 * t, 0.0, 0.3 + 1.0 * t - 9.81 * t * t / 2], atol=2e-3)
     sim.run_for(2.0)
-    assert sim.truth_object_poses()["cylinder"][2] < 0.1        # back on the table
+    assert sim.truth_object_poses()["cylinder"][2] < 0.1  # back on the table
     with pytest.raises(LabError, match="no free object"):
         sim.set_object("ghost", start)
 

@@ -41,8 +41,7 @@ def rig() -> Iterator[Rig]:
     agent = Agent(driver, watchdog=WatchdogConfig(heartbeat_timeout_s=0.2))
     agent.start()
     token = new_token()
-    server = RobotServer(agent, token, cameras={"synthetic": synthetic_frames},
-                         hello_timeout_s=0.5)
+    server = RobotServer(agent, token, cameras={"synthetic": synthetic_frames}, hello_timeout_s=0.5)
     server.start()
     try:
         yield Rig(driver, agent, server, token)

@@ -21,13 +21,17 @@ def linear_policy(W: np.ndarray, b: np.ndarray, batched: bool = True) -> bytes:
     shape = [1, obs_dim] if batched else [obs_dim]
     out_shape = [1, n] if batched else [n]
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["obs", "W"], ["xw"]),
-         helper.make_node("Add", ["xw", "b"], ["action"])],
+        [
+            helper.make_node("MatMul", ["obs", "W"], ["xw"]),
+            helper.make_node("Add", ["xw", "b"], ["action"]),
+        ],
         "linear_policy",
         [helper.make_tensor_value_info("obs", TensorProto.FLOAT, shape)],
         [helper.make_tensor_value_info("action", TensorProto.FLOAT, out_shape)],
-        [numpy_helper.from_array(W.astype(np.float32), "W"),
-         numpy_helper.from_array(b.astype(np.float32), "b")],
+        [
+            numpy_helper.from_array(W.astype(np.float32), "W"),
+            numpy_helper.from_array(b.astype(np.float32), "b"),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -41,13 +45,18 @@ def constant_policy(n: int, value: np.ndarray | float, obs_terms: int = 2) -> by
     return linear_policy(np.zeros((n * obs_terms, n)), b)
 
 
-def raw_connect(port: int, hello: dict[str, Any] | None = None,
-                token: str | None = None) -> socket.socket:
+def raw_connect(
+    port: int, hello: dict[str, Any] | None = None, token: str | None = None
+) -> socket.socket:
     """A plain socket to the server; sends `hello` (or a valid one with `token`)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=3.0)
     if hello is None and token is not None:
-        hello = {"type": "hello", "protocol": P.PROTOCOL_NAME, "version": P.PROTOCOL_VERSION,
-                 "token": token}
+        hello = {
+            "type": "hello",
+            "protocol": P.PROTOCOL_NAME,
+            "version": P.PROTOCOL_VERSION,
+            "token": token,
+        }
     if hello is not None:
         s.sendall(P.pack(hello))
     return s
@@ -75,7 +84,8 @@ def synthetic_frames(width: int = 64, height: int = 48, fps: float = 60.0) -> It
         color = np.full((height, width, 3), k % 256, dtype=np.uint8)
         color[..., 1] = np.arange(width, dtype=np.uint8)[None, :]
         depth = (np.arange(width * height, dtype=np.uint32).reshape(height, width) + k).astype(
-            np.uint16)
+            np.uint16
+        )
         T = np.eye(4)
         T[0, 3] = 0.01 * k
         yield RGBDFrame(color, depth, 0.001, intr, timestamp=k / fps, index=k, T_world_camera=T)

@@ -22,8 +22,12 @@ def agent() -> Iterator[Agent]:
     drv = IdealDriver()
     drv.record_commands = True
     # deadlines lenient enough for a loaded CI machine; bench lab measures the real timing
-    ag = Agent(drv, watchdog=WatchdogConfig(heartbeat_timeout_s=0.3, command_timeout_s=0.1,
-                                            policy_timeout_s=0.1))
+    ag = Agent(
+        drv,
+        watchdog=WatchdogConfig(
+            heartbeat_timeout_s=0.3, command_timeout_s=0.1, policy_timeout_s=0.1
+        ),
+    )
     ag.start()
     yield ag
     ag.close()
@@ -47,16 +51,17 @@ def test_position_command_is_tracked_at_the_velocity_limit(agent: Agent) -> None
     log = agent.log.snapshot()
     sent = log["sent"][~np.isnan(log["sent"][:, 0])]
     steps = np.abs(np.diff(sent[:, 0]))
-    assert steps.max() <= 2.175 * DT + 1e-9            # rate limited by the envelope
-    assert steps.max() > 0.9 * 2.175 * DT              # and actually moving at that rate
+    assert steps.max() <= 2.175 * DT + 1e-9  # rate limited by the envelope
+    assert steps.max() > 0.9 * 2.175 * DT  # and actually moving at that rate
     assert agent.mode == "command"
 
 
 def test_onnx_policy_ramps_from_current_pose_then_reaches_target(agent: Agent) -> None:
     q0 = agent.driver.read_state().joint_pos.copy()
     target = q0 + np.array([0.2, -0.1, 0.1, 0.1, 0.0, 0.1, -0.1])
-    summary = agent.upload_policy(constant_policy(7, target), {"observation": ["joint_pos",
-                                                                              "joint_vel"]})
+    summary = agent.upload_policy(
+        constant_policy(7, target), {"observation": ["joint_pos", "joint_vel"]}
+    )
     assert summary["action_mode"] == "position"
     agent.run_policy(ramp_s=0.3)
     _keep_alive(agent, 0.8)
@@ -65,8 +70,8 @@ def test_onnx_policy_ramps_from_current_pose_then_reaches_target(agent: Agent) -
     log = agent.log.snapshot()
     running = log["mode"] == MODES.index("policy")
     sent = log["sent"][running]
-    sent = sent[~np.isnan(sent[:, 0])]                   # ticks that waited for the policy: NaN
-    assert np.abs(sent[0] - q0).max() < 0.02              # ramp starts at the current pose
+    sent = sent[~np.isnan(sent[:, 0])]  # ticks that waited for the policy: NaN
+    assert np.abs(sent[0] - q0).max() < 0.02  # ramp starts at the current pose
     raw = log["raw"][running]
     np.testing.assert_allclose(raw[~np.isnan(raw[:, 0])][-1], target, atol=1e-6)  # raw logged
     agent.stop()
@@ -79,10 +84,13 @@ def test_policy_observes_joint_state_and_target(agent: Agent) -> None:
     q0 = agent.driver.read_state().joint_pos.copy()
     target = q0 + 0.15
     W = np.zeros((3 * n, n))
-    W[:n] = -0.5 * np.eye(n)           # joint_pos
-    W[2 * n:] = 0.5 * np.eye(n)        # target
-    spec = {"observation": ["joint_pos", "joint_vel", "target"], "target": target.tolist(),
-            "action": {"mode": "position", "type": "delta"}}
+    W[:n] = -0.5 * np.eye(n)  # joint_pos
+    W[2 * n :] = 0.5 * np.eye(n)  # target
+    spec = {
+        "observation": ["joint_pos", "joint_vel", "target"],
+        "target": target.tolist(),
+        "action": {"mode": "position", "type": "delta"},
+    }
     agent.upload_policy(linear_policy(W, np.zeros(n), batched=False), spec)
     agent.run_policy(ramp_s=0.0)
     _keep_alive(agent, 1.2)
@@ -161,7 +169,7 @@ def test_missing_heartbeat_stops_within_a_few_periods(agent: Agent) -> None:
     assert wait_for(lambda: agent.mode == "stopped", 1.0)
     assert "no heartbeat" in (agent.stop_reason or "")
     stop = agent.watchdog_stops[-1]
-    assert 0 <= stop["latency_s"] < 0.1     # normally < 1 period (bench lab); CI load varies
+    assert 0 <= stop["latency_s"] < 0.1  # normally < 1 period (bench lab); CI load varies
 
 
 def test_estop_latches_until_reset(agent: Agent) -> None:
@@ -171,7 +179,7 @@ def test_estop_latches_until_reset(agent: Agent) -> None:
     assert agent.mode == "estop"
     with pytest.raises(DeviceError, match="e-stop is latched"):
         agent.command("position", q)
-    agent.stop()           # a plain stop does not clear it
+    agent.stop()  # a plain stop does not clear it
     assert agent.mode == "estop"
     agent.reset()
     assert agent.mode == "idle"
@@ -205,17 +213,17 @@ def test_velocity_stream_moves_and_stops_when_it_goes_stale(agent: Agent) -> Non
     v = np.zeros(7)
     v[2] = 0.5
     end = time.monotonic() + 0.4
-    while time.monotonic() < end:          # a client streaming 0.5 rad/s on joint 3
+    while time.monotonic() < end:  # a client streaming 0.5 rad/s on joint 3
         agent.command("velocity", v)
         agent.heartbeat()
         time.sleep(0.01)
     moved = agent.driver.read_state().joint_pos[2] - q0[2]
-    assert 0.12 < moved < 0.22             # 0.4 s at 0.5 rad/s, less the 0.1 s envelope ramp
-    assert wait_for(lambda: agent.mode == "stopped", 0.5)   # stream stopped: watchdog
+    assert 0.12 < moved < 0.22  # 0.4 s at 0.5 rad/s, less the 0.1 s envelope ramp
+    assert wait_for(lambda: agent.mode == "stopped", 0.5)  # stream stopped: watchdog
     assert "streamed command" in (agent.stop_reason or "")
     log = agent.log.snapshot()
     sent = log["sent"][log["mode"] == MODES.index("command")]
-    assert np.all(np.abs(np.diff(sent[:, 2])) <= 2.175 * DT / 0.1 + 1e-9)   # ramped, not a jump
+    assert np.all(np.abs(np.diff(sent[:, 2])) <= 2.175 * DT / 0.1 + 1e-9)  # ramped, not a jump
 
 
 def test_policy_safety_config_applies_only_while_it_runs(agent: Agent) -> None:

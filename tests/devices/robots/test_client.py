@@ -22,8 +22,12 @@ def test_info_and_stream_to_trajectory(rig: Rig) -> None:
         target[1] += 0.2
         c.command_position(target)
         traj = c.stream(0.6)
-    assert set(traj.channels) == {"robot/joint_pos", "robot/joint_vel", "robot/joint_effort",
-                                  "robot/command"}
+    assert set(traj.channels) == {
+        "robot/joint_pos",
+        "robot/joint_vel",
+        "robot/joint_effort",
+        "robot/command",
+    }
     assert traj.units["robot/joint_pos"] == "rad" and traj.units["robot/joint_vel"] == "rad/s"
     assert traj.units["robot/joint_effort"] == "N*m" and traj.source == "real"
     assert traj["robot/joint_pos"].shape == (len(traj), 7)
@@ -36,7 +40,7 @@ def test_info_and_stream_to_trajectory(rig: Rig) -> None:
     assert jp[-1] > jp[0] + 0.1
     cmd = traj["robot/command"][:, 1]
     cmd = cmd[~np.isnan(cmd)]
-    assert np.all(np.diff(cmd) >= -1e-12) and cmd.max() <= target[1] + 1e-12   # ramps to target
+    assert np.all(np.diff(cmd) >= -1e-12) and cmd.max() <= target[1] + 1e-12  # ramps to target
 
 
 def test_connection_loss_is_reported_promptly_with_the_address(rig: Rig) -> None:
@@ -63,7 +67,7 @@ def test_silent_robot_is_detected_as_lost() -> None:
     c = RobotClient("127.0.0.1", port, "t" * 20, connect_timeout_s=0.5)
     t0 = time.monotonic()
     with pytest.raises(DeviceError, match=f"127.0.0.1:{port}.*handshake"):
-        c.connect()        # accepted by the kernel, never answered
+        c.connect()  # accepted by the kernel, never answered
     assert time.monotonic() - t0 < 2.0
     srv.close()
 
@@ -95,9 +99,10 @@ def test_log_status_and_camera_frames(rig: Rig) -> None:
         assert idx == sorted(idx) and len(set(idx)) == 4
         f = got[-1]
         assert f.color.shape == (48, 64, 3) and f.depth.shape == (48, 64)
-        assert int(f.color[0, 0, 0]) == f.index % 256                 # content survived
+        assert int(f.color[0, 0, 0]) == f.index % 256  # content survived
         assert int(f.depth[0, 0]) == f.index and f.T_world_camera[0, 3] == pytest.approx(
-            0.01 * f.index)
+            0.01 * f.index
+        )
         with pytest.raises(DeviceError, match="no camera 'nope'"):
             next(c.camera_frames("nope"))
         assert c.connected

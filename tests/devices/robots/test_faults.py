@@ -40,7 +40,7 @@ def test_wrong_token_gets_only_an_error(rig: Rig) -> None:
     s.close()
     assert [m["type"] for m in msgs] == ["error"]
     assert msgs[0]["code"] == "auth" and msgs[0]["fatal"] is True
-    assert "joint" not in str(msgs[0])         # nothing about the robot leaks
+    assert "joint" not in str(msgs[0])  # nothing about the robot leaks
     with pytest.raises(DeviceError, match=rf"127.0.0.1:{rig.port}.*authentication failed"):
         RobotClient("127.0.0.1", rig.port, "y" * 43).connect()
     obs = _observer(rig)
@@ -50,10 +50,15 @@ def test_wrong_token_gets_only_an_error(rig: Rig) -> None:
         obs.close()
 
 
-@pytest.mark.parametrize("garbage", [np.random.default_rng(3).bytes(64),
-                                     b"GET / HTTP/1.1\r\n\r\n",
-                                     P.HEADER.pack(5) + b"\xc1\xc1\xc1\xc1\xc1"],
-                         ids=["random", "http", "bad-msgpack"])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        np.random.default_rng(3).bytes(64),
+        b"GET / HTTP/1.1\r\n\r\n",
+        P.HEADER.pack(5) + b"\xc1\xc1\xc1\xc1\xc1",
+    ],
+    ids=["random", "http", "bad-msgpack"],
+)
 def test_garbage_bytes_before_and_after_auth(rig: Rig, garbage: bytes) -> None:
     obs = _observer(rig)
     try:
@@ -65,8 +70,15 @@ def test_garbage_bytes_before_and_after_auth(rig: Rig, garbage: bytes) -> None:
         assert msgs[-1]["code"] in ("too_large", "malformed", "auth")
         # the same garbage after a valid hello, while this peer controls the robot
         s = raw_connect(rig.port, token=rig.token)
-        s.sendall(P.pack({"type": "command", "mode": "position",
-                          "values": rig.driver.read_state().joint_pos.tolist()}))
+        s.sendall(
+            P.pack(
+                {
+                    "type": "command",
+                    "mode": "position",
+                    "values": rig.driver.read_state().joint_pos.tolist(),
+                }
+            )
+        )
         s.sendall(P.pack({"type": "heartbeat"}))
         assert wait_for(lambda: rig.agent.mode == "command", 1.0)
         s.sendall(garbage)
@@ -105,8 +117,9 @@ def test_incompatible_protocol_version(rig: Rig) -> None:
     with pytest.raises(DeviceError, match=r"version 99 is not supported.*\[1\]"):
         RobotClient("127.0.0.1", rig.port, rig.token, version=99).connect()
     # without the right token the version list is not revealed
-    s = raw_connect(rig.port, {"type": "hello", "protocol": P.PROTOCOL_NAME, "version": 99,
-                               "token": "z" * 40})
+    s = raw_connect(
+        rig.port, {"type": "hello", "protocol": P.PROTOCOL_NAME, "version": 99, "token": "z" * 40}
+    )
     msgs = read_until_closed(s)
     s.close()
     assert msgs[-1]["code"] == "auth"
@@ -133,7 +146,7 @@ def test_peer_vanishes_mid_stream(rig: Rig) -> None:
             time.sleep(0.004)
         assert rig.agent.mode == "command"
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-        s.close()              # abortive close (RST) in the middle of the stream
+        s.close()  # abortive close (RST) in the middle of the stream
         assert wait_for(lambda: rig.agent.mode == "stopped", 1.0)
         assert wait_for(lambda: obs.latest_status()["mode"] == "stopped", 1.0)
         _still_served(rig, obs)
@@ -147,14 +160,21 @@ def test_bad_policy_output_over_the_protocol(rig: Rig, value: float) -> None:
     obs = _observer(rig)
     try:
         with RobotClient("127.0.0.1", rig.port, rig.token, on_event=events.append) as c:
-            c.upload_policy(constant_policy(7, value), {"action": {"mode": "position"}},
-                            safety={"on_violation": "stop"})
+            c.upload_policy(
+                constant_policy(7, value),
+                {"action": {"mode": "position"}},
+                safety={"on_violation": "stop"},
+            )
             c.run_policy(ramp_s=0.0)
             assert wait_for(lambda: c.latest_status()["mode"] == "stopped", 1.0)
             reason = c.latest_status()["stop_reason"]
             assert ("NaN/inf" in reason) if not np.isfinite(value) else ("limit exceeded" in reason)
             assert any(e["kind"] == "safety" for e in events)
-        sent = np.array([v for _, v in rig.driver.commands]) if rig.driver.commands else np.zeros((0, 7))
+        sent = (
+            np.array([v for _, v in rig.driver.commands])
+            if rig.driver.commands
+            else np.zeros((0, 7))
+        )
         assert np.all(np.isfinite(sent)) and np.all(np.abs(sent) < 10)
         _still_served(rig, obs)
     finally:
@@ -169,12 +189,12 @@ def test_heartbeat_stops(rig: Rig) -> None:
         with RobotClient("127.0.0.1", rig.port, rig.token) as c:
             c.command_position(c.latest_state().joint_pos)
             assert wait_for(lambda: c.latest_status()["mode"] == "command", 1.0)
-            time.sleep(0.2)                          # heartbeats keep it running
+            time.sleep(0.2)  # heartbeats keep it running
             assert c.latest_status()["mode"] == "command"
             c.heartbeat_enabled = False
             t0 = time.monotonic()
             assert wait_for(lambda: c.latest_status()["mode"] == "stopped", 1.0)
-            assert time.monotonic() - t0 < 0.2 + 0.05 + 0.15   # timeout + heartbeat period + slack
+            assert time.monotonic() - t0 < 0.2 + 0.05 + 0.15  # timeout + heartbeat period + slack
             assert "no heartbeat" in c.latest_status()["stop_reason"]
         assert wait_for(lambda: any(e["kind"] == "watchdog" for e in events), 1.0)
         _still_served(rig, obs)
@@ -191,7 +211,7 @@ def test_command_flood(rig: Rig) -> None:
         try:
             s.sendall(burst)
         except OSError:
-            pass                                   # the server may hang up mid-burst
+            pass  # the server may hang up mid-burst
         msgs = read_until_closed(s)
         s.close()
         assert msgs[-1]["code"] == "flood" and "messages/s" in msgs[-1]["message"]
@@ -202,14 +222,16 @@ def test_command_flood(rig: Rig) -> None:
 
 
 def test_second_controller_is_refused_not_disconnected(rig: Rig) -> None:
-    with RobotClient("127.0.0.1", rig.port, rig.token) as a, \
-            RobotClient("127.0.0.1", rig.port, rig.token) as b:
+    with (
+        RobotClient("127.0.0.1", rig.port, rig.token) as a,
+        RobotClient("127.0.0.1", rig.port, rig.token) as b,
+    ):
         q = a.latest_state().joint_pos
         a.request("command", mode="position", values=q.tolist())
         with pytest.raises(DeviceError, match="controlled by another client"):
             b.request("command", mode="position", values=q.tolist())
         assert b.connected
-        b.estop("observer saw a problem")          # anyone may e-stop
+        b.estop("observer saw a problem")  # anyone may e-stop
         assert wait_for(lambda: a.latest_status()["mode"] == "estop", 1.0)
         with pytest.raises(DeviceError, match="latched"):
             a.request("command", mode="position", values=q.tolist())

@@ -45,7 +45,7 @@ def test_lab_serve_robot_policy_and_camera() -> None:
             assert f1.depth_scale == 0.001 and f2.index > f1.index
             assert np.mean(f1.depth > 0) > 0.5
             z = f1.depth_m[f1.depth > 0]
-            assert 0.2 < float(np.median(z)) < 3.0       # a table about a metre away
+            assert 0.2 < float(np.median(z)) < 3.0  # a table about a metre away
             # the controlling client vanishes while commanding: the lab stops the arm
             c.command_position(c.latest_state().joint_pos)
         with RobotClient(lab.host, lab.port, lab.token) as watcher:
@@ -66,11 +66,18 @@ def test_lab_process_stops_when_its_parent_dies(tmp_path) -> None:
         "from devices.robots.launch import start_lab_process\n"
         "lab = start_lab_process('pendulum', extra_args=['--no-cameras'])\n"
         "print(lab.proc.pid, flush=True)\n"
-        "os._exit(0)\n")          # dies without terminating the lab
+        "os._exit(0)\n"
+    )  # dies without terminating the lab
     from devices.robots.launch import REPO_ROOT
 
-    out = subprocess.run([sys.executable, str(script)], cwd=REPO_ROOT, capture_output=True,
-                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
     pid = int(out.stdout.split()[-1])
 
     def gone() -> bool:
@@ -78,7 +85,7 @@ def test_lab_process_stops_when_its_parent_dies(tmp_path) -> None:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
-        with open(f"/proc/{pid}/stat") as f:      # a zombie counts as gone
+        with open(f"/proc/{pid}/stat") as f:  # a zombie counts as gone
             return f.read().split()[2] == "Z"
 
     assert wait_for(gone, 10.0, 0.05)

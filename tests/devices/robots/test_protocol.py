@@ -27,7 +27,7 @@ def test_framed_roundtrip_over_a_socket() -> None:
 def test_oversized_length_is_refused_before_the_body_arrives() -> None:
     a, b = socket.socketpair()
     with a, b:
-        a.sendall(P.HEADER.pack(10_000))      # header only: the body never comes
+        a.sendall(P.HEADER.pack(10_000))  # header only: the body never comes
         b.settimeout(1.0)
         t0 = time.monotonic()
         with pytest.raises(P.ProtocolError) as err:
@@ -36,8 +36,9 @@ def test_oversized_length_is_refused_before_the_body_arrives() -> None:
         assert time.monotonic() - t0 < 0.5
 
 
-@pytest.mark.parametrize("body", [b"\xc1\xc1\xc1", b"\x93\x01\x02\x03", b"\x81\xa1a\x01",
-                                  b"\x92\x01"])
+@pytest.mark.parametrize(
+    "body", [b"\xc1\xc1\xc1", b"\x93\x01\x02\x03", b"\x81\xa1a\x01", b"\x92\x01"]
+)
 def test_garbage_bodies_are_malformed(body: bytes) -> None:
     with pytest.raises(P.ProtocolError) as err:
         P.unpack_body(body)
@@ -50,8 +51,16 @@ def _frame() -> RGBDFrame:
     depth = rng.integers(0, 65535, (30, 40), dtype=np.uint16)
     T = np.eye(4)
     T[:3, 3] = (0.1, -0.2, 0.3)
-    return RGBDFrame(color, depth, 0.001, Intrinsics(40, 30, 31.5, 32.0, 19.5, 14.5),
-                     timestamp=12.345, index=77, T_world_camera=T, meta={"aligned": True})
+    return RGBDFrame(
+        color,
+        depth,
+        0.001,
+        Intrinsics(40, 30, 31.5, 32.0, 19.5, 14.5),
+        timestamp=12.345,
+        index=77,
+        T_world_camera=T,
+        meta={"aligned": True},
+    )
 
 
 def test_frame_roundtrip_is_exact() -> None:

@@ -51,7 +51,7 @@ def test_workspace_box_holds_previous_command() -> None:
     env = _env(workspace_upper=(0.6, 0.6, FK(np.asarray(HOME))[2] + 1e-4))
     prev = np.asarray(HOME, float)
     cmd = prev.copy()
-    cmd[3] += 0.005         # straightens the elbow: the end effector rises above the box
+    cmd[3] += 0.005  # straightens the elbow: the end effector rises above the box
     assert FK(cmd)[2] > FK(prev)[2]
     res = env.apply("position", cmd, _state(), prev)
     assert "workspace" in res.acted and res.stop is None
@@ -102,15 +102,23 @@ def test_effort_limits() -> None:
 
 def test_uploaded_config_only_tightens() -> None:
     base = SafetyConfig(workspace_lower=(-0.6, -0.6, 0.0), workspace_upper=(0.6, 0.6, 0.9))
-    loose = SafetyConfig.from_dict({"velocity_scale": 1.0, "workspace_lower": [-5, -5, -5],
-                                    "workspace_upper": [5, 5, 5], "on_violation": "clamp",
-                                    "measured_effort_factor": 10.0})
+    loose = SafetyConfig.from_dict(
+        {
+            "velocity_scale": 1.0,
+            "workspace_lower": [-5, -5, -5],
+            "workspace_upper": [5, 5, 5],
+            "on_violation": "clamp",
+            "measured_effort_factor": 10.0,
+        }
+    )
     t = base.tightened(loose)
     assert t.workspace_lower == (-0.6, -0.6, 0.0) and t.workspace_upper == (0.6, 0.6, 0.9)
     assert t.measured_effort_factor == 1.5
-    tight = base.tightened(SafetyConfig.from_dict({"velocity_scale": 0.2,
-                                                   "on_violation": "stop",
-                                                   "workspace_upper": [0.5, 0.7, 0.8]}))
+    tight = base.tightened(
+        SafetyConfig.from_dict(
+            {"velocity_scale": 0.2, "on_violation": "stop", "workspace_upper": [0.5, 0.7, 0.8]}
+        )
+    )
     assert tight.velocity_scale == 0.2 and tight.on_violation == "stop"
     assert tight.workspace_upper == (0.5, 0.6, 0.8)
     with pytest.raises(DeviceError, match="unknown"):
