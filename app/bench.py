@@ -21,6 +21,10 @@ BENCHMARKS: dict[str, str] = {
     "lab": "app.benches.lab",
     "scan": "app.benches.scan",
     "twin": "app.benches.twin",
+    "gui": "app.benches.gui",
+    "safety": "app.benches.safety",
+    "scan-real": "app.benches.scan_real",
+    "calib-real": "app.benches.calib_real",
 }
 
 

@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "lab": "app.commands.lab",
     "scan": "app.commands.scan",
     "twin": "app.commands.twin",
+    "calibrate": "app.commands.calibrate",
     "bench": "app.bench",
 }
 GUI_COMMANDS: dict[str, str] = {
@@ -33,6 +34,7 @@ SUMMARIES: dict[str, str] = {
     "lab": "run the virtual lab as a robot + camera server",
     "scan": "record/reconstruct a workspace from a camera source into a project",
     "twin": "build a digital twin from a scan (+ robot description)",
+    "calibrate": "camera-robot (hand-eye) calibration from board images + robot poses",
     "bench": "run a benchmark; --json prints one JSON object on the last line",
 }
 
