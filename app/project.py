@@ -15,6 +15,7 @@ before. Folders not in the manifest (a crash between rename and manifest write) 
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import time
@@ -70,14 +71,49 @@ class Artifact:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Artifact:
+        """An artifact entry of a manifest; raises ValueError naming the field that is wrong."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"artifact entry must be an object, not {type(d).__name__}")
+        for key in ("kind", "id", "created"):
+            if key not in d:
+                raise ValueError(f"artifact entry is missing '{key}'")
+        kind, aid, created = d["kind"], d["id"], d["created"]
+        if kind not in KINDS:
+            raise ValueError(f"artifact {aid!r}: unknown kind {kind!r}")
+        if not isinstance(aid, str) or not _ID_RE.fullmatch(aid):
+            raise ValueError(
+                f"artifact id {aid!r} is not a plain name (letters, digits, '.', '_', '-'; "
+                "no path separators or '..')"
+            )
+        if (
+            isinstance(created, bool)
+            or not isinstance(created, (int, float))
+            or not math.isfinite(created)
+            or not 0 <= created <= MAX_TIMESTAMP
+        ):
+            raise ValueError(
+                f"artifact {aid}: 'created' must be a time in seconds since 1970, got {created!r}"
+            )
+        inputs = d.get("inputs", ())
+        parent = d.get("parent")
+        if not isinstance(inputs, (list, tuple)) or not all(isinstance(i, str) for i in inputs):
+            raise ValueError(f"artifact {aid}: 'inputs' must be a list of artifact ids")
+        if parent is not None and not isinstance(parent, str):
+            raise ValueError(f"artifact {aid}: 'parent' must be an artifact id or null")
+        settings = d.get("settings", {})
+        if not isinstance(settings, Mapping):
+            raise ValueError(f"artifact {aid}: 'settings' must be an object")
+        summary = d.get("summary", "")
+        if not isinstance(summary, str):
+            raise ValueError(f"artifact {aid}: 'summary' must be text")
         return cls(
-            kind=str(d["kind"]),
-            id=str(d["id"]),
-            created=float(d["created"]),
-            inputs=tuple(str(i) for i in d.get("inputs", ())),
-            settings=dict(d.get("settings", {})),
-            summary=str(d.get("summary", "")),
-            parent=d.get("parent"),
+            kind=kind,
+            id=aid,
+            created=float(created),
+            inputs=tuple(inputs),
+            settings=dict(settings),
+            summary=summary,
+            parent=parent,
         )
 
 
@@ -87,6 +123,17 @@ def _new_id(kind: str) -> str:
 
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,120}$")
+MAX_TIMESTAMP = 253402300799.0  # 9999-12-31T23:59:59Z: later "times" are corrupt data
+# Terminal control sequences (CSI/OSC/other ESC) and C0/C1 control characters: text from a
+# manifest is data, never instructions to the terminal that prints it.
+_CONTROL_RE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+)
+
+
+def printable(text: str) -> str:
+    """`text` without terminal escape sequences or control characters (safe to print)."""
+    return _CONTROL_RE.sub("", text)
 
 
 class Project:
@@ -94,12 +141,31 @@ class Project:
 
     def __init__(self, root: Path, manifest: dict[str, Any]) -> None:
         self.root = Path(root)
-        self.name: str = manifest.get("name", self.root.name)
-        self.created: float = float(manifest.get("created", time.time()))
-        self.settings: dict[str, Any] = dict(manifest.get("settings", {}))
+        name = manifest.get("name", self.root.name)
+        if not isinstance(name, str):
+            raise ValueError(f"'name' must be text, not {type(name).__name__}")
+        self.name: str = name
+        created = manifest.get("created", time.time())
+        if (
+            isinstance(created, bool)
+            or not isinstance(created, (int, float))
+            or not math.isfinite(created)
+            or not 0 <= created <= MAX_TIMESTAMP
+        ):
+            raise ValueError(f"'created' must be a time in seconds since 1970, got {created!r}")
+        self.created: float = float(created)
+        settings = manifest.get("settings", {})
+        if not isinstance(settings, dict):
+            raise ValueError("'settings' must be an object")
+        self.settings: dict[str, Any] = dict(settings)
+        arts = manifest.get("artifacts", [])
+        if not isinstance(arts, list):
+            raise ValueError("'artifacts' must be a list")
         self._artifacts: dict[str, Artifact] = {}
-        for a in manifest.get("artifacts", []):
+        for a in arts:
             art = Artifact.from_json(a)
+            if art.id in self._artifacts:
+                raise ValueError(f"artifact id {art.id} appears twice")
             self._artifacts[art.id] = art
 
     # -- create / open / save ------------------------------------------------------------
@@ -134,17 +200,22 @@ class Project:
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise ProjectError(f"{mpath}: not a Twinbench manifest (format field missing)")
         version = manifest.get("format_version")
-        if not isinstance(version, int):
+        if isinstance(version, bool) or not isinstance(version, int):
             raise ProjectError(f"{mpath}: manifest has no integer format_version")
+        if version < 1:
+            raise ProjectError(f"{mpath}: format_version {version} is not a valid version (>= 1)")
         if version > FORMAT_VERSION:
             raise ProjectError(
                 f"{mpath}: project format version {version} is newer than this Twinbench "
                 f"supports ({FORMAT_VERSION}); update Twinbench to open it"
             )
+        missing = [k for k in ("name", "created", "artifacts") if k not in manifest]
+        if missing:
+            raise ProjectError(f"{mpath}: manifest is missing {', '.join(missing)}")
         try:
             return cls(root, manifest)
         except (KeyError, TypeError, ValueError) as exc:
-            raise ProjectError(f"{mpath}: corrupt artifact entry ({exc!r})") from exc
+            raise ProjectError(f"{mpath}: corrupt manifest: {exc}") from exc
 
     def to_manifest(self) -> dict[str, Any]:
         return {
@@ -180,8 +251,14 @@ class Project:
         return arts[-1] if arts else None
 
     def path_of(self, artifact_id: str) -> Path:
+        """The artifact's folder; always inside the project (ids are checked on open, and
+        the resolved path is checked again so a symlink cannot lead outside)."""
         art = self.artifact(artifact_id)
-        return self.root / KINDS[art.kind] / art.id
+        path = self.root / KINDS[art.kind] / art.id
+        base = (self.root / KINDS[art.kind]).resolve()
+        if path.resolve().parent != base:
+            raise ProjectError(f"{self.root}: artifact '{art.id}' points outside the project")
+        return path
 
     def lineage(self, artifact_id: str) -> list[Artifact]:
         """All ancestors of an artifact (inputs and parents, transitively), nearest first."""
@@ -219,7 +296,7 @@ class Project:
             if ref not in self._artifacts:
                 raise ProjectError(f"{self.root}: input artifact '{ref}' does not exist")
         aid = artifact_id or _new_id(kind)
-        if not _ID_RE.match(aid):
+        if not _ID_RE.fullmatch(aid):
             raise ProjectError(f"artifact id '{aid}' must be letters, digits, '.', '_' or '-'")
         if aid in self._artifacts:
             raise ProjectError(
@@ -253,7 +330,10 @@ class Project:
         for a in self.artifacts():
             ins = f" <- {', '.join(a.inputs)}" if a.inputs else ""
             par = f" (edit of {a.parent})" if a.parent else ""
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.created))
+            try:
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.created))
+            except (OverflowError, OSError, ValueError):
+                when = f"created={a.created!r}"
             summ = f"  {a.summary}" if a.summary else ""
-            lines.append(f"  [{a.kind:<10}] {a.id}  {when}{ins}{par}{summ}")
-        return "\n".join(lines)
+            lines.append(f"  [{a.kind:<10}] {a.id}  {when}{ins}{par}{summ.replace(chr(10), ' ')}")
+        return "\n".join(printable(line.replace("\n", " ")) for line in lines)

@@ -81,8 +81,20 @@ def test_failed_artifact_leaves_no_trace(tmp_path: Path) -> None:
         ('{"format": "something-else", "format_version": 1}', "not a Twinbench manifest"),
         ('{"format": "twinbench-project", "format_version": 99}', "newer than this Twinbench"),
         (
-            '{"format": "twinbench-project", "format_version": 1, "artifacts": [{"id": 1}]}',
-            "corrupt artifact entry",
+            '{"format": "twinbench-project", "format_version": 1, "name": "p", "created": 1.0, '
+            '"artifacts": [{"id": 1}]}',
+            "corrupt manifest: artifact entry is missing 'kind'",
+        ),
+        ('{"format": "twinbench-project", "format_version": 1}', "missing name, created"),
+        (
+            '{"format": "twinbench-project", "format_version": -1, "name": "p", "created": 1.0, '
+            '"artifacts": []}',
+            "format_version -1 is not a valid version",
+        ),
+        (
+            '{"format": "twinbench-project", "format_version": 1, "name": ["p"], "created": 1.0, '
+            '"artifacts": []}',
+            "'name' must be text",
         ),
     ],
 )
@@ -148,3 +160,85 @@ def test_writer_killed_mid_save_leaves_openable_project(tmp_path: Path) -> None:
         for a in arts:  # everything in the manifest is complete on disk
             assert (proj.path_of(a.id) / "data.bin").stat().st_size == 20000
         json.loads((root / MANIFEST).read_text())
+
+
+def _manifest_with(root: Path, **artifact: object) -> None:
+    entry = {"kind": "twin", "id": "twin-1", "created": 1.7e9, **artifact}
+    (root / MANIFEST).write_text(
+        json.dumps(
+            {
+                "format": "twinbench-project",
+                "format_version": 1,
+                "name": "p",
+                "created": 1.7e9,
+                "artifacts": [entry],
+            }
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "bad_id", ["../../outside_twin", "/etc", "twin/../../x", "..", "twin-1\n", "a\\b"]
+)
+def test_artifact_ids_cannot_leave_the_project(tmp_path: Path, bad_id: str) -> None:
+    root = tmp_path / "proj"
+    Project.create(root)
+    (tmp_path / "outside_twin").mkdir()
+    _manifest_with(root, id=bad_id)
+    with pytest.raises(ProjectError, match="not a plain name") as err:
+        Project.open(root)
+    assert str(root / MANIFEST) in str(err.value)
+
+
+def test_symlinked_artifact_folder_outside_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    Project.create(root)
+    (tmp_path / "elsewhere").mkdir()
+    (root / "twins").mkdir()
+    (root / "twins" / "twin-1").symlink_to(tmp_path / "elsewhere")
+    _manifest_with(root)
+    proj = Project.open(root)
+    with pytest.raises(ProjectError, match="outside the project"):
+        proj.path_of("twin-1")
+
+
+@pytest.mark.parametrize("created", [1e300, "nan", -5.0, True, None])
+def test_odd_creation_times_are_refused_with_the_file(tmp_path: Path, created: object) -> None:
+    root = tmp_path / "proj"
+    Project.create(root)
+    _manifest_with(root, created=created)
+    with pytest.raises(ProjectError, match="'created' must be a time") as err:
+        Project.open(root)
+    assert str(root / MANIFEST) in str(err.value)
+
+
+def test_project_info_never_prints_terminal_escapes(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    Project.create(root)
+    _manifest_with(root, summary="fine\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x1b[0m\rover\nline")
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "main.py"), "project", "info", str(root)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\r" not in proc.stdout
+    assert "finered" in proc.stdout.replace(" ", "") and "over line" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_project_info_with_corrupt_time_is_a_message_not_a_traceback(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    Project.create(root)
+    _manifest_with(root, created=1e300)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "main.py"), "project", "info", str(root)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr and "created" in proc.stderr + proc.stdout
