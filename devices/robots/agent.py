@@ -2,9 +2,11 @@
 uploaded policies at the control rate, inside the safety envelope and under the watchdog.
 
 Modes: idle (driver holds, nothing commanded) -> command (a client streams targets) or
-policy (an uploaded ONNX policy runs here) -> stopped (held; any new command resumes) or
-estop (latched: everything is refused until `reset`). Exactly one client controls the robot
-at a time; the others may watch. All driver writes happen on the control thread, under the
+policy (an uploaded ONNX policy runs here) -> stopped (held; a new command resumes, except
+after a watchdog stop: then only after someone takes control again with `acquire`) or
+estop (latched: everything is refused until the operator — the client that held the robot
+when it latched, or the robot's own console — resets it). Exactly one client controls the
+robot at a time; the others may watch. All driver writes happen on the control thread, under the
 agent's lock, so a stop can never be overtaken by a late command.
 """
 
@@ -58,6 +60,8 @@ class Agent:
         self.mode = "idle"
         self.stop_reason: str | None = None
         self.owner: str | None = None
+        self.operator: str | None = None  # who may reset the latched e-stop (None: anyone)
+        self.watchdog_latched: str | None = None  # why motion waits for a new `acquire`
         self.watchdog_stops: list[dict[str, float]] = []  # deadline, stopped_at, latency_s
         self._lock = threading.RLock()
         self._cmd_mode = "position"
@@ -139,7 +143,26 @@ class Agent:
             )
         if self.owner not in (None, owner):
             raise DeviceError(f"{self.info.name} is controlled by another client ({self.owner})")
+        if self.watchdog_latched is not None:
+            raise DeviceError(
+                f"{self.info.name}: stopped by the watchdog ({self.watchdog_latched}); "
+                "take control again (acquire) before moving it"
+            )
         self.owner = owner
+
+    def acquire(self, owner: str = LOCAL) -> None:
+        """Take control explicitly: the only way to move again after a watchdog stop."""
+        with self._lock:
+            if self.mode == "estop":
+                raise DeviceError(
+                    f"{self.info.name}: e-stop is latched ({self.stop_reason}); reset it first"
+                )
+            if self.owner not in (None, owner):
+                raise DeviceError(
+                    f"{self.info.name} is controlled by another client ({self.owner})"
+                )
+            self.owner, self.watchdog_latched = owner, None
+            self.watchdog.heartbeat(time.monotonic())
 
     def _activate(self, now: float, state: RobotState) -> None:
         if self.mode not in ("command", "policy"):
@@ -235,16 +258,28 @@ class Agent:
             if self.mode != "estop":
                 self._halt(reason, "stopped")
 
-    def estop(self, reason: str = "e-stop requested") -> None:
-        """Latching stop: refuses everything until `reset`."""
+    def estop(self, reason: str = "e-stop requested", owner: str = LOCAL) -> None:
+        """Latching stop: refuses everything until `reset` by the operator. Any client may
+        press it; the operator is whoever controlled the robot then (or, if nobody did, the
+        client that pressed it)."""
         with self._lock:
+            if self.mode != "estop":
+                self.operator = self.owner or owner
             self._halt(reason, "estop")
 
-    def reset(self) -> None:
+    def reset(self, owner: str = LOCAL) -> None:
+        """Clear a latched e-stop; only the operator or the robot's console (LOCAL) may.
+        If the operator has disconnected, any client may."""
         with self._lock:
-            if self.mode == "estop":
-                self.mode, self.stop_reason = "idle", None
-                self._event("reset", "e-stop reset")
+            if self.mode != "estop":
+                return
+            if owner != LOCAL and self.operator not in (None, owner):
+                raise DeviceError(
+                    f"{self.info.name}: only the operator ({self.operator}) or the robot's "
+                    "console may reset this e-stop"
+                )
+            self.mode, self.stop_reason, self.operator = "idle", None, None
+            self._event("reset", "e-stop reset", by=owner)
 
     def release(self, owner: str, reason: str) -> None:
         """The client `owner` went away: stop if it was in control."""
@@ -253,6 +288,8 @@ class Agent:
                 if self.mode in ("command", "policy"):
                     self._halt(reason, "stopped")
                 self.owner = None
+            if self.operator == owner:
+                self.operator = None  # the e-stop's operator left: anyone may reset it
 
     def _halt(self, reason: str, mode: str) -> None:
         was = self.mode
@@ -277,6 +314,7 @@ class Agent:
                 late = self.watchdog.check(now, mode == "command" and self._cmd_mode != "position")
                 if late is not None:
                     self._halt(late[0], "stopped")
+                    self.watchdog_latched = late[0]
                     stopped_at = time.monotonic()
                     self.watchdog_stops.append(
                         {
@@ -354,6 +392,7 @@ class Agent:
                     f"output, limit {self.watchdog.policy_timeout_s * 1e3:.1f} ms)"
                 )
                 self._halt(reason, "stopped")
+                self.watchdog_latched = reason
                 self._event("watchdog", reason, latency_s=age - self.watchdog.policy_timeout_s)
             return None
         self._policy_last_output = now
@@ -379,6 +418,8 @@ class Agent:
             "mode": self.mode,
             "estop": self.mode == "estop",
             "owner": self.owner,
+            "operator": self.operator,
+            "watchdog_latched": self.watchdog_latched,
             "stop_reason": self.stop_reason,
             "policy_loaded": self._policy_fn is not None,
             "safety": self.envelope.config.to_dict(),

@@ -1,20 +1,28 @@
-"""Shared-secret tokens for the robot protocol.
+"""Shared-secret tokens for the robot protocol, and the challenge-response that proves
+knowledge of the token without sending it.
 
-A token comes from a file (first line, whitespace stripped) or from the environment variable
-TWINBENCH_TOKEN. Comparison is constant-time (`hmac.compare_digest`).
+A token comes from a file (first line, whitespace stripped; the file must not be readable
+by group or others) or from the environment variable TWINBENCH_TOKEN. The server sends a
+fresh random nonce; the client answers HMAC-SHA256(token, "client" | nonce | client nonce |
+version) and the server answers HMAC-SHA256(token, "server" | nonce | client nonce), so a
+captured handshake is useless on any other connection and the client knows it reached a
+server holding the token. Comparisons are constant-time (`hmac.compare_digest`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import os
 import secrets
+import stat
 from pathlib import Path
 
 from devices.errors import DeviceError
 
 TOKEN_ENV = "TWINBENCH_TOKEN"
 MIN_TOKEN_CHARS = 16
+NONCE_BYTES = 32
 
 
 def new_token() -> str:
@@ -36,6 +44,16 @@ def load_token(token_file: Path | str | None = None) -> str:
     """
     if token_file is not None:
         path = Path(token_file)
+        try:
+            mode = path.stat().st_mode
+        except OSError as exc:
+            raise DeviceError(f"robot token file {path}: cannot read it ({exc})") from exc
+        if os.name == "posix" and mode & 0o077:
+            raise DeviceError(
+                f"robot token file {path} is readable or writable by group/others "
+                f"(mode {stat.S_IMODE(mode):04o}); anyone on this machine could take the "
+                f"robot. Run: chmod 600 {path}"
+            )
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
@@ -59,3 +77,30 @@ def token_matches(expected: str, given: object) -> bool:
     if not isinstance(given, str):
         return False
     return hmac.compare_digest(expected.encode("utf-8"), given.encode("utf-8"))
+
+
+def new_nonce() -> bytes:
+    """A fresh random challenge (NONCE_BYTES bytes)."""
+    return secrets.token_bytes(NONCE_BYTES)
+
+
+def _mac(token: str, *parts: bytes) -> bytes:
+    h = hmac.new(token.encode("utf-8"), digestmod=hashlib.sha256)
+    for p in parts:
+        h.update(len(p).to_bytes(4, "big") + p)  # length-prefixed: no ambiguity between parts
+    return h.digest()
+
+
+def client_proof(token: str, nonce: bytes, client_nonce: bytes, version: int) -> bytes:
+    """What the client sends in its hello: proves the token for this connection only."""
+    return _mac(token, b"twinbench-robot client", nonce, client_nonce, str(version).encode())
+
+
+def server_proof(token: str, nonce: bytes, client_nonce: bytes) -> bytes:
+    """What the server sends in its welcome: proves the server holds the token too."""
+    return _mac(token, b"twinbench-robot server", nonce, client_nonce)
+
+
+def proof_matches(expected: bytes, given: object) -> bool:
+    """Constant-time comparison; anything that is not bytes never matches."""
+    return isinstance(given, bytes) and hmac.compare_digest(expected, given)

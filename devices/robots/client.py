@@ -18,6 +18,7 @@ import collections
 import itertools
 import queue
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -30,7 +31,9 @@ from numpy.typing import ArrayLike
 from devices.errors import DeviceError
 from devices.frames import RGBDFrame
 from devices.robots import protocol as P
+from devices.robots.auth import client_proof, new_nonce, proof_matches, server_proof
 from devices.robots.driver import RobotInfo, RobotState
+from devices.robots.tls import check_pinned, client_context
 from devices.trajectory import Trajectory
 
 UNITS = {
@@ -59,6 +62,9 @@ class RobotClient:
         subscribe_state: bool = True,
         version: int = P.PROTOCOL_VERSION,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        tls: bool = False,
+        tls_fingerprint: str | None = None,
+        known_robots: Path | None = None,
     ) -> None:
         self.host, self.port, self._token, self.name = host, int(port), token, name
         self.address = f"{host}:{self.port}"
@@ -70,6 +76,11 @@ class RobotClient:
             version,
         )
         self.on_event = on_event
+        # TLS: the server is checked by certificate fingerprint (pinned, or trusted on first
+        # use and recorded in `known_robots`, like SSH); a pinned fingerprint implies TLS
+        self.tls = tls or tls_fingerprint is not None
+        self.tls_fingerprint, self.known_robots = tls_fingerprint, known_robots
+        self.server_fingerprint: str | None = None
         self.info: RobotInfo | None = None
         self.session = ""
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=500)
@@ -103,28 +114,42 @@ class RobotClient:
         except OSError as exc:
             raise self._err(f"cannot connect ({exc}); is the robot agent / lab running?") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        deadline = time.monotonic() + self.connect_timeout_s
+        nonce = cnonce = b""
         try:
-            sock.sendall(
-                P.pack(
-                    {
-                        "type": "hello",
-                        "protocol": P.PROTOCOL_NAME,
-                        "version": self._version,
-                        "token": self._token,
-                        "client": self.name,
-                    }
+            if self.tls:
+                sock = self._wrap_tls(sock)
+            msg = P.recv_message(sock, P.MAX_HELLO_BYTES, deadline)
+            if msg["type"] == "challenge" and isinstance(msg.get("nonce"), bytes):
+                nonce, cnonce = msg["nonce"], new_nonce()
+                sock.sendall(
+                    P.pack(
+                        {
+                            "type": "hello",
+                            "protocol": P.PROTOCOL_NAME,
+                            "version": self._version,
+                            "nonce": cnonce,
+                            "proof": client_proof(self._token, nonce, cnonce, self._version),
+                            "client": self.name,
+                        }
+                    )
                 )
-            )
-            msg = P.recv_message(sock)
+                msg = P.recv_message(sock, P.MAX_MESSAGE_BYTES, deadline + 1.0)
         except (OSError, P.ConnectionClosed, P.ProtocolError) as exc:
             sock.close()
             raise self._err(f"handshake failed ({exc})") from None
+        except DeviceError:
+            sock.close()
+            raise
         if msg["type"] == "error":
             sock.close()
             raise self._err(f"refused: {msg.get('message')} [{msg.get('code')}]")
         if msg["type"] != "welcome":
             sock.close()
             raise self._err(f"unexpected handshake reply '{msg['type']}'")
+        if not proof_matches(server_proof(self._token, nonce, cnonce), msg.get("proof")):
+            sock.close()
+            raise self._err("the server did not prove it holds the token; not a robot of ours")
         self.info = RobotInfo.from_dict(msg["info"])
         self.session, self.cameras = str(msg.get("session", "")), list(msg.get("cameras", []))
         sock.settimeout(self.stale_timeout_s if self._subscribe else None)
@@ -137,6 +162,23 @@ class RobotClient:
             t.start()
         if self._subscribe:
             self.request("subscribe", state=True)
+
+    def _wrap_tls(self, sock: socket.socket) -> socket.socket:
+        try:
+            tls_sock = client_context().wrap_socket(sock)
+        except (OSError, ssl.SSLError) as exc:
+            raise self._err(f"TLS handshake failed ({exc}); does the robot serve TLS?") from None
+        try:
+            self.server_fingerprint = check_pinned(
+                self.address,
+                tls_sock.getpeercert(binary_form=True),
+                self.tls_fingerprint,
+                self.known_robots,
+            )
+        except DeviceError:
+            tls_sock.close()
+            raise
+        return tls_sock
 
     def close(self) -> None:
         """Say goodbye and disconnect (the robot stops anything this client controlled)."""
@@ -355,6 +397,10 @@ class RobotClient:
         data = Path(onnx).read_bytes() if isinstance(onnx, (str, Path)) else bytes(onnx)
         result: dict[str, Any] = self.request("policy_upload", onnx=data, spec=spec, safety=safety)
         return result
+
+    def take_control(self) -> None:
+        """Become the robot's operator (needed after a watchdog stop before moving again)."""
+        self.request("acquire")
 
     def run_policy(self, ramp_s: float = 1.0) -> None:
         self.request("policy_run", ramp_s=ramp_s)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
+import time
 from typing import Any
 
 import msgpack
@@ -21,8 +23,8 @@ from devices.frames import Intrinsics, RGBDFrame
 from devices.robots.driver import RobotState
 
 PROTOCOL_NAME = "twinbench-robot"
-PROTOCOL_VERSION = 1
-SUPPORTED_VERSIONS = (1,)
+PROTOCOL_VERSION = 2  # 2: challenge-response handshake (1 sent the token itself)
+SUPPORTED_VERSIONS = (2,)
 HEADER = struct.Struct(">I")
 MAX_HELLO_BYTES = 4096  # before authentication a peer may send only this much
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # after authentication (policy upload, camera frames)
@@ -67,32 +69,99 @@ def unpack_body(body: bytes) -> dict[str, Any]:
     return msg
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            raise ConnectionClosed("connection closed by peer")
-        got += k
-    return bytes(buf)
+READ_CHUNK = 1 << 18  # bodies are read in chunks as they arrive, never preallocated
 
 
-def recv_message(sock: socket.socket, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, Any]:
+class ByteBudget:
+    """Bytes that partly received messages may hold, shared by all the connections of a
+    server, so peers that announce large messages and then trickle cannot pin memory."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if self.used + n > self.limit:
+                return False
+            self.used += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.used -= n
+
+
+def _recv_exact(
+    sock: socket.socket,
+    n: int,
+    deadline: float | None = None,
+    budget: ByteBudget | None = None,
+) -> bytes:
+    """Exactly n bytes. Memory grows with what has arrived (chunks of at most READ_CHUNK),
+    not with what the peer announced; `deadline` (time.monotonic) bounds the whole read;
+    `budget` is charged per chunk and refunded when the read ends."""
+    parts: list[bytes] = []
+    got = charged = 0
+    try:
+        while got < n:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("message not complete before its deadline")
+                sock.settimeout(left)
+            want = min(n - got, READ_CHUNK)
+            if budget is not None:
+                if not budget.take(want):
+                    raise ProtocolError(
+                        "too_large",
+                        f"server is receiving too much at once ({budget.limit} bytes in "
+                        "unfinished messages); send large messages one at a time",
+                    )
+                charged += want
+            chunk = sock.recv(want)
+            if not chunk:
+                raise ConnectionClosed("connection closed by peer")
+            parts.append(chunk)
+            got += len(chunk)
+            if budget is not None:
+                budget.give(want - len(chunk))
+                charged -= want - len(chunk)
+    finally:
+        if budget is not None and charged:
+            budget.give(charged)
+    return b"".join(parts)
+
+
+def recv_message(
+    sock: socket.socket,
+    max_bytes: int = MAX_MESSAGE_BYTES,
+    deadline: float | None = None,
+    body_rate: float | None = None,
+    budget: ByteBudget | None = None,
+) -> dict[str, Any]:
     """Read one framed message. Raises ProtocolError('too_large'/'malformed'),
-    ConnectionClosed, or socket.timeout / OSError from the socket."""
-    (n,) = HEADER.unpack(_recv_exact(sock, HEADER.size))
+    ConnectionClosed, or TimeoutError / OSError from the socket.
+
+    deadline: time.monotonic() by which the header must be in (and the body too, unless
+    `body_rate` is given: then the body gets `deadline + N / body_rate` seconds, so a large
+    upload has time but a trickling peer does not).
+    """
+    (n,) = HEADER.unpack(_recv_exact(sock, HEADER.size, deadline))
     if n > max_bytes:
         raise ProtocolError(
             "too_large", f"message of {n} bytes exceeds the limit of {max_bytes} bytes"
         )
-    return unpack_body(_recv_exact(sock, n))
+    body_deadline = deadline
+    if deadline is not None and body_rate:
+        body_deadline = max(deadline, time.monotonic() + 1.0) + n / body_rate
+    return unpack_body(_recv_exact(sock, n, body_deadline, budget))
 
 
 def error_message(
     code: str, message: str, fatal: bool, req_id: int | None = None
 ) -> dict[str, Any]:
+    """An `error` message (fatal ones are followed by a disconnect)."""
     return {"type": "error", "code": code, "message": message, "fatal": fatal, "id": req_id}
 
 

@@ -1,16 +1,21 @@
 """`RobotServer`: serves one `Agent` (and optional cameras) over the robot protocol.
 
-Binds 127.0.0.1 unless told otherwise. One thread accepts; each client gets a reader and a
-writer thread (devices/robots/session.py). State messages are packed once per control tick
+Binds 127.0.0.1 unless told otherwise; any other address needs `allow_remote=True` and a
+TLS context, or is refused. One thread accepts; each client gets a reader and a writer
+thread (devices/robots/session.py). Peers still in their handshake are kept apart from the
+clients: at most `max_pending` of them, the oldest dropped when more arrive, so peers that
+never finish a handshake cannot fill the server. State messages are packed once per control tick
 and fanned out to subscribed clients; camera frames are packed once per frame. A client that
 misbehaves is sent an error and disconnected; the others keep being served.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -29,6 +34,16 @@ log = logging.getLogger(__name__)
 CameraFeed = Callable[[], Iterator[RGBDFrame]]  # a fresh, paced, blocking frame iterator
 
 
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and 'localhost'."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class RobotServer:
     """TCP server for `agent`; use as a context manager or call start()/close()."""
 
@@ -44,6 +59,12 @@ class RobotServer:
         idle_timeout_s: float = 10.0,
         max_message_bytes: int = P.MAX_MESSAGE_BYTES,
         flood_rate_hz: float | None = None,
+        *,
+        tls: ssl.SSLContext | None = None,
+        allow_remote: bool = False,
+        max_pending: int = 32,
+        min_upload_rate: float = 1e6,
+        read_budget_bytes: int = 128 * 1024 * 1024,
     ) -> None:
         self.agent, self.token, self.host, self.port = agent, token, host, port
         self.cameras = dict(cameras or {})
@@ -52,6 +73,9 @@ class RobotServer:
         self.max_message_bytes = max_message_bytes
         self.flood_rate_hz = flood_rate_hz or max(1000.0, 4 * agent.info.control_rate_hz)
         self.flood_burst = self.flood_rate_hz / 2
+        self.tls, self.allow_remote, self.max_pending = tls, allow_remote, max_pending
+        self.min_upload_rate = min_upload_rate  # bytes/s a large message must at least arrive at
+        self.read_budget = P.ByteBudget(read_budget_bytes)  # all unfinished messages together
         self.sessions: dict[str, Session] = {}
         self.notes: list[str] = []
         self._ids = itertools.count(1)
@@ -74,7 +98,22 @@ class RobotServer:
         self.close()
 
     def start(self) -> None:
-        """Bind, listen, and start accepting; hooks into the agent's state and events."""
+        """Bind, listen, and start accepting; hooks into the agent's state and events.
+
+        Raises DeviceError before binding when the address is not loopback and either
+        `allow_remote` or TLS is missing."""
+        if not is_loopback(self.host):
+            if not self.allow_remote:
+                raise DeviceError(
+                    f"robot server: refusing to listen on {self.host}: that exposes the robot "
+                    "to the network. Bind 127.0.0.1, or allow it explicitly "
+                    "(lab serve --allow-remote, which also turns TLS on)"
+                )
+            if self.tls is None:
+                raise DeviceError(
+                    f"robot server: refusing to listen on {self.host} without TLS "
+                    "(a non-loopback robot link must be encrypted)"
+                )
         try:
             sock = socket.create_server((self.host, self.port), reuse_port=False)
         except OSError as exc:
@@ -127,13 +166,24 @@ class RobotServer:
             sid = f"client-{next(self._ids)}"
             session = Session(self, conn, addr, sid)
             with self._lock:
-                full = len(self.sessions) >= self.max_clients
-                if not full:
-                    self.sessions[sid] = session
-            if full:
-                session.fail("busy", f"server has {self.max_clients} clients already")
-                continue
+                pending = sorted(
+                    (s for s in self.sessions.values() if not s.authenticated),
+                    key=lambda s: s.created,
+                )
+                self.sessions[sid] = session
+            # the oldest unfinished handshakes make room: they never held the robot
+            for old in pending[: max(0, len(pending) + 1 - self.max_pending)]:
+                old.fail("busy", "too many connections still in their handshake")
             session.start()
+
+    def admit(self, session: Session) -> bool:
+        """Called when `session` has authenticated: True (and counted) while there is room."""
+        with self._lock:
+            n = sum(1 for s in self.sessions.values() if s.authenticated)
+            if n >= self.max_clients:
+                return False
+            session.authenticated = True
+            return True
 
     def session_closed(self, session: Session) -> None:
         with self._lock:

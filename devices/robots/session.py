@@ -1,23 +1,28 @@
-"""One client connection on the robot server: handshake, authentication, request dispatch,
-and a writer thread with a bounded outbox so a slow client never stalls the control loop."""
+"""One client connection on the robot server: TLS (when configured), challenge-response
+handshake under one deadline, request dispatch with checked fields, and a writer thread
+with a bounded outbox so a slow client never stalls the control loop."""
 
 from __future__ import annotations
 
 import collections
+import math
 import socket
+import ssl
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from devices.errors import DeviceError
 from devices.robots import protocol as P
-from devices.robots.auth import token_matches
+from devices.robots.auth import client_proof, new_nonce, proof_matches, server_proof
 
 if TYPE_CHECKING:
     from devices.robots.server import RobotServer
 
 MAX_QUEUED_STATES = 500  # ~2 s at 250 Hz; older states are dropped (seq shows the gap)
 MAX_QUEUED_FRAMES = 3
+MAX_JITTER_WINDOW_S = 3600.0
+MAX_RAMP_S = 60.0
 
 
 class FloodGuard:
@@ -44,6 +49,8 @@ class Session:
         self.peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
         self.name = f"{sid} ({self.peer})"
         self.authenticated = False
+        self.created = time.monotonic()
+        self._plain_ok = server.tls is None  # errors may be sent (TLS: after its handshake)
         self.subscribed_state = False
         self.cameras: set[str] = set()
         self.dropped_states = 0
@@ -98,12 +105,13 @@ class Session:
     def fail(self, code: str, message: str, req_id: int | None = None) -> None:
         """Send a fatal error directly (ahead of anything queued) and disconnect."""
         self.server.note(f"{self.name}: {code}: {message}")
-        try:
-            self.sock.settimeout(1.0)
-            with self._send_lock:
-                self.sock.sendall(P.pack(P.error_message(code, message, True, req_id)))
-        except OSError:
-            pass
+        if self._plain_ok:
+            try:
+                self.sock.settimeout(1.0)
+                with self._send_lock:
+                    self.sock.sendall(P.pack(P.error_message(code, message, True, req_id)))
+            except (OSError, ValueError):
+                pass
         self.close()
 
     def close(self) -> None:
@@ -114,23 +122,35 @@ class Session:
             self._cv.notify_all()
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
+        except (OSError, ValueError):
             pass
         self.sock.close()
         self.server.session_closed(self)
 
     # -- incoming ---------------------------------------------------------------------
     def _read_loop(self) -> None:
+        srv = self.server
         try:
-            self.sock.settimeout(self.server.hello_timeout_s)
-            self._handshake(P.recv_message(self.sock, P.MAX_HELLO_BYTES))
-            self.sock.settimeout(self.server.idle_timeout_s)
+            # One deadline for the whole handshake (TLS, challenge, hello), not one per read:
+            # a peer trickling bytes cannot hold a connection longer than hello_timeout_s.
+            deadline = time.monotonic() + srv.hello_timeout_s
+            if srv.tls is not None:
+                self._tls_handshake(deadline)
+            nonce = new_nonce()
+            self.send({"type": "challenge", "protocol": P.PROTOCOL_NAME, "nonce": nonce})
+            self._handshake(P.recv_message(self.sock, P.MAX_HELLO_BYTES, deadline), nonce)
             while not self._closing:
-                msg = P.recv_message(self.sock, self.server.max_message_bytes)
+                msg = P.recv_message(
+                    self.sock,
+                    srv.max_message_bytes,
+                    deadline=time.monotonic() + srv.idle_timeout_s,
+                    body_rate=srv.min_upload_rate,
+                    budget=srv.read_budget,
+                )
                 if not self.guard.allow():
                     self.fail(
                         "flood",
-                        f"more than {self.server.flood_rate_hz:.0f} messages/s "
+                        f"more than {srv.flood_rate_hz:.0f} messages/s "
                         "from this client; disconnected and robot stopped",
                     )
                     return
@@ -140,37 +160,58 @@ class Session:
         except TimeoutError:
             self.fail(
                 "timeout",
-                "no hello within the handshake time"
+                f"handshake not complete within {srv.hello_timeout_s:g} s"
                 if not self.authenticated
-                else f"client silent for {self.server.idle_timeout_s:.0f} s",
+                else f"client silent for {srv.idle_timeout_s:g} s, or a message arrived too slowly",
             )
-        except (P.ConnectionClosed, OSError):
+        except (P.ConnectionClosed, OSError, ValueError):
             self.close()
         except Exception as exc:  # never let one client take the server down
             self.fail("internal", f"server error: {exc}")
 
-    def _handshake(self, msg: dict[str, Any]) -> None:
+    def _tls_handshake(self, deadline: float) -> None:
+        assert self.server.tls is not None
+        raw = self.sock
+        raw.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            tls = self.server.tls.wrap_socket(raw, server_side=True)
+        except ssl.SSLError as exc:
+            raise P.ConnectionClosed(f"TLS handshake failed ({exc})") from None
+        with self._send_lock:
+            self.sock = tls
+        self._plain_ok = True
+
+    def _handshake(self, msg: dict[str, Any], nonce: bytes) -> None:
+        srv = self.server
         if msg.get("type") != "hello" or msg.get("protocol") != P.PROTOCOL_NAME:
             raise P.ProtocolError(
                 "auth", f"expected a hello message of the {P.PROTOCOL_NAME} protocol"
             )
-        if not token_matches(self.server.token, msg.get("token")):
+        version, cnonce = msg.get("version"), msg.get("nonce")
+        if not isinstance(cnonce, bytes) or not 16 <= len(cnonce) <= 64:
             raise P.ProtocolError("auth", "authentication failed")
-        version = msg.get("version")
+        v = version if isinstance(version, int) and not isinstance(version, bool) else -1
+        if not proof_matches(client_proof(srv.token, nonce, cnonce, v), msg.get("proof")):
+            raise P.ProtocolError("auth", "authentication failed")
         if version not in P.SUPPORTED_VERSIONS:
             raise P.ProtocolError(
                 "version",
                 f"protocol version {version!r} is not supported "
                 f"(server speaks {list(P.SUPPORTED_VERSIONS)})",
             )
-        self.authenticated = True
+        if not srv.admit(self):
+            raise P.ProtocolError("busy", f"server has {srv.max_clients} clients already")
+        name = msg.get("client")
+        if isinstance(name, str) and name:
+            self.name = f"{self.sid} {name[:40]!r} ({self.peer})"
         self.send(
             {
                 "type": "welcome",
                 "version": P.PROTOCOL_VERSION,
                 "session": self.sid,
-                "info": self.server.agent.info.to_dict(),
-                "cameras": sorted(self.server.cameras),
+                "proof": server_proof(srv.token, nonce, cnonce),
+                "info": srv.agent.info.to_dict(),
+                "cameras": sorted(srv.cameras),
                 "server_time": time.monotonic(),
             }
         )
@@ -178,6 +219,9 @@ class Session:
     def _dispatch(self, msg: dict[str, Any]) -> None:
         kind, req_id = msg["type"], msg.get("id")
         agent = self.server.agent
+        if req_id is not None and (type(req_id) is not int or not -(2**63) <= req_id < 2**64):
+            self.send(P.error_message("bad_request", "'id' must be an integer", False, None))
+            return
         try:
             result: Any = None
             if kind == "heartbeat":
@@ -185,22 +229,22 @@ class Session:
                 return
             if kind == "command":
                 values = P.joint_vector(msg.get("values"), agent.n, "values")
-                agent.command(str(msg.get("mode", "position")), values, self.sid)
+                agent.command(_text(msg, "mode", "position"), values, self.sid)
                 if req_id is None:
                     return
             elif kind == "subscribe":
-                self.subscribed_state = bool(msg.get("state", True))
+                self.subscribed_state = _flag(msg, "state", True)
             elif kind == "camera_subscribe":
-                result = self.server.subscribe_camera(self, str(msg.get("camera")))
+                result = self.server.subscribe_camera(self, _text(msg, "camera", ""))
             elif kind == "camera_unsubscribe":
-                self.server.unsubscribe_camera(self, str(msg.get("camera")))
+                self.server.unsubscribe_camera(self, _text(msg, "camera", ""))
             elif kind == "get_info":
                 result = agent.info.to_dict()
             elif kind == "get_status":
-                window = msg.get("jitter_window_s")
-                result = agent.status(float(window) if window else None)
+                window = _number(msg, "jitter_window_s", 0.0, MAX_JITTER_WINDOW_S)
+                result = agent.status(window or None)
             elif kind == "get_log":
-                log = agent.log.snapshot(msg.get("last"))
+                log = agent.log.snapshot(_count(msg, "last"))
                 result = {k: P.array_to_wire(v) for k, v in log.items()}
             elif kind == "policy_upload":
                 onnx = msg.get("onnx")
@@ -208,15 +252,22 @@ class Session:
                     raise P.ProtocolError("bad_request", "policy_upload needs 'onnx' bytes")
                 if agent.owner not in (None, self.sid):
                     raise DeviceError(f"{agent.info.name} is controlled by another client")
-                result = agent.upload_policy(onnx, msg.get("spec") or {}, msg.get("safety"))
+                spec, safety = msg.get("spec") or {}, msg.get("safety")
+                if not isinstance(spec, dict) or not isinstance(safety, (dict, type(None))):
+                    raise P.ProtocolError("bad_request", "'spec' and 'safety' must be maps")
+                result = agent.upload_policy(onnx, spec, safety)
             elif kind == "policy_run":
-                agent.run_policy(float(msg.get("ramp_s", 1.0)), self.sid)
+                ramp = _number(msg, "ramp_s", 0.0, MAX_RAMP_S)
+                agent.run_policy(1.0 if ramp is None else ramp, self.sid)
+            elif kind == "acquire":
+                agent.acquire(self.sid)
+                result = {"owner": self.sid}
             elif kind in ("policy_stop", "stop"):
-                agent.stop(str(msg.get("reason") or f"stop requested by {self.sid}"), self.sid)
+                agent.stop(_text(msg, "reason", "") or f"stop requested by {self.sid}", self.sid)
             elif kind == "estop":
-                agent.estop(str(msg.get("reason") or f"e-stop by {self.sid}"))
+                agent.estop(_text(msg, "reason", "") or f"e-stop by {self.sid}", self.sid)
             elif kind == "reset":
-                agent.reset()
+                agent.reset(self.sid)
             elif kind == "bye":
                 self.close()
                 return
@@ -227,3 +278,42 @@ class Session:
             self.send(P.error_message(exc.code, str(exc), False, req_id))
         except (DeviceError, ValueError, TypeError) as exc:
             self.send(P.error_message("refused", str(exc), False, req_id))
+
+
+# -- request fields: each one checked, so odd values are a bad_request, never `internal` ----
+
+
+def _flag(msg: dict[str, Any], key: str, default: bool) -> bool:
+    v = msg.get(key, default)
+    if not isinstance(v, bool):
+        raise P.ProtocolError("bad_request", f"'{key}' must be true or false, not {v!r:.40}")
+    return v
+
+
+def _text(msg: dict[str, Any], key: str, default: str) -> str:
+    v = msg.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, str) or len(v) > 1000:
+        raise P.ProtocolError("bad_request", f"'{key}' must be a string (at most 1000 chars)")
+    return v
+
+
+def _number(msg: dict[str, Any], key: str, low: float, high: float) -> float | None:
+    v = msg.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise P.ProtocolError("bad_request", f"'{key}' must be a number, not {v!r:.40}")
+    if not (math.isfinite(v) and low <= v <= high):
+        raise P.ProtocolError("bad_request", f"'{key}' must be within [{low:g}, {high:g}] s")
+    return float(v)
+
+
+def _count(msg: dict[str, Any], key: str) -> int | None:
+    v = msg.get(key)
+    if v is None:
+        return None
+    if type(v) is not int or v < 0:
+        raise P.ProtocolError("bad_request", f"'{key}' must be a whole number >= 0, not {v!r:.40}")
+    return v

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from devices.frames import Intrinsics, RGBDFrame
 from devices.robots import protocol as P
+from devices.robots.auth import client_proof, new_nonce
 
 
 def linear_policy(W: np.ndarray, b: np.ndarray, batched: bool = True) -> bytes:
@@ -46,20 +47,37 @@ def constant_policy(n: int, value: np.ndarray | float, obs_terms: int = 2) -> by
 
 
 def raw_connect(
-    port: int, hello: dict[str, Any] | None = None, token: str | None = None
+    port: int,
+    hello: dict[str, Any] | None = None,
+    token: str | None = None,
+    read_challenge: bool = True,
 ) -> socket.socket:
-    """A plain socket to the server; sends `hello` (or a valid one with `token`)."""
+    """A plain socket to the server on loopback. Reads the server's challenge (unless
+    read_challenge=False) and sends `hello` as given, or a valid one proving `token`."""
     s = socket.create_connection(("127.0.0.1", port), timeout=3.0)
+    nonce = b""
+    if read_challenge and (hello is not None or token is not None):
+        msg = P.recv_message(s, P.MAX_HELLO_BYTES)
+        assert msg["type"] == "challenge", msg
+        nonce = msg["nonce"]
     if hello is None and token is not None:
-        hello = {
-            "type": "hello",
-            "protocol": P.PROTOCOL_NAME,
-            "version": P.PROTOCOL_VERSION,
-            "token": token,
-        }
+        hello = valid_hello(token, nonce)
     if hello is not None:
         s.sendall(P.pack(hello))
     return s
+
+
+def valid_hello(token: str, nonce: bytes, version: int = P.PROTOCOL_VERSION) -> dict[str, Any]:
+    """The hello a correct client sends for the server's `nonce`."""
+    cnonce = new_nonce()
+    return {
+        "type": "hello",
+        "protocol": P.PROTOCOL_NAME,
+        "version": version,
+        "nonce": cnonce,
+        "proof": client_proof(token, nonce, cnonce, version),
+        "client": "raw-test",
+    }
 
 
 def read_until_closed(s: socket.socket, timeout_s: float = 3.0) -> list[dict[str, Any]]:

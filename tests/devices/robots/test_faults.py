@@ -13,7 +13,13 @@ from devices.errors import DeviceError
 from devices.robots import protocol as P
 from devices.robots.client import RobotClient
 from tests.devices.robots.conftest import Rig
-from tests.devices.robots.helpers import constant_policy, raw_connect, read_until_closed, wait_for
+from tests.devices.robots.helpers import (
+    constant_policy,
+    raw_connect,
+    read_until_closed,
+    valid_hello,
+    wait_for,
+)
 
 
 def _observer(rig: Rig) -> RobotClient:
@@ -28,6 +34,7 @@ def _still_served(rig: Rig, obs: RobotClient) -> None:
     assert wait_for(lambda: obs.latest_status()["seq"] > seq + 10, 1.0)
     with RobotClient("127.0.0.1", rig.port, rig.token, name="after") as c:
         q = c.latest_state().joint_pos
+        c.take_control()  # needed after a watchdog stop; harmless otherwise
         c.command_position(q)
         assert wait_for(lambda: c.latest_status()["mode"] == "command", 1.0)
         c.stop()
@@ -114,12 +121,12 @@ def test_oversized_message_is_refused(rig: Rig) -> None:
 
 
 def test_incompatible_protocol_version(rig: Rig) -> None:
-    with pytest.raises(DeviceError, match=r"version 99 is not supported.*\[1\]"):
+    with pytest.raises(DeviceError, match=r"version 99 is not supported.*\[2\]"):
         RobotClient("127.0.0.1", rig.port, rig.token, version=99).connect()
     # without the right token the version list is not revealed
-    s = raw_connect(
-        rig.port, {"type": "hello", "protocol": P.PROTOCOL_NAME, "version": 99, "token": "z" * 40}
-    )
+    s = raw_connect(rig.port)
+    nonce = P.recv_message(s)["nonce"]
+    s.sendall(P.pack(valid_hello("z" * 40, nonce, version=99)))
     msgs = read_until_closed(s)
     s.close()
     assert msgs[-1]["code"] == "auth"
@@ -127,10 +134,10 @@ def test_incompatible_protocol_version(rig: Rig) -> None:
 
 def test_silent_peer_is_dropped_after_the_hello_timeout(rig: Rig) -> None:
     s = raw_connect(rig.port)
-    t0 = time.monotonic()
-    msgs = read_until_closed(s, timeout_s=3.0)
+    msgs = read_until_closed(s, timeout_s=10.0)  # hang guard; the server's limit is 0.5 s
     s.close()
-    assert msgs[-1]["code"] == "timeout" and time.monotonic() - t0 < 2.0
+    assert [m["type"] for m in msgs] == ["challenge", "error"]
+    assert msgs[-1]["code"] == "timeout" and "handshake" in msgs[-1]["message"]
 
 
 def test_peer_vanishes_mid_stream(rig: Rig) -> None:
@@ -192,10 +199,9 @@ def test_heartbeat_stops(rig: Rig) -> None:
             time.sleep(0.2)  # heartbeats keep it running
             assert c.latest_status()["mode"] == "command"
             c.heartbeat_enabled = False
-            t0 = time.monotonic()
-            assert wait_for(lambda: c.latest_status()["mode"] == "stopped", 1.0)
-            assert time.monotonic() - t0 < 0.2 + 0.05 + 0.15  # timeout + heartbeat period + slack
+            assert wait_for(lambda: c.latest_status()["mode"] == "stopped", 5.0)
             assert "no heartbeat" in c.latest_status()["stop_reason"]
+            # how fast is a benchmark figure (bench lab: watchdog_stop_ms); here: which stop
         assert wait_for(lambda: any(e["kind"] == "watchdog" for e in events), 1.0)
         _still_served(rig, obs)
     finally:
