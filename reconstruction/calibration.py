@@ -1,12 +1,18 @@
 """Workspace calibration: ChArUco board views, hand-eye, fixed camera, table frame.
 
-- `detect_board(frame)`: ChArUco corners (OpenCV aruco) and the board pose `T_camera_board`
-  with its reprojection RMS (an intrinsics check: > ~1 px means the intrinsics are off).
-- `hand_eye(T_base_hand, views)`: eye-in-hand calibration (`cv2.calibrateHandEye`, then a
-  joint reprojection refinement) -> `T_hand_camera`, the board pose in the base frame and
-  per-view residuals.
+- `BoardSpec.parse("charuco:5x7:0.036195:0.018256:DICT_6X6_250")`: a board from one string.
+- `detect_board(frame)` / `find_board(gray, intrinsics)`: ChArUco corners (OpenCV aruco) and
+  the board pose `T_camera_board` with its reprojection RMS (an intrinsics check: > ~1 px
+  means the intrinsics are off); `find_board` says why a view was rejected (glare, too few
+  corners, collinear corners).
+- `hand_eye(T_base_hand, views)`: eye-in-hand calibration (Park–Martin, then a robust
+  reprojection refinement with outlier views dropped and a leave-one-out uncertainty, see
+  `reconstruction/handeye.py`) -> `T_hand_camera`, the board pose in the base frame and
+  per-view residuals. `reconstruction.handeye.solve_hand_eye` also does eye-to-hand.
 - `fixed_camera(views, T_base_board)`: a fixed camera's `T_base_camera` from a board whose
   base pose is known (e.g. from the hand-eye step), with per-view residuals.
+- `project_points(points, T_camera_points, intrinsics)`: the one projection, with the
+  camera's distortion coefficients, used by every residual here.
 - `save_board_png(path)`: the printable board (also what the virtual lab textures).
 """
 
@@ -29,7 +35,7 @@ from reconstruction.errors import ReconstructionError
 
 
 class CalibrationError(ReconstructionError):
-    """Calibration failed: board not found, too few views, degenerate motion."""
+    """Calibration failed: board not found, too few views, degenerate motion, bad input."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,11 @@ class BoardSpec:
     def size_m(self) -> tuple[float, float]:
         return self.squares[0] * self.square, self.squares[1] * self.square
 
+    @property
+    def corner_count(self) -> int:
+        """Inner chessboard corners, i.e. the most ChArUco corners one view can show."""
+        return (self.squares[0] - 1) * (self.squares[1] - 1)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "squares": list(self.squares),
@@ -53,13 +64,56 @@ class BoardSpec:
             "dictionary": self.dictionary,
         }
 
+    def to_spec(self) -> str:
+        """The string `parse` reads back."""
+        cols, rows = self.squares
+        return f"charuco:{cols}x{rows}:{self.square:g}:{self.marker:g}:{self.dictionary}"
+
+    @classmethod
+    def parse(cls, text: str) -> BoardSpec:
+        """`charuco:COLSxROWS:SQUARE_M:MARKER_M:DICT`, e.g.
+        `charuco:5x7:0.036195:0.018256:DICT_6X6_250` (OpenCV's `CharucoBoard((5, 7), …)`:
+        5 squares across, 7 down), or `lab` for the virtual lab's board. The dictionary is
+        an OpenCV name (`DICT_6X6_250`) or its number (10). Raises CalibrationError."""
+        text = text.strip()
+        if text.lower() == "lab":
+            return BOARD
+        usage = (
+            f"board spec {text!r}: expected charuco:COLSxROWS:SQUARE_M:MARKER_M:DICT, "
+            "e.g. charuco:5x7:0.036195:0.018256:DICT_6X6_250, or 'lab'"
+        )
+        parts = text.split(":")
+        if len(parts) != 5 or parts[0].lower() != "charuco":
+            raise CalibrationError(usage)
+        try:
+            cols, rows = (int(n) for n in parts[1].lower().split("x"))
+            square, marker = float(parts[2]), float(parts[3])
+        except ValueError:
+            raise CalibrationError(usage) from None
+        dictionary = parts[4].strip().upper()
+        if dictionary.isdigit():
+            names = [n for n in dir(cv2.aruco) if n.startswith("DICT_")]
+            by_number = {int(getattr(cv2.aruco, n)): n for n in names}
+            if int(dictionary) not in by_number:
+                raise CalibrationError(f"{usage}; no ArUco dictionary number {dictionary}")
+            dictionary = by_number[int(dictionary)]
+        if not dictionary.startswith("DICT_"):
+            dictionary = "DICT_" + dictionary
+        if not hasattr(cv2.aruco, dictionary):
+            raise CalibrationError(f"{usage}; OpenCV has no ArUco dictionary {dictionary}")
+        if cols < 2 or rows < 2 or not 0 < marker < square:
+            raise CalibrationError(
+                f"{usage}; needs >= 2x2 squares and 0 < marker ({marker} m) < square ({square} m)"
+            )
+        return cls((cols, rows), square, marker, dictionary)
+
 
 BOARD = BoardSpec()
 
 
 def charuco_board(spec: BoardSpec = BOARD) -> Any:
-    d = cv2.aruco.getPredefinedDictionary(getattr(cv2.aruco, spec.dictionary))
-    return cv2.aruco.CharucoBoard(spec.squares, spec.square, spec.marker, d)
+    dictionary = cv2.aruco.getPredefinedDictionary(getattr(cv2.aruco, spec.dictionary))
+    return cv2.aruco.CharucoBoard(spec.squares, spec.square, spec.marker, dictionary)
 
 
 def board_image(spec: BoardSpec = BOARD, px_per_m: float = 4000.0) -> NDArray[np.uint8]:
@@ -93,59 +147,164 @@ class BoardView:
     rms_px: float
 
 
+@dataclass(frozen=True)
+class RejectedView:
+    """A view left out of a calibration, and why. `reason` is a short tag ("glare",
+    "too few corners", "collinear corners", "board pose", "residual", "no pose");
+    `detail` is the sentence a person reads."""
+
+    index: int
+    reason: str
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "reason": self.reason, "detail": self.detail}
+
+
+# A board area with more saturated pixels than this, and too few corners, is glare.
+GLARE_SATURATED_FRACTION = 0.25
+
+
+def find_board(
+    gray: NDArray[np.uint8],
+    intrinsics: Intrinsics,
+    spec: BoardSpec = BOARD,
+    index: int = 0,
+    min_corners: int = 8,
+) -> BoardView | RejectedView:
+    """The board in a grey image (pose with the camera's distortion), or why not."""
+    board = charuco_board(spec)
+    detector = cv2.aruco.CharucoDetector(board)
+    charuco_corners, charuco_ids, marker_corners, _marker_ids = detector.detectBoard(gray)
+    found = 0 if charuco_ids is None else len(charuco_ids)
+    if found < min_corners:
+        detail = f"{found} of {spec.corner_count} board corners found (needs {min_corners})"
+        saturated = _saturated_fraction(gray, marker_corners)
+        if saturated > GLARE_SATURATED_FRACTION:
+            return RejectedView(
+                index, "glare", f"{detail}; {saturated:.0%} of the board area is saturated"
+            )
+        return RejectedView(index, "too few corners", detail)
+    if board.checkCharucoCornersCollinear(charuco_ids):
+        return RejectedView(
+            index, "collinear corners", f"the {found} corners found lie on one line"
+        )
+    obj, img = board.matchImagePoints(charuco_corners, charuco_ids)
+    object_points = obj.reshape(-1, 3).astype(np.float64)
+    corners = img.reshape(-1, 2).astype(np.float64)
+    K, dist = intrinsics.K, np.asarray(intrinsics.coeffs, float)
+    ok, rvec, tvec = cv2.solvePnP(object_points, corners, K, dist, flags=cv2.SOLVEPNP_IPPE)
+    if not ok:
+        return RejectedView(index, "board pose", "PnP found no board pose")
+    rvec, tvec = cv2.solvePnPRefineLM(object_points, corners, K, dist, rvec, tvec)
+    T = np.eye(4)
+    T[:3, :3] = cv2.Rodrigues(rvec)[0]
+    T[:3, 3] = tvec.ravel()
+    if T[2, 3] <= 0:
+        return RejectedView(index, "board pose", "PnP put the board behind the camera")
+    err = project_points(object_points, T, intrinsics) - corners
+    rms = float(np.sqrt(np.mean(np.sum(err**2, axis=1))))
+    return BoardView(index, T, corners, object_points, rms)
+
+
+def _saturated_fraction(gray: NDArray[np.uint8], marker_corners: Any) -> float:
+    """Share of saturated pixels where the board was seen (the detected markers' hull; the
+    whole image if no marker was found)."""
+    if marker_corners is None or len(marker_corners) == 0:
+        return float(np.mean(gray >= 250))
+    pts = np.concatenate([np.asarray(m).reshape(-1, 2) for m in marker_corners])
+    hull = cv2.convexHull(pts.astype(np.float32)).astype(np.int32)
+    mask = np.zeros(gray.shape, np.uint8)
+    cv2.fillConvexPoly(mask, hull, 1)
+    inside = gray[mask > 0]
+    return float(np.mean(inside >= 250)) if inside.size else 0.0
+
+
 def detect_board(
     frame: RGBDFrame, spec: BoardSpec = BOARD, min_corners: int = 8
 ) -> BoardView | None:
     """Find the board in a frame; None if it is not (fully enough) visible."""
     gray = cv2.cvtColor(frame.color, cv2.COLOR_RGB2GRAY)
-    board = charuco_board(spec)
-    det = cv2.aruco.CharucoDetector(board)
-    cc, ci, _mc, _mi = det.detectBoard(gray)
-    if ci is None or len(ci) < min_corners:
-        return None
-    obj, img = board.matchImagePoints(cc, ci)
-    obj = obj.reshape(-1, 3).astype(np.float64)
-    img = img.reshape(-1, 2).astype(np.float64)
-    if board.checkCharucoCornersCollinear(ci):
-        return None
-    K, dist = frame.intrinsics.K, np.asarray(frame.intrinsics.coeffs, float)
-    ok, rvec, tvec = cv2.solvePnP(obj, img, K, dist, flags=cv2.SOLVEPNP_IPPE)
-    if not ok:
-        return None
-    rvec, tvec = cv2.solvePnPRefineLM(obj, img, K, dist, rvec, tvec)
-    proj, _ = cv2.projectPoints(obj, rvec, tvec, K, dist)
-    rms = float(np.sqrt(np.mean(np.sum((proj.reshape(-1, 2) - img) ** 2, axis=1))))
-    T = np.eye(4)
-    T[:3, :3] = cv2.Rodrigues(rvec)[0]
-    T[:3, 3] = tvec.ravel()
-    return BoardView(frame.index, T, img, obj, rms)
+    view = find_board(gray, frame.intrinsics, spec, frame.index, min_corners)
+    return view if isinstance(view, BoardView) else None
+
+
+def project_points(
+    points: NDArray[np.float64], T_camera_points: NDArray[np.float64], intrinsics: Intrinsics
+) -> NDArray[np.float64]:
+    """(N, 3) points in a frame at `T_camera_points` -> (N, 2) pixels, through the camera's
+    distortion coefficients (OpenCV's model, the one detection and PnP use)."""
+    rvec = cv2.Rodrigues(np.ascontiguousarray(T_camera_points[:3, :3]))[0]
+    uv, _ = cv2.projectPoints(
+        np.ascontiguousarray(points, dtype=np.float64).reshape(-1, 1, 3),
+        rvec,
+        np.ascontiguousarray(T_camera_points[:3, 3], dtype=np.float64),
+        intrinsics.K,
+        np.asarray(intrinsics.coeffs, float),
+    )
+    return uv.reshape(-1, 2)
+
+
+def view_rms_px(
+    view: BoardView, T_camera_board: NDArray[np.float64], intrinsics: Intrinsics
+) -> float:
+    """RMS reprojection error (px) of a view's corners with the board at `T_camera_board`."""
+    err = project_points(view.object_points, T_camera_board, intrinsics) - view.corners
+    return float(np.sqrt(np.mean(np.sum(err**2, axis=1))))
 
 
 @dataclass
 class CalibrationResult:
-    """A calibration and its per-view residuals (mm / deg / px)."""
+    """A calibration, its per-view residuals (mm / deg / px) and its own uncertainty.
+
+    `T` is T_hand_camera (eye-in-hand) or T_base_camera (eye-to-hand, fixed camera).
+    `T_base_board` is the board in the base frame where the board stays put (NaN for
+    eye-to-hand, where `T_hand_board` holds the board on the wrist). `T_linear` is the
+    closed-form (Park–Martin) answer the refinement started from. `uncertainty`: the
+    leave-one-out spread of `T` (see `reconstruction.handeye`). `suggestions`: which poses
+    to add.
+    """
 
     method: str
-    T: NDArray[np.float64]  # T_hand_camera or T_base_camera
+    T: NDArray[np.float64]
     T_base_board: NDArray[np.float64]
     residual_mm: list[float] = field(default_factory=list)
     residual_deg: list[float] = field(default_factory=list)
     reproj_px: list[float] = field(default_factory=list)
     views: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    mode: str = "eye_in_hand"
+    T_hand_board: NDArray[np.float64] | None = None
+    T_linear: NDArray[np.float64] | None = None
+    uncertainty: dict[str, Any] = field(default_factory=dict)
+    rejected: list[RejectedView] = field(default_factory=list)
+    suggestions: list[str] = field(default_factory=list)
+    rotation_spread_deg: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "method": self.method,
+            "mode": self.mode,
             "views": self.views,
             "residual_mm": [round(v, 3) for v in self.residual_mm],
             "residual_deg": [round(v, 4) for v in self.residual_deg],
             "reproj_px": [round(v, 3) for v in self.reproj_px],
             "mean_residual_mm": float(np.mean(self.residual_mm)) if self.residual_mm else None,
             "max_reproj_px": float(np.max(self.reproj_px)) if self.reproj_px else None,
-            "T_base_board": self.T_base_board.tolist(),
+            "median_reproj_px": float(np.median(self.reproj_px)) if self.reproj_px else None,
             "warnings": self.warnings,
+            "rejected": [r.to_dict() for r in self.rejected],
+            "uncertainty": self.uncertainty,
+            "suggestions": self.suggestions,
+            "rotation_spread_deg": self.rotation_spread_deg,
         }
+        if np.all(np.isfinite(self.T_base_board)):
+            out["T_base_board"] = self.T_base_board.tolist()
+        if self.T_hand_board is not None:
+            out["T_hand_board"] = self.T_hand_board.tolist()
+        if self.T_linear is not None:
+            out["T_linear"] = self.T_linear.tolist()
+        return out
 
 
 def _to_vec(T: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -159,91 +318,49 @@ def _to_mat(v: NDArray[np.float64]) -> NDArray[np.float64]:
     return T
 
 
-def _reproject(
-    T_cam_board: NDArray[np.float64], view: BoardView, intr: Intrinsics
-) -> NDArray[np.float64]:
-    p = view.object_points @ T_cam_board[:3, :3].T + T_cam_board[:3, 3]
-    uv = p[:, :2] / p[:, 2:3]
-    return np.column_stack([uv[:, 0] * intr.fx + intr.cx, uv[:, 1] * intr.fy + intr.cy])
-
-
 def hand_eye(
     T_base_hand: Sequence[NDArray[np.float64]], views: Sequence[BoardView], intrinsics: Intrinsics
 ) -> CalibrationResult:
     """Eye-in-hand calibration from robot hand poses and board views of a fixed board.
 
-    Needs >= 3 views with rotation between them. Residuals per view: how far that view's
-    board pose in the base frame lies from the consensus (mm, deg) and its reprojection RMS.
+    Needs >= 3 views with rotation between them. Park–Martin, then a robust reprojection
+    refinement that drops outlier views (see `reconstruction.handeye.solve_hand_eye`).
+    Residuals per view: how far that view's board pose in the base frame lies from the
+    consensus (mm, deg) and its reprojection RMS. Raises CalibrationError.
     """
-    if len(views) < 3 or len(views) != len(T_base_hand):
-        raise CalibrationError(
-            f"hand-eye needs >= 3 board views with robot poses, got "
-            f"{len(views)} views and {len(T_base_hand)} poses"
-        )
-    if hasattr(cv2, "calibrateHandEye"):
-        R, t = cv2.calibrateHandEye(
-            [T[:3, :3] for T in T_base_hand],
-            [T[:3, 3] for T in T_base_hand],
-            [v.T_camera_board[:3, :3] for v in views],
-            [v.T_camera_board[:3, 3] for v in views],
-            method=cv2.CALIB_HAND_EYE_PARK,
-        )
-        X = np.eye(4)
-        X[:3, :3], X[:3, 3] = R, np.ravel(t)
-    else:  # OpenCV 5.0's Python bindings dropped calibrateHandEye
-        X = park_martin(T_base_hand, [v.T_camera_board for v in views])
-    boards = [Tb @ X @ v.T_camera_board for Tb, v in zip(T_base_hand, views, strict=True)]
-    B = _mean_pose(boards)
+    from reconstruction.handeye import solve_hand_eye
 
-    def resid(p: NDArray[np.float64]) -> NDArray[np.float64]:
-        Xp, Bp = _to_mat(p[:6]), _to_mat(p[6:])
-        out = []
-        for Tb, v in zip(T_base_hand, views, strict=True):
-            T_cb = invert(Tb @ Xp) @ Bp
-            out.append((_reproject(T_cb, v, intrinsics) - v.corners).ravel())
-        return np.concatenate(out)
-
-    sol = least_squares(resid, np.concatenate([_to_vec(X), _to_vec(B)]), method="lm")
-    X, B = _to_mat(sol.x[:6]), _to_mat(sol.x[6:])
-    res = CalibrationResult(
-        "hand_eye_park_martin+reprojection", X, B, views=[v.index for v in views]
-    )
-    for Tb, v in zip(T_base_hand, views, strict=True):
-        Bi = Tb @ X @ v.T_camera_board
-        res.residual_mm.append(float(np.linalg.norm(Bi[:3, 3] - B[:3, 3]) * 1000))
-        res.residual_deg.append(rotation_angle_deg(Bi, B))
-        e = _reproject(invert(Tb @ X) @ B, v, intrinsics) - v.corners
-        res.reproj_px.append(float(np.sqrt(np.mean(np.sum(e**2, axis=1)))))
-    _flag_outliers(res)
-    return res
+    return solve_hand_eye(T_base_hand, views, intrinsics, mode="eye_in_hand")
 
 
 def park_martin(
     T_base_hand: Sequence[NDArray[np.float64]], T_camera_board: Sequence[NDArray[np.float64]]
 ) -> NDArray[np.float64]:
-    """Closed-form AX = XB (Park & Martin 1994) over all view pairs -> T_hand_camera."""
+    """Closed-form AX = XB (Park & Martin 1994) over all view pairs -> T_hand_camera.
+
+    Also solves eye-to-hand when given the inverted hand poses (then it returns
+    T_base_camera). Raises CalibrationError if the motions rotate about one axis only.
+    """
     M = np.zeros((3, 3))
-    rows, rhs = [], []
     n = len(T_base_hand)
-    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
     motions = []
-    for i, j in pairs:
-        A = invert(T_base_hand[j]) @ T_base_hand[i]
-        B = T_camera_board[j] @ invert(T_camera_board[i])
-        a = Rotation.from_matrix(A[:3, :3]).as_rotvec()
-        b = Rotation.from_matrix(B[:3, :3]).as_rotvec()
-        M += np.outer(b, a)
-        motions.append((A, B))
-    w, V = np.linalg.eigh(M.T @ M)
-    if w.min() < 1e-10:
+    for i in range(n):
+        for j in range(i + 1, n):
+            hand_motion = invert(T_base_hand[j]) @ T_base_hand[i]
+            camera_motion = T_camera_board[j] @ invert(T_camera_board[i])
+            a = Rotation.from_matrix(hand_motion[:3, :3]).as_rotvec()
+            b = Rotation.from_matrix(camera_motion[:3, :3]).as_rotvec()
+            M += np.outer(b, a)
+            motions.append((hand_motion, camera_motion))
+    eigvals, eigvecs = np.linalg.eigh(M.T @ M)
+    if eigvals.min() < 1e-10:
         raise CalibrationError(
             "hand-eye: the robot views rotate about one axis only; add "
             "views tilted about another axis"
         )
-    R = V @ np.diag(w**-0.5) @ V.T @ M.T
-    for A, B in motions:
-        rows.append(A[:3, :3] - np.eye(3))
-        rhs.append(R @ B[:3, 3] - A[:3, 3])
+    R = eigvecs @ np.diag(eigvals**-0.5) @ eigvecs.T @ M.T
+    rows = [hand_motion[:3, :3] - np.eye(3) for hand_motion, _ in motions]
+    rhs = [R @ cam[:3, 3] - hand_motion[:3, 3] for hand_motion, cam in motions]
     t = np.linalg.lstsq(np.vstack(rows), np.concatenate(rhs), rcond=None)[0]
     X = np.eye(4)
     X[:3, :3], X[:3, 3] = R, t
@@ -264,9 +381,9 @@ def refine_with_depth(view: BoardView, frame: RGBDFrame, spec: BoardSpec = BOARD
     outline = np.array(
         [[inset, inset, 0], [w - inset, inset, 0], [w - inset, h - inset, 0], [inset, h - inset, 0]]
     )
-    pix = _reproject(T, BoardView(0, T, np.zeros((4, 2)), outline, 0.0), intr)
+    outline_px = project_points(outline, T, intr)
     mask = np.zeros(frame.depth.shape, np.uint8)
-    cv2.fillConvexPoly(mask, np.round(pix).astype(np.int32), 1)
+    cv2.fillConvexPoly(mask, np.round(outline_px).astype(np.int32), 1)
     v, u = np.nonzero((mask > 0) & (frame.depth > 0))
     if len(u) < 200:
         return view
@@ -286,9 +403,7 @@ def refine_with_depth(view: BoardView, frame: RGBDFrame, spec: BoardSpec = BOARD
     T2 = np.eye(4)
     T2[:3, :3] = R_fix @ T[:3, :3]
     T2[:3, 3] = ray * s
-    e = _reproject(T2, view, intr) - view.corners
-    rms = float(np.sqrt(np.mean(np.sum(e**2, axis=1))))
-    return BoardView(view.index, T2, view.corners, view.object_points, rms)
+    return BoardView(view.index, T2, view.corners, view.object_points, view_rms_px(view, T2, intr))
 
 
 def fixed_camera(
@@ -305,45 +420,51 @@ def fixed_camera(
     if not views:
         raise CalibrationError("fixed camera: the board was not found in any frame")
 
-    def resid(p: NDArray[np.float64]) -> NDArray[np.float64]:
-        T_cb = invert(_to_mat(p)) @ T_base_board
+    def residuals(params: NDArray[np.float64]) -> NDArray[np.float64]:
+        T_camera_board = invert(_to_mat(params)) @ T_base_board
         return np.concatenate(
-            [(_reproject(T_cb, v, intrinsics) - v.corners).ravel() for v in views]
+            [
+                (project_points(v.object_points, T_camera_board, intrinsics) - v.corners).ravel()
+                for v in views
+            ]
         )
 
-    T0 = _mean_pose([T_base_board @ invert(v.T_camera_board) for v in views])
-    T = T0 if depth_refined else _to_mat(least_squares(resid, _to_vec(T0), method="lm").x)
+    T0 = mean_pose([T_base_board @ invert(v.T_camera_board) for v in views])
+    T = T0 if depth_refined else _to_mat(least_squares(residuals, _to_vec(T0), method="lm").x)
     method = "fixed_board_depth_plane" if depth_refined else "fixed_board_reprojection"
     res = CalibrationResult(method, T, T_base_board, views=[v.index for v in views])
     for v in views:
-        Ti = T_base_board @ invert(v.T_camera_board)
-        res.residual_mm.append(float(np.linalg.norm(Ti[:3, 3] - T[:3, 3]) * 1000))
-        res.residual_deg.append(rotation_angle_deg(Ti, T))
-        e = _reproject(invert(T) @ T_base_board, v, intrinsics) - v.corners
-        res.reproj_px.append(float(np.sqrt(np.mean(np.sum(e**2, axis=1)))))
-    _flag_outliers(res)
+        T_base_camera_i = T_base_board @ invert(v.T_camera_board)
+        res.residual_mm.append(float(np.linalg.norm(T_base_camera_i[:3, 3] - T[:3, 3]) * 1000))
+        res.residual_deg.append(rotation_angle_deg(T_base_camera_i, T))
+        res.reproj_px.append(view_rms_px(v, invert(T) @ T_base_board, intrinsics))
+    flag_outliers(res)
     return res
 
 
 def intrinsics_check(views: Sequence[BoardView], intrinsics: Intrinsics) -> dict[str, Any]:
-    """Re-estimate fx, fy (principal point and distortion fixed) from the board views and
-    compare with the camera's stated intrinsics. A few percent off means a wrong resolution
-    or a camera that needs its own intrinsic calibration."""
+    """Re-estimate fx, fy (principal point and the stated distortion fixed) from the board
+    views and compare with the camera's stated intrinsics. A few percent off means a wrong
+    resolution or a camera that needs its own intrinsic calibration."""
     if len(views) < 3:
         return {"checked": False, "why": f"needs >= 3 board views, got {len(views)}"}
     K0 = intrinsics.K.copy()
+    coeffs = np.zeros(max(5, len(intrinsics.coeffs)))
+    coeffs[: len(intrinsics.coeffs)] = intrinsics.coeffs
     flags = (
         cv2.CALIB_USE_INTRINSIC_GUESS
         | cv2.CALIB_FIX_PRINCIPAL_POINT
         | cv2.CALIB_FIX_K1
         | cv2.CALIB_FIX_K2
         | cv2.CALIB_FIX_K3
-        | cv2.CALIB_ZERO_TANGENT_DIST
+        | cv2.CALIB_FIX_TANGENT_DIST
     )
+    if len(coeffs) > 5:
+        flags |= cv2.CALIB_RATIONAL_MODEL | cv2.CALIB_FIX_K4 | cv2.CALIB_FIX_K5 | cv2.CALIB_FIX_K6
     obj = [v.object_points.astype(np.float32) for v in views]
     img = [v.corners.astype(np.float32) for v in views]
     rms, K, *_ = cv2.calibrateCamera(
-        obj, img, (intrinsics.width, intrinsics.height), K0, np.zeros(5), flags=flags
+        obj, img, (intrinsics.width, intrinsics.height), K0, coeffs, flags=flags
     )
     rel = max(abs(K[0, 0] / intrinsics.fx - 1), abs(K[1, 1] / intrinsics.fy - 1))
     return {
@@ -358,7 +479,9 @@ def intrinsics_check(views: Sequence[BoardView], intrinsics: Intrinsics) -> dict
     }
 
 
-def _flag_outliers(res: CalibrationResult) -> None:
+def flag_outliers(res: CalibrationResult) -> None:
+    """Warn (in `res.warnings`) about views over 2 px reprojection or 10 mm from the
+    consensus."""
     for i, (px, idx) in enumerate(zip(res.reproj_px, res.views, strict=True)):
         if px > 2.0:
             res.warnings.append(
@@ -369,10 +492,11 @@ def _flag_outliers(res: CalibrationResult) -> None:
             res.warnings.append(f"view {idx}: {res.residual_mm[i]:.1f} mm from the consensus")
 
 
-def _mean_pose(Ts: Sequence[NDArray[np.float64]]) -> NDArray[np.float64]:
+def mean_pose(poses: Sequence[NDArray[np.float64]]) -> NDArray[np.float64]:
+    """Chordal mean rotation and mean translation of 4x4 poses."""
     T = np.eye(4)
-    T[:3, :3] = Rotation.from_matrix([t[:3, :3] for t in Ts]).mean().as_matrix()
-    T[:3, 3] = np.mean([t[:3, 3] for t in Ts], axis=0)
+    T[:3, :3] = Rotation.from_matrix([P[:3, :3] for P in poses]).mean().as_matrix()
+    T[:3, 3] = np.mean([P[:3, 3] for P in poses], axis=0)
     return T
 
 
@@ -393,58 +517,3 @@ def workspace_frame(
     T = np.eye(4)
     T[:3, 0], T[:3, 1], T[:3, 2], T[:3, 3] = x, np.cross(n, x), n, o
     return T
-
-
-def paint_board(
-    frame: RGBDFrame,
-    T_camera_board: NDArray[np.float64],
-    spec: BoardSpec = BOARD,
-    occlusion_tol: float = 0.02,
-) -> RGBDFrame:
-    """A copy of `frame` with a flat board drawn at `T_camera_board` (a sticker: depth
-    unchanged). Pixels whose measured depth is nearer than the board by more than
-    `occlusion_tol` are occluders and keep their colour. For simulated calibration data."""
-    intr = frame.intrinsics
-    ppm = 4000.0
-    img = board_image(spec, ppm)
-    S = np.diag([1 / ppm, 1 / ppm, 1.0])  # board px -> board metres
-    M = T_camera_board[:3, [0, 1, 3]]
-    H = intr.K @ M @ S
-    if T_camera_board[2, 3] <= 0:
-        return frame
-    w, h = intr.width, intr.height
-    warped = cv2.warpPerspective(
-        img, H, (w, h), flags=cv2.INTER_AREA, borderMode=cv2.BORDER_CONSTANT, borderValue=0
-    )
-    mask = (
-        cv2.warpPerspective(
-            np.full(img.shape, 255, np.uint8), H, (w, h), flags=cv2.INTER_NEAREST, borderValue=0
-        )
-        > 0
-    )
-    # depth of the board plane along each pixel ray
-    n = T_camera_board[:3, 2]
-    p0 = T_camera_board[:3, 3]
-    u, v = np.meshgrid(np.arange(w), np.arange(h))
-    rays = np.stack([(u - intr.cx) / intr.fx, (v - intr.cy) / intr.fy, np.ones_like(u, float)], -1)
-    z_board = (p0 @ n) / (rays @ n)
-    z_meas = frame.depth_m
-    visible = mask & ((z_meas == 0) | (z_meas > z_board - occlusion_tol))
-    color = frame.color.copy()
-    shade = frame.color.mean(axis=2, keepdims=True) / 255.0 * 0.4 + 0.6  # keep scene light
-    painted = (warped[..., None].astype(np.float32) * shade).clip(0, 255).astype(np.uint8)
-    color[visible] = (
-        painted[visible].repeat(1, axis=-1)
-        if painted.shape[-1] == 3
-        else np.repeat(painted[visible], 3, axis=-1)
-    )
-    return RGBDFrame(
-        color,
-        frame.depth,
-        frame.depth_scale,
-        frame.intrinsics,
-        frame.timestamp,
-        frame.index,
-        frame.T_world_camera,
-        dict(frame.meta),
-    )

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import open3d as o3d
 import trimesh
+from numpy.typing import NDArray
 
 from devices.frames import Intrinsics, RGBDFrame
 from devices.poses import invert
+from reconstruction.calibration import BOARD, BoardSpec, board_image
 
 INTR = Intrinsics(640, 480, 615.0, 615.0, 320.0, 240.0)
 
@@ -89,3 +92,58 @@ def orbit(
         look_at(center + np.array([radius * np.cos(a), radius * np.sin(a), height]), center)
         for a in angles
     ]
+
+
+def paint_board(
+    frame: RGBDFrame,
+    T_camera_board: NDArray[np.float64],
+    spec: BoardSpec = BOARD,
+    occlusion_tol: float = 0.02,
+) -> RGBDFrame:
+    """A copy of `frame` with a flat board drawn at `T_camera_board` (a sticker: depth
+    unchanged, pinhole: no distortion). Pixels whose measured depth is nearer than the board by more than
+    `occlusion_tol` are occluders and keep their colour. For simulated calibration data."""
+    intr = frame.intrinsics
+    px_per_m = 4000.0
+    img = board_image(spec, px_per_m)
+    board_px_to_m = np.diag([1 / px_per_m, 1 / px_per_m, 1.0])
+    # a plane's homography: board (x, y, 1) -> camera through columns x, y, t of T_camera_board
+    H = intr.K @ T_camera_board[:3, [0, 1, 3]] @ board_px_to_m
+    if T_camera_board[2, 3] <= 0:
+        return frame
+    w, h = intr.width, intr.height
+    warped = cv2.warpPerspective(
+        img, H, (w, h), flags=cv2.INTER_AREA, borderMode=cv2.BORDER_CONSTANT, borderValue=0
+    )
+    mask = (
+        cv2.warpPerspective(
+            np.full(img.shape, 255, np.uint8), H, (w, h), flags=cv2.INTER_NEAREST, borderValue=0
+        )
+        > 0
+    )
+    # depth of the board plane along each pixel ray
+    n = T_camera_board[:3, 2]
+    p0 = T_camera_board[:3, 3]
+    u, v = np.meshgrid(np.arange(w), np.arange(h))
+    rays = np.stack([(u - intr.cx) / intr.fx, (v - intr.cy) / intr.fy, np.ones_like(u, float)], -1)
+    z_board = (p0 @ n) / (rays @ n)
+    z_meas = frame.depth_m
+    visible = mask & ((z_meas == 0) | (z_meas > z_board - occlusion_tol))
+    color = frame.color.copy()
+    shade = frame.color.mean(axis=2, keepdims=True) / 255.0 * 0.4 + 0.6  # keep scene light
+    painted = (warped[..., None].astype(np.float32) * shade).clip(0, 255).astype(np.uint8)
+    color[visible] = (
+        painted[visible].repeat(1, axis=-1)
+        if painted.shape[-1] == 3
+        else np.repeat(painted[visible], 3, axis=-1)
+    )
+    return RGBDFrame(
+        color,
+        frame.depth,
+        frame.depth_scale,
+        frame.intrinsics,
+        frame.timestamp,
+        frame.index,
+        frame.T_world_camera,
+        dict(frame.meta),
+    )

@@ -16,12 +16,11 @@ from reconstruction.calibration import (
     CalibrationError,
     detect_board,
     hand_eye,
-    paint_board,
     park_martin,
     save_board_png,
     workspace_frame,
 )
-from tests.reconstruction.synth import INTR, look_at
+from tests.reconstruction.synth import INTR, look_at, paint_board
 
 
 def _T(rv: list[float], t: list[float]) -> np.ndarray:
@@ -62,7 +61,11 @@ def test_detect_and_hand_eye_on_painted_board() -> None:
     res = hand_eye(hands, views, INTR)
     assert np.linalg.norm(res.T[:3, 3] - X_TRUE[:3, 3]) < 0.001
     assert rotation_angle_deg(res.T, X_TRUE) < 0.1
-    assert max(res.residual_mm) < 2.0 and not res.warnings
+    assert max(res.residual_mm) < 2.0 and not res.rejected
+    # six views on one orbit barely turn about one axis: the closed form is ~14 mm off here,
+    # and the only warning allowed says so and that the images favour the refined answer
+    assert all("the closed form is the weak one" in w for w in res.warnings)
+    assert res.uncertainty["spread_mm"] < 2.0 and res.uncertainty["spread_deg"] < 0.2
 
 
 def test_board_not_found_is_clear() -> None:
