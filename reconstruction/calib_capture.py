@@ -70,13 +70,14 @@ def calibrate_folder(
     mode: Mode = "eye_to_hand",
     intrinsics_file: Path | None = None,
     options: HandEyeOptions | None = None,
+    min_corners: int = 8,
 ) -> tuple[CalibrationResult, Capture]:
     """Detect the board in every image, pair it with its pose file and solve hand-eye.
 
     Returns the result (views left out by detection are in `result.rejected`) and the
     capture it came from. Raises CalibrationError naming the file for unreadable images,
     pose or intrinsics files, and when too few views remain."""
-    capture = load_capture(images_dir, poses_dir, board, intrinsics_file)
+    capture = load_capture(images_dir, poses_dir, board, intrinsics_file, min_corners)
     assert capture.intrinsics is not None
     result = solve_hand_eye(
         capture.T_base_hand,
