@@ -23,8 +23,14 @@ from widgets.scene_view import SceneView
 
 log = logging.getLogger(__name__)
 
-REFRESH_MS = 50
+REFRESH_MS = 50  # 20 Hz pull of the newest state; drawing happens only on change
 TRAIL_S = 3.0
+REDRAW_RAD = 1e-3  # 3D arm redrawn when a joint moved more than this (0.06°, below a pixel)
+RATE_LABEL_S = 1.0
+# Any repaint makes Qt recompose the whole window through OpenGL (the 3D views are
+# QOpenGLWidgets); with Mesa's software renderer that costs ~25 ms of CPU, so numbers are
+# shown at 4 Hz, not at the 20 Hz pull rate.
+TABLE_S = 0.25
 DOT = {
     "connected": "#2e7d32",
     "connecting": "#f9a825",
@@ -137,6 +143,10 @@ class DevicesPanel(QtWidgets.QWidget):
         lay.addWidget(split, 1)
         self._trail: deque[tuple[float, np.ndarray]] = deque()
         self._last_seq: int | None = None
+        self._cells: dict[tuple[int, int], str] = {}
+        self._drawn_q: np.ndarray | None = None
+        self._rate_shown = 0.0
+        self._table_shown = 0.0
         self._rate_window: deque[tuple[float, int]] = deque(maxlen=40)
         self.refreshes = 0  # timer ticks that drew a new state (tests read it)
         self.timer = QtCore.QTimer(self)
@@ -180,6 +190,8 @@ class DevicesPanel(QtWidgets.QWidget):
                     self.table.setItem(i, c, QtWidgets.QTableWidgetItem("—"))
             self._trail.clear()
             self._last_seq = None
+            self._cells.clear()
+            self._drawn_q = None
             self.table.show()
             self.no_robot.hide()
             from app.demo import LabLink
@@ -238,47 +250,75 @@ class DevicesPanel(QtWidgets.QWidget):
             on_failed=lambda _: self.record_button.setEnabled(True),
         )
 
-    def refresh_state(self) -> None:
-        """Pull the newest robot state and draw it (called by the timer)."""
+    def refresh_state(self, force: bool = False) -> None:
+        """Pull the newest robot state and draw what changed (called by the timer).
+
+        Text is set only when the shown digits change and the 3D arm is redrawn only when a
+        joint moved by more than `REDRAW_RAD`, so a robot holding still (sensor noise
+        included) costs next to nothing; `force` draws regardless (tests, soaks)."""
         st = self.controller.robot_state()
-        if st is None or st.seq == self._last_seq:
+        if st is None or (st.seq == self._last_seq and not force):
             return
         self._last_seq = st.seq
         self.refreshes += 1
-        self._draw_state(st)
+        self._draw_state(st, force)
 
-    def _draw_state(self, st: RobotState) -> None:
+    def _set_text(self, label: QtWidgets.QLabel, text: str) -> None:
+        if label.text() != text:
+            label.setText(text)
+
+    def _draw_state(self, st: RobotState, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._table_shown < TABLE_S:
+            return
+        self._table_shown = now
         n = min(self.table.rowCount(), len(st.joint_pos))
         for i in range(n):
             for c, arr in ((1, st.joint_pos), (2, st.joint_vel), (3, st.joint_effort)):
-                item = self.table.item(i, c)
                 text = f"{float(arr[i]):+.3f}" if i < len(arr) else "—"
+                if self._cells.get((i, c)) == text and not force:
+                    continue
+                self._cells[(i, c)] = text
+                item = self.table.item(i, c)
                 if item is None:
                     self.table.setItem(i, c, QtWidgets.QTableWidgetItem(text))
                 else:
                     item.setText(text)
-        now = time.monotonic()
         self._rate_window.append((st.t, st.seq))
-        if len(self._rate_window) > 1:
+        if len(self._rate_window) > 1 and (force or now - self._rate_shown >= RATE_LABEL_S):
+            self._rate_shown = now
             (t0, s0), (t1, s1) = self._rate_window[0], self._rate_window[-1]
             hz = (s1 - s0) / (t1 - t0) if t1 > t0 else 0.0
-            self.rate.setText(f"state stream {hz:.0f} Hz · seq {st.seq} · t = {st.t:.2f} s")
-        if self.scene is not None:
-            pts = self.controller.robot_links(st.joint_pos)
-            if pts is not None:
-                self.scene.set_polyline("arm", pts, color=(0.95, 0.6, 0.15, 1.0), width=5.0)
-                self.scene.set_points("joints", pts[:-1], (1.0, 0.85, 0.6, 1.0), size_px=8.0)
+            self._set_text(self.rate, f"state stream {hz:.0f} Hz · seq {st.seq} · t = {st.t:.1f} s")
+        q = np.asarray(st.joint_pos, dtype=float)
+        moved = (
+            self._drawn_q is None
+            or self._drawn_q.shape != q.shape
+            or float(np.max(np.abs(q - self._drawn_q))) > REDRAW_RAD
+        )
         if st.ee_pos is not None:
             p = np.asarray(st.ee_pos, dtype=float)
-            self.ee.setText(
-                f"end effector (base frame): x {p[0]:+.3f}  y {p[1]:+.3f}  z {p[2]:+.3f} m"
+            self._set_text(
+                self.ee, f"end effector (base frame): x {p[0]:+.3f}  y {p[1]:+.3f}  z {p[2]:+.3f} m"
             )
-            if self.scene is not None:
-                T = np.eye(4)
-                T[:3, 3] = p
-                self.scene.set_frame("ee", T, size=0.08)
+            if moved or not self._trail or force:
                 self._trail.append((now, p))
-                while self._trail and now - self._trail[0][0] > TRAIL_S:
-                    self._trail.popleft()
-                if len(self._trail) > 1:
-                    self.scene.set_polyline("ee_path", np.array([q for _, q in self._trail]))
+        trail_expired = False
+        while self._trail and now - self._trail[0][0] > TRAIL_S:
+            self._trail.popleft()
+            trail_expired = True
+        if self.scene is None or not (moved or trail_expired or force):
+            return
+        self._drawn_q = q
+        pts = self.controller.robot_links(q)
+        if pts is not None:
+            self.scene.set_polyline("arm", pts, color=(0.95, 0.6, 0.15, 1.0), width=5.0)
+            self.scene.set_points("joints", pts[:-1], (1.0, 0.85, 0.6, 1.0), size_px=8.0)
+        if st.ee_pos is not None:
+            T = np.eye(4)
+            T[:3, 3] = np.asarray(st.ee_pos, dtype=float)
+            self.scene.set_frame("ee", T, size=0.08)
+        if len(self._trail) > 1:
+            self.scene.set_polyline("ee_path", np.array([p for _, p in self._trail]))
+        else:
+            self.scene.remove("ee_path")

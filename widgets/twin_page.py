@@ -18,6 +18,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from scipy.spatial.transform import Rotation
 
 from app.workflows import twin as twin_flow
+from app.workflows.twin_live import LiveTwin, TwinFrame
 from widgets.pages import WorkflowPage, preview
 from widgets.scene_view import SceneView
 
@@ -95,26 +96,51 @@ class ParamTree(QtWidgets.QTreeWidget):
 
 
 class TwinPage(WorkflowPage):
-    """Workflow page for the 'twin' step; constructed as `TwinPage(controller, parent=None)`."""
+    """Workflow page for the 'twin' step; constructed as `TwinPage(controller, parent=None)`.
+
+    The twin's world lives on a `LiveTwin` worker (app layer): buttons and edits send it
+    commands, and this page only draws the frames it publishes."""
 
     step = "twin"
     sig_twin_saved = QtCore.Signal(str)
+    sig_frame_ready = QtCore.Signal()  # from the twin worker; drawn on the GUI thread
 
     def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
-        self.session: twin_flow.TwinSession | None = None
-        self._loading = False
-        bar = QtWidgets.QHBoxLayout()
+        self.live: LiveTwin | None = None
+        self.spec: Any = None
+        self._drawables: list[Any] = []
+        self._loading_id: str | None = None
+        self._last_frame: TwinFrame | None = None
+        self.frames_drawn = 0  # tests and the gui bench read it
+        bar1 = QtWidgets.QHBoxLayout()
         self.twin_combo = QtWidgets.QComboBox()
-        self.twin_combo.setMinimumWidth(260)
+        self.twin_combo.setMinimumWidth(160)
+        self.twin_combo.setSizeAdjustPolicy(
+            QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.twin_combo.setMinimumContentsLength(18)
         self.twin_combo.activated.connect(lambda _i: self.open_twin(self.twin_combo.currentData()))
         self.build_btn = QtWidgets.QPushButton("Build from latest scan")
         self.build_btn.clicked.connect(lambda: self.build_twin(procedural=False))
         self.demo_btn = QtWidgets.QPushButton("Build from demo objects")
         self.demo_btn.clicked.connect(lambda: self.build_twin(procedural=True))
+        self.save_btn = QtWidgets.QPushButton("Save as new twin")
+        self.save_btn.setToolTip(
+            "Write the edited values and object poses as a new twin artifact whose parent is "
+            "this twin (artifacts are never changed in place)"
+        )
+        self.save_btn.clicked.connect(self.save_twin)
+        bar1.addWidget(QtWidgets.QLabel("Twin:"))
+        bar1.addWidget(self.twin_combo, 1)
+        for w in (self.build_btn, self.demo_btn, self.save_btn):
+            bar1.addWidget(w)
+        layout.addLayout(bar1)
+        bar2 = QtWidgets.QHBoxLayout()
         self.play_btn = QtWidgets.QPushButton("▶ Play")
         self.play_btn.setCheckable(True)
         self.play_btn.toggled.connect(self._play_toggled)
         self.step_btn = QtWidgets.QPushButton("Step")
+        self.step_btn.setToolTip(f"Advance the simulation by {TICK_S * 1000:.0f} ms")
         self.step_btn.clicked.connect(self.step_once)
         self.reset_btn = QtWidgets.QPushButton("Reset")
         self.reset_btn.clicked.connect(self.reset_sim)
@@ -122,23 +148,10 @@ class TwinPage(WorkflowPage):
         self.hull_box.toggled.connect(lambda _c: self.redraw(full=True))
         self.frame_box = QtWidgets.QCheckBox("frames")
         self.frame_box.toggled.connect(lambda _c: self.redraw(full=True))
-        self.save_btn = QtWidgets.QPushButton("Save as new twin")
-        self.save_btn.clicked.connect(self.save_twin)
-        for w in (
-            QtWidgets.QLabel("Twin:"),
-            self.twin_combo,
-            self.build_btn,
-            self.demo_btn,
-            self.play_btn,
-            self.step_btn,
-            self.reset_btn,
-            self.hull_box,
-            self.frame_box,
-            self.save_btn,
-        ):
-            bar.addWidget(w)
-        bar.addStretch(1)
-        layout.addLayout(bar)
+        for w in (self.play_btn, self.step_btn, self.reset_btn, self.hull_box, self.frame_box):
+            bar2.addWidget(w)
+        bar2.addStretch(1)
+        layout.addLayout(bar2)
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
         left = QtWidgets.QWidget()
         ll = QtWidgets.QVBoxLayout(left)
@@ -151,16 +164,17 @@ class TwinPage(WorkflowPage):
         self.notes.setWordWrap(True)
         self.notes.setStyleSheet("color: #8a6d00;")
         ll.addWidget(self.notes)
+        left.setMinimumWidth(260)
         split.addWidget(left)
         self.view = SceneView()
         split.addWidget(self.view)
-        split.setSizes([430, 770])
+        split.setSizes([380, 620])
+        split.setChildrenCollapsible(False)
         layout.addWidget(split, 1)
         self.status = QtWidgets.QLabel("")
+        self.status.setWordWrap(True)
         layout.addWidget(self.status)
-        self.timer = QtCore.QTimer(self)
-        self.timer.setInterval(int(TICK_S * 1000))
-        self.timer.timeout.connect(self.step_once)
+        self.sig_frame_ready.connect(self._on_frame, QtCore.Qt.ConnectionType.QueuedConnection)
 
     def _pose_box(self) -> QtWidgets.QGroupBox:
         box = QtWidgets.QGroupBox("Move object (start pose)")
@@ -186,10 +200,15 @@ class TwinPage(WorkflowPage):
         return box
 
     # -- state -----------------------------------------------------------------------------
+    @property
+    def twin_id(self) -> str | None:
+        f = self._last_frame
+        return f.twin_id if f is not None else None
+
     def has_content(self) -> bool:
         proj = self.controller.project
         return (
-            self.session is not None
+            self.live is not None
             or (proj is not None and bool(proj.artifacts("twin")))
             or (proj is not None and bool(proj.artifacts("scan")))
         )
@@ -198,51 +217,57 @@ class TwinPage(WorkflowPage):
         super().refresh()
         proj = self.controller.project
         if proj is None:
-            self._close_session()
+            self._close_live()
             return
         twins = proj.artifacts("twin")
+        ids = [a.id for a in twins]
         self.twin_combo.blockSignals(True)
         self.twin_combo.clear()
         for a in reversed(twins):
             self.twin_combo.addItem(f"{a.id}  {a.summary[:40]}", a.id)
+            self.twin_combo.setItemData(
+                self.twin_combo.count() - 1, f"{a.id}\n{a.summary}", QtCore.Qt.ItemDataRole.ToolTipRole
+            )
         self.twin_combo.blockSignals(False)
         self.build_btn.setEnabled(bool(proj.artifacts("scan")))
-        if self.session is not None and self.session.twin_id in [a.id for a in twins]:
-            self.twin_combo.setCurrentIndex(self.twin_combo.findData(self.session.twin_id))
-        elif twins and not self._loading:
+        shown = self._loading_id or self.twin_id
+        if shown in ids:
+            self.twin_combo.setCurrentIndex(self.twin_combo.findData(shown))
+        elif twins and self._loading_id is None:
             self.open_twin(twins[-1].id)
         self._update_status()
 
-    def _close_session(self) -> None:
+    def _close_live(self) -> None:
         self.play_btn.setChecked(False)
-        if self.session is not None:
-            self.session.close()
-            self.session = None
+        if self.live is not None:
+            self.live.close()
+            self.live = None
+        self._last_frame = None
+        self._drawables = []
         self.view.clear()
 
     def detach(self) -> None:
-        self.timer.stop()
-        if self.session is not None:
-            self.session.close()
-            self.session = None
+        self._close_live()
         super().detach()
 
     # -- actions ---------------------------------------------------------------------------
     def _fail(self, what: str) -> Any:
         def show(msg: str) -> None:
-            self._loading = False
-            self.status.setStyleSheet("color: #c62828;")
-            self.status.setText(f"{what} failed: {msg}")
+            self._loading_id = None
+            self._show_error(f"{what} failed: {msg}")
 
         return lambda msg: QtCore.QTimer.singleShot(0, self, lambda: show(msg))
 
+    def _show_error(self, text: str) -> None:
+        self.status.setStyleSheet("color: #c62828;")
+        self.status.setText(text)
+
     def open_twin(self, twin_id: str | None) -> None:
         proj = self.controller.project
-        if proj is None or twin_id is None:
+        if proj is None or twin_id is None or twin_id in (self.twin_id, self._loading_id):
             return
-        if self.session is not None and self.session.twin_id == twin_id:
-            return
-        self._loading = True
+        self._loading_id = twin_id
+        self.twin_combo.setCurrentIndex(max(0, self.twin_combo.findData(twin_id)))
         self.controller.submit_job(
             f"Open twin {twin_id}",
             twin_flow.open_session_job(proj, twin_id),
@@ -251,21 +276,54 @@ class TwinPage(WorkflowPage):
         )
 
     def _set_session(self, session: twin_flow.TwinSession) -> None:
-        self._loading = False
-        self._close_session()
-        self.session = session
+        if session.twin_id != self._loading_id:  # another twin was asked for meanwhile
+            session.close()
+            return
+        self._loading_id = None
+        self._close_live()
+        self.spec = session.spec
+        self._drawables = session.drawables()  # built by the job, read-only from here
         self.tree.populate(session.spec.params, session.values)
         self.obj_combo.blockSignals(True)
         self.obj_combo.clear()
         self.obj_combo.addItems([o.name for o in session.spec.objects])
         self.obj_combo.blockSignals(False)
-        self._show_pose(self.obj_combo.currentText())
         notes = session.notes
         self.notes.setText(("Notes:\n• " + "\n• ".join(notes)) if notes else "")
-        self.redraw(full=True)
+        self.live = LiveTwin(session, self._frame_from_worker)
+        self.view.clear()
         self.view.look_at((0.35, 0.0, 0.15), 1.8)
         self.stack.setCurrentIndex(1)
-        self._update_status()
+        idx = self.twin_combo.findData(session.twin_id)
+        if idx >= 0:
+            self.twin_combo.setCurrentIndex(idx)
+
+    def _frame_from_worker(self) -> None:
+        try:
+            self.sig_frame_ready.emit()
+        except RuntimeError:  # page already destroyed
+            pass
+
+    def _on_frame(self) -> None:
+        live = self.live
+        frame = live.take_frame() if live is not None else None
+        if frame is None:
+            return
+        first = self._last_frame is None
+        self._last_frame = frame
+        self.tree.set_values(dict(frame.values))
+        if first:
+            self._show_pose(self.obj_combo.currentText())
+        self.redraw(full=first)
+        self.frames_drawn += 1
+        if frame.saved_id:
+            self.controller.notify_project_changed()
+            self.sig_twin_saved.emit(frame.saved_id)
+        if frame.error:
+            self.play_btn.setChecked(frame.playing)
+            self._show_error(frame.error)
+        else:
+            self._update_status(frame.message)
 
     def build_twin(self, procedural: bool) -> None:
         proj = self.controller.project
@@ -274,97 +332,66 @@ class TwinPage(WorkflowPage):
         job = twin_flow.build_twin(proj, None, procedural=procedural)
 
         def done(tid: str) -> None:
+            log.info("built twin %s", tid)
             self.controller.notify_project_changed()
             QtCore.QTimer.singleShot(0, self, lambda: self.open_twin(tid))
 
         self.controller.submit_job("Build twin", job, done, self._fail("Building the twin"))
 
     def apply_values(self, values: dict[str, float]) -> None:
-        if self.session is None:
-            return
-        try:
-            self.session.set_values(values)
-        except Exception as exc:  # TwinError names the parameter; show it, keep the old world
-            self.status.setStyleSheet("color: #c62828;")
-            self.status.setText(str(exc))
-            self.tree.set_values(self.session.values)
-            return
-        self.redraw()
-        self._update_status()
+        if self.live is not None:
+            self.live.set_values(values)
 
     def _show_pose(self, name: str) -> None:
-        if self.session is None or not name:
+        f = self._last_frame
+        if f is None or not name or name not in f.object_poses:
             return
-        pose = np.asarray(self.session.spec.object(name).pose)
+        pose = np.asarray(f.object_poses[name])
         yaw = Rotation.from_quat(pose[3:]).as_euler("zyx", degrees=True)[0]
         for s, v in zip(self.pose_spins, (*pose[:3], yaw), strict=True):
             s.setValue(float(v))
 
     def move_object(self) -> None:
-        if self.session is None or not self.obj_combo.currentText():
-            return
+        f = self._last_frame
         name = self.obj_combo.currentText()
+        if self.live is None or f is None or name not in f.object_poses:
+            return
         x, y, z, yaw = (s.value() for s in self.pose_spins)
-        old = np.asarray(self.session.spec.object(name).pose)
+        old = np.asarray(f.object_poses[name])
         r, p, _ = Rotation.from_quat(old[3:]).as_euler("xyz")
         q = Rotation.from_euler("zyx", [np.radians(yaw), 0, 0]) * Rotation.from_euler("xy", [r, p])
-        try:
-            self.session.move_object(name, (x, y, z, *q.as_quat()))
-        except Exception as exc:
-            self.status.setText(str(exc))
-            return
-        self.redraw()
-        self._update_status()
+        self.live.move_object(name, (x, y, z, *q.as_quat()))
 
     def step_once(self) -> None:
-        if self.session is None:
-            return
-        try:
-            self.session.step(TICK_S)
-        except Exception as exc:
-            self.play_btn.setChecked(False)
-            self.status.setText(str(exc))
-            return
-        self.redraw()
-        self._update_status()
+        if self.live is not None:
+            self.live.step(TICK_S)
 
     def reset_sim(self) -> None:
-        if self.session is not None:
-            self.session.reset()
-            self.redraw()
-            self._update_status()
+        if self.live is not None:
+            self.live.reset()
 
     def _play_toggled(self, on: bool) -> None:
-        self.play_btn.setText("⏸ Pause" if on else "▶ Play")
-        if on and self.session is not None:
-            self.timer.start()
-        else:
-            self.timer.stop()
+        self.play_btn.setText("Pause" if on else "▶ Play")
+        if self.live is not None:
+            self.live.play(on)
 
     def save_twin(self) -> None:
         proj = self.controller.project
-        if self.session is None or proj is None:
-            return
-        try:
-            new_id = self.session.save(proj)
-        except Exception as exc:
-            self.status.setText(f"Saving failed: {exc}")
-            return
-        self.controller.notify_project_changed()
-        self.sig_twin_saved.emit(new_id)
-        self._update_status(f"saved as {new_id}")
+        if self.live is not None and proj is not None:
+            self._update_status("saving…")
+            self.live.save(proj)
 
     # -- drawing ---------------------------------------------------------------------------
     def redraw(self, full: bool = False) -> None:
-        s = self.session
-        if s is None:
+        f = self._last_frame
+        if f is None:
             return
-        poses = s.poses()
+        poses = f.poses
         show_col = self.hull_box.isChecked()
         if full:
             self.view.clear()
         items = self.view.items()
-        for d in s.drawables():
+        for d in self._drawables:
             T = poses.get(d.body, np.eye(4)) @ d.T_body_mesh
             if d.collision and not show_col:
                 continue
@@ -381,17 +408,24 @@ class TwinPage(WorkflowPage):
                     self.view.set_frame(f"frame:{body}", T, size=0.06)
 
     def _update_status(self, extra: str = "") -> None:
-        s = self.session
-        if s is None:
-            self.status.setText("")
+        f = self._last_frame
+        if f is None or self.spec is None:
+            self.status.setText("opening the twin…" if self._loading_id else "")
             return
         self.status.setStyleSheet("")
-        edited = "  (edited — save as a new twin to keep it)" if s.edited else ""
-        self.status.setText(
-            f"{s.spec.name}: {len(s.spec.objects)} objects, "
-            f"{len(s.spec.params)} parameters, t = {s.time:.2f} s{edited}"
+        edited = "  (edited — save as a new twin to keep it)" if f.edited else ""
+        rtf = (
+            f", {f.realtime_factor:.2f}× real time"
+            if f.playing and f.realtime_factor is not None
+            else ""
+        )
+        text = (
+            f"{self.spec.name}: {len(self.spec.objects)} objects, "
+            f"{len(self.spec.params)} parameters, t = {f.time_s:.2f} s{rtf}{edited}"
             + (f"  — {extra}" if extra else "")
         )
+        if self.status.text() != text:
+            self.status.setText(text)
 
 
 def demo_project() -> str:
@@ -402,13 +436,9 @@ def demo_project() -> str:
     from app.session import data_dir
 
     root = data_dir() / "twin-preview"
-    try:
-        proj = Project.open(root)
-    except Exception:
-        import shutil
-
-        shutil.rmtree(root, ignore_errors=True)
-        proj = Project.create(root, "twin preview")
+    # A folder that exists but does not open is someone's data: the error says why, and
+    # nothing is deleted.
+    proj = Project.open(root) if root.exists() else Project.create(root, "twin preview")
     if proj.latest("twin") is None:
         run_to_end(twin_flow.build_twin(proj, None, procedural=True))
     return str(root)
