@@ -1,9 +1,12 @@
 """Convex decomposition of collision meshes (DESIGN §9: PyBullet silently replaces a
 concave mesh on a dynamic body by one convex hull, so concave meshes are split first).
 
-V-HACD 4 through `vhacdx` (the backend trimesh uses; about 1 s per object); the older
-`pybullet.vhacd` (V-HACD 2, about 20 s per object here) is the fallback when vhacdx is not
-installed. A mesh that is already convex keeps a single hull.
+The number of hulls is chosen by a concavity budget, not fixed: CoACD (`coacd`, about 1 s
+per object) splits until no part is more concave than the budget (its concavity: distance
+from a part to its hull over the mesh's bounding-box diagonal). Without coacd, V-HACD 4
+through `vhacdx` (or the older `pybullet.vhacd`) is asked for 1, 2, 4, ... hulls until the
+hulls' volume exceeds the mesh's by at most the budget. A mesh that is already convex keeps
+a single hull.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +27,27 @@ import trimesh
 from twins.errors import TwinError
 
 log = logging.getLogger(__name__)
-_CACHE: dict[str, list[trimesh.Trimesh]] = {}
+CONCAVITY_BUDGET = 0.05  # relative: see the module docstring
+_CACHE: dict[str, Decomposition] = {}
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """Convex hulls approximating a mesh; `method` ("convex", "CoACD", "V-HACD"), the
+    budget it was run with and `excess`: (total hull volume - mesh volume) / mesh volume."""
+
+    hulls: list[trimesh.Trimesh]
+    method: str
+    budget: float
+    excess: float
+
+    def describe(self) -> str:
+        if self.method == "convex":
+            return "convex: one hull"
+        return (
+            f"concave; {len(self.hulls)} convex hulls by {self.method} (concavity budget "
+            f"{self.budget:g}, hull volume {100 * self.excess:+.1f} % of the mesh's)"
+        )
 
 
 def hull(points: np.ndarray) -> trimesh.Trimesh:
@@ -54,40 +78,89 @@ def convexity(mesh: trimesh.Trimesh) -> float:
         return 0.0
     hull_vol = hull(mesh.vertices).volume
     return float(abs(mesh.volume) / hull_vol) if hull_vol > 0 else 0.0
-    return float(abs(mesh.volume) / hull) if hull > 0 else 0.0
 
 
-def convex_pieces(
-    mesh: trimesh.Trimesh, name: str, max_hulls: int = 6, convex_tol: float = 0.97
-) -> list[trimesh.Trimesh]:
-    """Convex hulls whose union approximates `mesh`; one hull when it is convex already."""
+def _excess(hulls: list[trimesh.Trimesh], mesh: trimesh.Trimesh) -> float:
+    vol = abs(float(mesh.volume)) if mesh.is_watertight else hull(mesh.vertices).volume
+    return float(sum(h.volume for h in hulls) / vol - 1.0) if vol > 0 else 0.0
+
+
+def decompose(
+    mesh: trimesh.Trimesh,
+    name: str,
+    concavity_budget: float = CONCAVITY_BUDGET,
+    max_hulls: int = 16,
+    convex_tol: float = 0.97,
+) -> Decomposition:
+    """Convex hulls whose union approximates `mesh`, as few as the concavity budget allows
+    (at most `max_hulls`); one hull when the mesh is convex already (volume over hull
+    volume >= `convex_tol`). Raises TwinError naming `name` when no usable hull comes out."""
     if convexity(mesh) >= convex_tol:
-        return [hull(mesh.vertices)]
+        one = [hull(mesh.vertices)]
+        return Decomposition(one, "convex", concavity_budget, _excess(one, mesh))
     key = hashlib.sha1(
         np.ascontiguousarray(mesh.vertices).tobytes()
         + np.ascontiguousarray(mesh.faces).tobytes()
-        + str(max_hulls).encode()
+        + f"{concavity_budget}/{max_hulls}".encode()
     ).hexdigest()
     if key not in _CACHE:
         try:
-            import vhacdx
-
-            with _quiet():  # V-HACD prints progress on stdout
-                parts = vhacdx.compute_vhacd(
-                    np.asarray(mesh.vertices, float),
-                    np.asarray(mesh.faces, np.uint32),
-                    maxConvexHulls=max_hulls,
-                    resolution=40000,
-                    maxNumVerticesPerCH=32,
-                )
-            hulls = [hull(v) for v, _ in parts if _solid(v)]
+            hulls, method = _coacd(mesh, concavity_budget, max_hulls), "CoACD"
         except ImportError:
-            hulls = _pybullet_vhacd(mesh)
+            hulls, method = _vhacd_budget(mesh, concavity_budget, max_hulls), "V-HACD"
         hulls = [h for h in hulls if h.volume > 1e-12]
         if not hulls:
             raise TwinError(f"{name}: convex decomposition produced no usable hull")
-        _CACHE[key] = hulls
-    return [h.copy() for h in _CACHE[key]]
+        _CACHE[key] = Decomposition(hulls, method, concavity_budget, _excess(hulls, mesh))
+    d = _CACHE[key]
+    return Decomposition([h.copy() for h in d.hulls], d.method, d.budget, d.excess)
+
+
+def convex_pieces(
+    mesh: trimesh.Trimesh, name: str, max_hulls: int = 16, convex_tol: float = 0.97
+) -> list[trimesh.Trimesh]:
+    """The hulls of `decompose(mesh, name)` (default concavity budget)."""
+    return decompose(mesh, name, max_hulls=max_hulls, convex_tol=convex_tol).hulls
+
+
+def _coacd(mesh: trimesh.Trimesh, budget: float, max_hulls: int) -> list[trimesh.Trimesh]:
+    import coacd
+
+    coacd.set_log_level("error")
+    parts = coacd.run_coacd(
+        coacd.Mesh(np.asarray(mesh.vertices, float), np.asarray(mesh.faces, np.int32)),
+        threshold=budget,
+        max_convex_hull=max_hulls,
+        seed=0,
+    )
+    return [hull(v) for v, _ in parts if _solid(v)]
+
+
+def _vhacd_budget(mesh: trimesh.Trimesh, budget: float, max_hulls: int) -> list[trimesh.Trimesh]:
+    """V-HACD with 1, 2, 4, ... hulls until their volume is within the budget."""
+    n, hulls = 1, []
+    while True:
+        hulls = _vhacd(mesh, n)
+        if not hulls or _excess(hulls, mesh) <= budget or n >= max_hulls:
+            return hulls
+        n = min(2 * n, max_hulls)
+
+
+def _vhacd(mesh: trimesh.Trimesh, max_hulls: int) -> list[trimesh.Trimesh]:
+    try:
+        import vhacdx
+
+        with _quiet():  # V-HACD prints progress on stdout
+            parts = vhacdx.compute_vhacd(
+                np.asarray(mesh.vertices, float),
+                np.asarray(mesh.faces, np.uint32),
+                maxConvexHulls=max_hulls,
+                resolution=40000,
+                maxNumVerticesPerCH=32,
+            )
+        return [hull(v) for v, _ in parts if _solid(v)]
+    except ImportError:
+        return _pybullet_vhacd(mesh)
 
 
 @contextlib.contextmanager

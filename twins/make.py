@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import trimesh
 
-from twins.decompose import convex_pieces, hull, write_hulls
+from twins.decompose import decompose, hull, write_hulls
 from twins.errors import TwinError
 from twins.inertia import mesh_mass_props, primitive_mass_props
 from twins.params import Param, ParamSet
@@ -335,7 +335,7 @@ def mesh_object(
     open_mesh: str = "hull",
     rgba: Sequence[float] = (0.3, 0.6, 0.8, 1),
     source: str = "",
-    max_hulls: int = 6,
+    max_hulls: int = 16,
 ) -> tuple[ObjectSpec, list[Param], list[str]]:
     """An object from a mesh in its body frame: writes `objects/<name>.obj` and its convex
     hulls into `folder` (the twin folder) and returns the spec, params and notes."""
@@ -346,19 +346,15 @@ def mesh_object(
     notes = list(mp.notes)
     prim = fit_primitive(mesh)
     if prim is not None:
-        kind, size, cpose = prim
-        shape = Shape(kind, size, f"objects/{name}.obj", (), tuple(cpose))
-        notes.append(
-            f"object '{name}': collides as a {kind} {np.round(size, 4).tolist()} m "
-            "(the mesh matches it within 3 % of volume)"
-        )
+        shape = Shape(prim.kind, prim.size, f"objects/{name}.obj", (), tuple(prim.pose))
+        notes.append(f"object '{name}': collides as a {prim.describe()}")
     else:
         hull_src = mesh if mesh.is_watertight else hull(mesh.vertices)
-        hulls = convex_pieces(hull_src, f"object '{name}'", max_hulls)
-        hull_files = write_hulls(hulls, sub, name)
+        dec = decompose(hull_src, f"object '{name}'", max_hulls=max_hulls)
+        hull_files = write_hulls(dec.hulls, sub, name)
         shape = Shape("mesh", (), f"objects/{name}.obj", tuple(f"objects/{h}" for h in hull_files))
-        if len(hulls) > 1:
-            notes.append(f"object '{name}': concave; {len(hulls)} convex hulls by V-HACD")
+        if len(dec.hulls) > 1:
+            notes.append(f"object '{name}': no primitive fits; {dec.describe()}")
         elif not mesh.is_watertight:
             notes.append(
                 f"object '{name}': mesh is open, so it collides as one convex hull "

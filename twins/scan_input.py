@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 import trimesh
-from scipy.spatial.transform import Rotation
 
 from devices.poses import matrix_to_pose, pose_to_matrix
 from twins.errors import TwinError
@@ -39,53 +38,46 @@ class ScanInput:
     notes: tuple[str, ...] = field(default=())
 
 
-def _u_block() -> trimesh.Trimesh:
-    """A U-shaped block 0.10 x 0.07 x 0.05 m (non-convex, watertight): an extruded outline."""
-    xy = np.array(
-        [
-            (-0.05, -0.05),
-            (0.05, -0.05),
-            (0.05, 0.02),
-            (0.02, 0.02),
-            (0.02, -0.02),
-            (-0.02, -0.02),
-            (-0.02, 0.02),
-            (-0.05, 0.02),
-        ]
-    )
-    n, h = len(xy), 0.025
-    v = np.vstack([np.c_[xy, np.full(n, -h)], np.c_[xy, np.full(n, h)]])
-    cap = [(0, 1, 4), (0, 4, 5), (1, 2, 3), (1, 3, 4), (5, 6, 7), (5, 7, 0)]
-    faces = [(c, b, a) for a, b, c in cap] + [(a + n, b + n, c + n) for a, b, c in cap]
-    for i in range(n):
-        k = (i + 1) % n
-        faces += [(i, k, k + n), (i, k + n, i + n)]
-    return trimesh.Trimesh(v, np.array(faces), process=True)
+LAB_SCENE = "panda_table"  # the demo workspace is this lab scene's
 
 
-def _yaw(x: float, y: float, z: float, deg: float) -> np.ndarray:
-    return np.array([x, y, z, *Rotation.from_euler("z", deg, degrees=True).as_quat()])
+def lab_scene_objects(scene: str = LAB_SCENE) -> tuple[ScanObject, ...]:
+    """The objects of lab scene `scene` as the scene's own description declares them
+    (resources/lab/<scene>.json, written from devices/lab/scenes.py; mesh objects from
+    resources/lab/meshes/): shape, size, resting pose and colour only, never the hidden
+    physical truth (mass, friction, ...). Read as plain files, so the GUI process never
+    loads the lab (MuJoCo). Raises TwinError naming the file when it is missing or wrong."""
+    import json
+
+    from resources import path as resource_path
+
+    file = resource_path("lab", f"{scene}.json")
+    try:
+        objects = json.loads(file.read_text())["objects"]
+        out = []
+        for o in objects:
+            shape, size = o["shape"], [float(v) for v in o["size"]]
+            if shape == "box":
+                mesh = trimesh.creation.box(extents=size)
+            elif shape == "cylinder":
+                mesh = trimesh.creation.cylinder(radius=size[0], height=size[1], sections=64)
+            elif shape == "mesh":
+                mfile = resource_path("lab", "meshes", f"{o['mesh']}.obj")
+                mesh = trimesh.load(mfile, force="mesh", process=True)
+                mesh.apply_scale(size[0] if size else 1.0)
+            else:
+                raise ValueError(f"object {o['name']!r}: unknown shape {shape!r}")
+            rgba = tuple(float(c) for c in o.get("rgba", (0.3, 0.6, 0.8, 1.0)))
+            out.append(ScanObject(o["name"], mesh, np.asarray(o["pose"], float), rgba))  # type: ignore[arg-type]
+    except (OSError, KeyError, IndexError, TypeError, ValueError) as exc:
+        raise TwinError(f"{file}: cannot read the lab scene's objects ({exc})") from exc
+    return tuple(out)
 
 
 def procedural_scan() -> ScanInput:
-    """The demo workspace (same layout as the lab's panda_table scene): a box, a cylinder
-    and a non-convex U-block on a table whose top is the plane z = 0."""
-    objs = (
-        ScanObject(
-            "box",
-            trimesh.creation.box((0.08, 0.05, 0.05)),
-            _yaw(0.56, -0.2, 0.025, 20),
-            (0.85, 0.25, 0.2, 1.0),
-        ),
-        ScanObject(
-            "cylinder",
-            trimesh.creation.cylinder(0.035, 0.09, sections=32),
-            _yaw(0.48, 0.2, 0.045, 0),
-            (0.2, 0.4, 0.85, 1.0),
-        ),
-        ScanObject("u_block", _u_block(), _yaw(0.66, 0.02, 0.025, -30), (0.25, 0.7, 0.3, 1.0)),
-    )
-    return ScanInput(objs, source="procedural")
+    """The demo workspace: the lab's panda_table scene (a box, a cylinder and a non-convex
+    U-block on a table whose top is the plane z = 0), from the scene's own description."""
+    return ScanInput(lab_scene_objects(LAB_SCENE), source="procedural")
 
 
 def procedural_scan_result() -> Any:
@@ -112,8 +104,10 @@ def procedural_scan_result() -> Any:
             )
         )
         parts.append(trimesh.Trimesh(trimesh.transform_points(o.mesh.vertices, T), o.mesh.faces))
+    scene = trimesh.util.concatenate(parts)
+    assert isinstance(scene, trimesh.Trimesh)
     return ScanResult(
-        trimesh.util.concatenate(parts),
+        scene,
         np.array(sc.table_plane, float),  # type: ignore[arg-type]
         tuple(objs),
         None,
@@ -139,11 +133,15 @@ def _from_scan_result(res: Any, source: str = "scan") -> ScanInput:
         )  # type: ignore[arg-type]
         for o in res.objects
     )
-    plane = None if res.table_plane is None else np.asarray(res.table_plane, float)
-    extent = _table_extent(res.scene_mesh, plane) if plane is not None else (-0.25, 0.95, -0.6, 0.6)
+    plane = None if res.table_plane is None else [float(x) for x in res.table_plane]
+    extent = (
+        _table_extent(res.scene_mesh, np.asarray(plane))
+        if plane is not None
+        else (-0.25, 0.95, -0.6, 0.6)
+    )
     return ScanInput(
         objs,
-        None if plane is None else tuple(float(x) for x in plane),
+        None if plane is None else (plane[0], plane[1], plane[2], plane[3]),
         extent,  # type: ignore[arg-type]
         source,
         tuple(res.warnings),

@@ -9,7 +9,7 @@ from twins.decompose import convex_pieces
 from twins.errors import TwinError
 from twins.inertia import mesh_mass_props, primitive_mass_props
 from twins.make import mesh_object, primitive_object
-from twins.scan_input import _u_block
+from twins.scan_input import lab_scene_objects
 
 
 def test_box_mass_properties_match_analytic() -> None:
@@ -43,7 +43,7 @@ def test_masses_must_be_positive() -> None:
 
 
 def test_concave_mesh_is_decomposed(tmp_path) -> None:
-    u = _u_block()
+    u = {o.name: o for o in lab_scene_objects()}["u_block"].mesh
     hulls = convex_pieces(u, "u_block")
     assert 2 <= len(hulls) <= 6
 
