@@ -136,7 +136,7 @@ def load_capture(
                 f"{image_path}: {gray.shape[1]}x{gray.shape[0]} pixels, but the intrinsics "
                 f"({capture.intrinsics_file}) are for {intr.width}x{intr.height}"
             )
-        found = find_board(gray, intr, board, index, min_corners)
+        found = find_board(np.asarray(gray, np.uint8), intr, board, index, min_corners)
         capture.files[index] = image_path.name
         if isinstance(found, RejectedView):
             capture.rejected.append(

@@ -224,7 +224,7 @@ def detect_board(
     frame: RGBDFrame, spec: BoardSpec = BOARD, min_corners: int = 8
 ) -> BoardView | None:
     """Find the board in a frame; None if it is not (fully enough) visible."""
-    gray = cv2.cvtColor(frame.color, cv2.COLOR_RGB2GRAY)
+    gray = np.asarray(cv2.cvtColor(frame.color, cv2.COLOR_RGB2GRAY), np.uint8)
     view = find_board(gray, frame.intrinsics, spec, frame.index, min_corners)
     return view if isinstance(view, BoardView) else None
 
@@ -242,7 +242,7 @@ def project_points(
         intrinsics.K,
         np.asarray(intrinsics.coeffs, float),
     )
-    return uv.reshape(-1, 2)
+    return np.asarray(uv, np.float64).reshape(-1, 2)
 
 
 def view_rms_px(

@@ -10,7 +10,7 @@ from numpy.typing import NDArray
 
 from devices.frames import Intrinsics, RGBDFrame
 from devices.poses import invert
-from reconstruction.calibration import BOARD, BoardSpec, board_image
+from reconstruction.calibration import BOARD, BoardSpec, BoardView, board_image, view_rms_px
 
 INTR = Intrinsics(640, 480, 615.0, 615.0, 320.0, 240.0)
 
@@ -89,7 +89,10 @@ def orbit(
     """Camera poses on an arc around the objects, looking at `center`."""
     angles = np.linspace(-span, span, n) + np.pi
     return [
-        look_at(center + np.array([radius * np.cos(a), radius * np.sin(a), height]), center)
+        look_at(
+            np.asarray(center) + np.array([radius * np.cos(a), radius * np.sin(a), height]),
+            np.asarray(center),
+        )
         for a in angles
     ]
 
@@ -147,3 +150,35 @@ def paint_board(
         frame.T_world_camera,
         dict(frame.meta),
     )
+
+
+def analytic_board_view(
+    T_camera_board: NDArray[np.float64],
+    intr: Intrinsics,
+    spec: BoardSpec = BOARD,
+    noise_px: float = 0.0,
+    rng: np.random.Generator | None = None,
+    index: int = 0,
+) -> BoardView:
+    """A board view made without an image: every inner corner projected with OpenCV's
+    distortion model, Gaussian pixel noise added, the pose solved by PnP as detection does."""
+    board = cv2.aruco.CharucoBoard(
+        spec.squares,
+        spec.square,
+        spec.marker,
+        cv2.aruco.getPredefinedDictionary(getattr(cv2.aruco, spec.dictionary)),
+    )
+    object_points = np.asarray(board.getChessboardCorners(), np.float64).reshape(-1, 3)
+    dist = np.asarray(intr.coeffs, float)
+    rvec = cv2.Rodrigues(T_camera_board[:3, :3])[0]
+    uv, _ = cv2.projectPoints(object_points, rvec, T_camera_board[:3, 3], intr.K, dist)
+    corners = np.asarray(uv, np.float64).reshape(-1, 2)
+    if noise_px > 0:
+        corners = corners + (rng or np.random.default_rng(index)).normal(0, noise_px, corners.shape)
+    ok, rvec, tvec = cv2.solvePnP(object_points, corners, intr.K, dist, flags=cv2.SOLVEPNP_IPPE)
+    rvec, tvec = cv2.solvePnPRefineLM(object_points, corners, intr.K, dist, rvec, tvec)
+    T = np.eye(4)
+    T[:3, :3] = cv2.Rodrigues(rvec)[0]
+    T[:3, 3] = tvec.ravel()
+    view = BoardView(index, T, corners, object_points, 0.0)
+    return BoardView(index, T, corners, object_points, view_rms_px(view, T, intr))
