@@ -102,6 +102,8 @@ def run_gui(demo: bool, argv: list[str]) -> int:
     controller = AppController()
     controller.install_log_handler()
     win = MainWindow(controller)
+    previous_hook = sys.excepthook
+    sys.excepthook = win.report_unexpected  # a slot that raises: dialog + log, app lives on
     try:
         if args.project is not None:
             win.open_project(args.project)
@@ -144,6 +146,9 @@ def run_gui(demo: bool, argv: list[str]) -> int:
 
         poll.timeout.connect(_maybe_shoot)
         poll.start(100)
-    code = int(qapp.exec())
+    try:
+        code = int(qapp.exec())
+    finally:
+        sys.excepthook = previous_hook
     win.shutdown()
     return code

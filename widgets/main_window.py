@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from PySide6 import QtCore, QtGui, QtWidgets
@@ -53,6 +54,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.resize(1400, 860)
         self.last_error: tuple[str, str] | None = None
         self.error_box: QtWidgets.QMessageBox | None = None
+        self._reporting = False
 
         # sidebar + pages
         self.steps = QtWidgets.QListWidget()
@@ -285,6 +287,24 @@ class MainWindow(QtWidgets.QMainWindow):
         box.setAttribute(QtCore.Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
         self.error_box = box
+
+    def report_unexpected(
+        self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> None:
+        """An exception no slot handled (installed as `sys.excepthook` by the app): log it
+        with its traceback and show it; the window keeps running."""
+        log.error("unexpected error: %s: %s", exc_type.__name__, exc, exc_info=(exc_type, exc, tb))
+        if self._reporting:  # an error while showing an error: the log has it
+            return
+        self._reporting = True
+        try:
+            self.show_error(
+                "Unexpected error",
+                f"{exc_type.__name__}: {exc}\n\nThe app keeps running; the full traceback "
+                "is in the Log panel. Please report it.",
+            )
+        finally:
+            self._reporting = False
 
     def _run_request(self, req: JobRequest) -> None:
         on_failed = req.on_failed

@@ -48,8 +48,10 @@ def test_twin_page_edit_play_save(qtbot, controller: AppController, tmp_path: Pa
     assert (spin.minimum(), spin.maximum()) == (0.0, 2.0)
     spin.setValue(1.3)
     qtbot.waitUntil(
-        lambda: page._last_frame is not None
-        and page._last_frame.values["objects.box.friction"] == pytest.approx(1.3),
+        lambda: (
+            page._last_frame is not None
+            and page._last_frame.values["objects.box.friction"] == pytest.approx(1.3)
+        ),
         timeout=5000,
     )
     assert "edited" in page.status.text()
@@ -101,7 +103,9 @@ def test_twin_page_edit_play_save(qtbot, controller: AppController, tmp_path: Pa
     assert page.live is None and not live.alive
 
 
-def test_bad_value_is_reported_and_old_world_kept(qtbot, controller: AppController, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_bad_value_is_reported_and_old_world_kept(
+    qtbot, controller: AppController, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     from widgets.twin_page import TwinPage
 
     proj = controller.new_project(tmp_path / "p")
