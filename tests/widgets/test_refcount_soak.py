@@ -17,7 +17,6 @@ import sys
 import numpy as np
 import pytest
 
-from app import demo
 from app.jobs import run_to_end
 from app.workflows import twin as twin_flow
 from devices.trajectory import Trajectory
