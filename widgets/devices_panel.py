@@ -106,10 +106,11 @@ class DevicesPanel(QtWidgets.QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.Stretch)
-        self.setMinimumWidth(340)
+        self.setMinimumWidth(260)
         self.table.verticalHeader().setDefaultSectionSize(22)
         self.table.setMinimumHeight(7 * 22 + 30)
         self.ee = QtWidgets.QLabel("")
+        self.ee.setWordWrap(True)
         self.no_robot = QtWidgets.QLabel(
             "Connect a robot to see its joint state and end "
             "effector here. No hardware? Devices ▸ Start virtual "

@@ -28,6 +28,9 @@ from widgets.twin_page import TwinPage
 
 log = logging.getLogger(__name__)
 
+SIDEBAR_W = 150
+DEVICES_W = 330
+
 PAGE_CLASSES: dict[str, Callable[[AppController], QtWidgets.QWidget]] = {
     "scan": ScanPage,
     "twin": TwinPage,
@@ -51,7 +54,7 @@ class MainWindow(QtWidgets.QMainWindow):
         icon = resources.path("icons", "twinbench.svg")
         if icon.is_file():
             self.setWindowIcon(QtGui.QIcon(str(icon)))
-        self.resize(1400, 860)
+        self._fit_to_screen()
         self.last_error: tuple[str, str] | None = None
         self.error_box: QtWidgets.QMessageBox | None = None
         self._reporting = False
@@ -59,7 +62,7 @@ class MainWindow(QtWidgets.QMainWindow):
         # sidebar + pages
         self.steps = QtWidgets.QListWidget()
         self.steps.setObjectName("steps")
-        self.steps.setFixedWidth(190)
+        self.steps.setFixedWidth(SIDEBAR_W)
         self.steps.setStyleSheet(
             "QListWidget#steps { font-size: 14px; border: none; background: palette(window); }"
             "QListWidget#steps::item { padding: 10px 8px; border-radius: 6px; }"
@@ -75,7 +78,7 @@ class MainWindow(QtWidgets.QMainWindow):
             self.steps.addItem(item)
             page = PAGE_CLASSES[st.key](controller)
             self.pages[st.key] = page
-            self.stack.addWidget(page)
+            self.stack.addWidget(self._scrolling(page))
         self.steps.currentRowChanged.connect(self._on_step)
         central = QtWidgets.QWidget()
         cl = QtWidgets.QHBoxLayout(central)
@@ -88,7 +91,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.project_label = QtWidgets.QLabel("")
         self.project_label.setWordWrap(True)
         self.project_label.setStyleSheet("padding: 6px 8px; color: #6b6b6b;")
-        self.project_label.setFixedWidth(190)
+        self.project_label.setFixedWidth(SIDEBAR_W)
         side.addWidget(self.project_label)
         cl.addLayout(side)
         cl.addWidget(self.stack, 1)
@@ -103,8 +106,8 @@ class MainWindow(QtWidgets.QMainWindow):
         self.log_dock = self._dock(
             "Log", self.log_panel, QtCore.Qt.DockWidgetArea.BottomDockWidgetArea
         )
-        self.resizeDocks([self.devices_dock], [380], QtCore.Qt.Orientation.Horizontal)
-        self.resizeDocks([self.log_dock], [130], QtCore.Qt.Orientation.Vertical)
+        self.resizeDocks([self.devices_dock], [DEVICES_W], QtCore.Qt.Orientation.Horizontal)
+        self.resizeDocks([self.log_dock], [110], QtCore.Qt.Orientation.Vertical)
 
         # status bar
         self.job_widget = JobProgressWidget(self.runner)
@@ -120,6 +123,26 @@ class MainWindow(QtWidgets.QMainWindow):
         self.steps.setCurrentRow(0)
 
     # -- construction --------------------------------------------------------------------
+    def _fit_to_screen(self) -> None:
+        """Open at 1400x860 or the screen's available size, whichever is smaller (a
+        1366x768 laptop gets a window that fits, docks included)."""
+        w, h = 1400, 860
+        screen = QtGui.QGuiApplication.primaryScreen()
+        if screen is not None:
+            avail = screen.availableGeometry()
+            w, h = min(w, avail.width()), min(h, avail.height())
+        self.resize(w, h)
+
+    @staticmethod
+    def _scrolling(page: QtWidgets.QWidget) -> QtWidgets.QScrollArea:
+        """A page in a scroll area: a page that needs more room than the window has scrolls
+        instead of pushing the window (and its docks) off the screen."""
+        area = QtWidgets.QScrollArea()
+        area.setWidgetResizable(True)
+        area.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
+        area.setWidget(page)
+        return area
+
     def _dock(
         self, title: str, w: QtWidgets.QWidget, area: QtCore.Qt.DockWidgetArea
     ) -> QtWidgets.QDockWidget:
@@ -181,7 +204,7 @@ class MainWindow(QtWidgets.QMainWindow):
         if row < 0:
             return
         self.stack.setCurrentIndex(row)
-        page = self.stack.currentWidget()
+        page = list(self.pages.values())[row]
         refresh = getattr(page, "refresh", None)
         if callable(refresh):
             refresh()

@@ -41,6 +41,7 @@ class ParamTree(QtWidgets.QTreeWidget):
         self.setHeaderLabels(["parameter", "value", "unit  [bounds]"])
         self.setAlternatingRowColors(True)
         self.header().setSectionResizeMode(0, QtWidgets.QHeaderView.ResizeMode.ResizeToContents)
+        self.header().setStretchLastSection(True)
         self.spins: dict[str, QtWidgets.QDoubleSpinBox] = {}
         self._pending: dict[str, float] = {}
         self._timer = QtCore.QTimer(self)
@@ -226,7 +227,9 @@ class TwinPage(WorkflowPage):
         for a in reversed(twins):
             self.twin_combo.addItem(f"{a.id}  {a.summary[:40]}", a.id)
             self.twin_combo.setItemData(
-                self.twin_combo.count() - 1, f"{a.id}\n{a.summary}", QtCore.Qt.ItemDataRole.ToolTipRole
+                self.twin_combo.count() - 1,
+                f"{a.id}\n{a.summary}",
+                QtCore.Qt.ItemDataRole.ToolTipRole,
             )
         self.twin_combo.blockSignals(False)
         self.build_btn.setEnabled(bool(proj.artifacts("scan")))
