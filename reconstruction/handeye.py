@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -139,7 +139,7 @@ def solve_hand_eye(
     )
     _warn(res, opt)
     hands = [np.asarray(T_base_hand[i], float) for i in used]
-    res.rotation_spread_deg, res.suggestions = _pose_suggestions(hands, res.uncertainty)
+    res.rotation_spread_deg, res.suggestions = _pose_suggestions(hands)
     return res
 
 
@@ -232,12 +232,13 @@ def _leave_one_out(
     opt: HandEyeOptions,
     X: NDArray[np.float64],
     B: NDArray[np.float64],
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Jackknife spread of X: refit without each view in turn (from the full solution).
 
     spread_mm / spread_deg: the jackknife standard error (one sigma) of X's translation and
-    rotation; max_shift_mm / _deg: the largest move of X when one view is left out, and
-    which view that was."""
+    rotation; max_shift_mm / _deg: the largest move of X when one view is left out;
+    most_influential_view: the view whose absence moves X's translation most;
+    linear_spread_*: the same for the closed form (Park–Martin)."""
     n = len(used)
     if n < 4:
         return {"method": "leave-one-out", "views": n, "why": "needs >= 4 views"}
@@ -252,9 +253,7 @@ def _leave_one_out(
     linear_mm, linear_deg = _jackknife(linear)
     shift_mm = np.array([np.linalg.norm(S[:3, 3] - X[:3, 3]) * 1000 for S in refined])
     shift_deg = np.array([rotation_angle_deg(S, X) for S in refined])
-    worst = int(
-        np.argmax(shift_mm / max(shift_mm.max(), 1e-12) + shift_deg / max(shift_deg.max(), 1e-12))
-    )
+    worst = int(np.argmax(shift_mm))
     return {
         "method": "leave-one-out (jackknife, 1 sigma)",
         "views": n,
@@ -327,13 +326,14 @@ def _warn(res: CalibrationResult, opt: HandEyeOptions) -> None:
 
 
 def _pose_suggestions(
-    T_base_hand: Sequence[NDArray[np.float64]], uncertainty: dict[str, object]
+    T_base_hand: Sequence[NDArray[np.float64]],
 ) -> tuple[dict[str, float], list[str]]:
     """The views' rotation spread about the wrist axes, and which poses to add.
 
     The wrist rotations relative to their mean, as rotation vectors in the mean wrist frame,
-    give a 3x3 spread; its weakest eigen-direction is the rotation the views lack (hand-eye
-    rotation and the translation along that axis are the worst determined)."""
+    give a 3x3 spread; its weakest eigen-direction is the rotation the views lack. Hand-eye
+    needs motion about two or more axes; the less one axis is turned about, the worse
+    conditioned both the closed form and the refinement are."""
     R_mean = Rotation.from_matrix([T[:3, :3] for T in T_base_hand]).mean()
     r = (R_mean.inv() * Rotation.from_matrix([T[:3, :3] for T in T_base_hand])).as_rotvec()
     cov = r.T @ r / len(r)
