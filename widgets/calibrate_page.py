@@ -1,8 +1,8 @@
 """Calibrate page (workflow step: calibrate): recorded trajectories of the project, drawn
 PlotJuggler style (real solid, sim dashed, residuals), ready for the fit.
 
-Shows its empty state until the project holds a trajectory. The fit itself (twins.fit) plugs
-in here when it exists; until then the page says what is missing.
+Shows its empty state until the project holds a trajectory. Fitting is not built yet and the
+page says so; it plots recordings with time from their start, one unit per channel kind.
 """
 
 from __future__ import annotations
@@ -78,12 +78,11 @@ class CalibratePage(WorkflowPage):
             for n, ok in workflows.needs_met(self.step_info, proj, self.connected())
             if not ok
         ]
-        self.banner.setVisible(bool(missing))
-        self.banner.setText(
-            "To fit parameters this step still needs: "
-            + "; ".join(missing)
-            + ". Meanwhile you can inspect the recordings."
-        )
+        text = self.step_info.coming if not self.step_info.built else ""
+        if missing:
+            text += " Still missing for this step: " + "; ".join(missing) + "."
+        self.banner.setVisible(bool(text))
+        self.banner.setText(text.strip())
 
     def _on_ticked(self, item: QtWidgets.QListWidgetItem) -> None:
         aid = item.data(QtCore.Qt.ItemDataRole.UserRole)

@@ -239,7 +239,9 @@ class DevicesPanel(QtWidgets.QWidget):
             self.record_button.setEnabled(True)
             try:
                 self.controller.save_trajectory(
-                    traj, summary=f"{self.record_seconds:g} s recorded from the virtual lab"
+                    traj,
+                    summary=f"{self.record_seconds:g} s from the virtual lab at "
+                    + time.strftime("%H:%M:%S"),
                 )
             except TwinbenchError as exc:
                 log.error("could not save the recording: %s", exc)

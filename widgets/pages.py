@@ -66,7 +66,9 @@ class EmptyState(QtWidgets.QFrame):
         self.needs.setTextFormat(QtCore.Qt.TextFormat.RichText)
         self.hint = QtWidgets.QLabel("")
         self.hint.setWordWrap(True)
-        self.cli = QtWidgets.QLabel(f"Command line: {step.cli}")
+        self.cli = QtWidgets.QLabel(
+            f"Command line: {step.cli}" if step.cli else "No command line for this step yet."
+        )
         self.cli.setObjectName("emptyCli")
         self.cli.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
         for w in (self.title, self.does, self.needs, self.hint, self.cli):
@@ -82,7 +84,9 @@ class EmptyState(QtWidgets.QFrame):
             )
             rows.append(f"{mark}&nbsp; {need.label}")
         self.needs.setText("<b>Needs first:</b><br>" + "<br>".join(rows))
-        if project is None:
+        if not self.step.built:
+            self.hint.setText(f"<b>Not built yet.</b> {self.step.coming}")
+        elif project is None:
             self.hint.setText("No project is open: use File ▸ New project… or Open project….")
         else:
             missing = [

@@ -56,16 +56,23 @@ class Series:
 
 
 def series_from_trajectory(
-    traj: Trajectory, channels: Iterable[str] | None = None, label: str = ""
+    traj: Trajectory,
+    channels: Iterable[str] | None = None,
+    label: str = "",
+    t0: float | None = None,
 ) -> list[Series]:
     """Split a Trajectory into `<source>/<channel>[k]` series with the channel's unit
-    (`<source>@<label>/…` when a label tells several recordings apart)."""
+    (`<source>@<label>/…` when a label tells several recordings apart). Times are shifted
+    by `t0` (default: the recording's first sample, so plots start at 0 s, not at the
+    robot clock's 32 s)."""
     src = f"{traj.source}@{label}" if label else traj.source
+    shift = float(traj.t[0]) if t0 is None and len(traj.t) else float(t0 or 0.0)
+    t = traj.t - shift
     out = []
     for ch in channels or traj.channels:
         arr = traj[ch]
         for k in range(arr.shape[1]):
-            out.append(Series(f"{src}/{ch}[{k}]", traj.t, arr[:, k], traj.units.get(ch, "")))
+            out.append(Series(f"{src}/{ch}[{k}]", t, arr[:, k], traj.units.get(ch, "")))
     return out
 
 
@@ -148,11 +155,16 @@ class TrajectoryPlot(QtWidgets.QWidget):
             self._rebuild()
 
     def add_trajectory(
-        self, traj: Trajectory, channels: Iterable[str] | None = None, label: str = ""
+        self,
+        traj: Trajectory,
+        channels: Iterable[str] | None = None,
+        label: str = "",
+        t0: float | None = None,
     ) -> list[str]:
-        """Add every component of the trajectory's channels as series; returns their names."""
+        """Add every component of the trajectory's channels as series (time from `t0`,
+        default the recording's start); returns their names."""
         names = []
-        for s in series_from_trajectory(traj, channels, label):
+        for s in series_from_trajectory(traj, channels, label, t0):
             self.set_series(s, redraw=False)
             names.append(s.name)
         self._rebuild()
@@ -227,6 +239,10 @@ class TrajectoryPlot(QtWidgets.QWidget):
             legend.setBrush(pg.mkBrush(255, 255, 255, 200))
             unit = members[0].unit
             p.setTitle(f"<span style='color:#333'>{key}</span>", size="9pt", justify="left")
+            # One unit per channel kind: no automatic mrad/krad prefixes that would make two
+            # joint plots read in different units.
+            p.getAxis("left").enableAutoSIPrefix(False)
+            p.getAxis("bottom").enableAutoSIPrefix(False)
             p.setLabel("left", units=_si(unit))
             for s in members:
                 color = (

@@ -30,7 +30,9 @@ class Step:
     title: str
     does: str
     needs: tuple[Need, ...]
-    cli: str
+    cli: str | None  # its command line, or None while the step has none
+    built: bool = True  # False: the page can only say what is coming
+    coming: str = ""  # what the step will offer, shown while it is not built
 
 
 STEPS: tuple[Step, ...] = (
@@ -66,14 +68,19 @@ STEPS: tuple[Step, ...] = (
                 "a recorded real trajectory (record one from a connected robot)", kind="trajectory"
             ),
         ),
-        "python main.py fit …",
+        None,
+        built=False,
+        coming="Automatic fitting of the twin's parameters to recordings is not built yet. "
+        "Today this page plots the project's recordings (real solid, simulated dashed).",
     ),
     Step(
         "policies",
         "Policies",
         "Train a policy in the calibrated twin under domain randomization and evaluate it.",
         (Need("a twin (Twin page), ideally calibrated (Calibrate page)", kind="twin"),),
-        "python main.py train …",
+        None,
+        built=False,
+        coming="Policy training is not built yet: there are no controls on this page.",
     ),
     Step(
         "deploy",
@@ -84,7 +91,9 @@ STEPS: tuple[Step, ...] = (
             Need("a trained policy (Policies page)", kind="policy"),
             Need("a connected robot (Devices panel)", device="robot"),
         ),
-        "python main.py deploy …",
+        None,
+        built=False,
+        coming="Deploying policies is not built yet: there are no controls on this page.",
     ),
 )
 
