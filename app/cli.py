@@ -41,16 +41,17 @@ SUMMARIES: dict[str, str] = {
 
 def build_parser(load: str | None = None) -> argparse.ArgumentParser:
     """Parser with every command; only `load`'s module is imported for its arguments."""
-    lines = [f"  {n:<8} {d}" for n, d in GUI_COMMANDS.items()]
-    lines += [f"  {n:<8} {SUMMARIES.get(n, '')}" for n in COMMANDS]
+    gui = "\n".join(f"  {n:<10} {d}" for n, d in GUI_COMMANDS.items())
     parser = argparse.ArgumentParser(
         prog="python main.py",
         description="Twinbench: scan a workspace, build and fit a digital twin, train and "
         "deploy policies.",
-        epilog="commands:\n" + "\n".join(lines),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"desktop app:\n{gui}\n\n`python main.py COMMAND --help` explains a command.",
+        formatter_class=lambda prog: argparse.RawDescriptionHelpFormatter(
+            prog, max_help_position=16, width=100
+        ),
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for name in COMMANDS:
         p = sub.add_parser(name, help=SUMMARIES.get(name, ""))
         if name == load:

@@ -42,8 +42,20 @@ def test_help_lists_design_commands_without_qt() -> None:
     res = _cli("--help")
     assert res.returncode == 0, res.stderr
     for cmd in ("demo", "project", "bench", "lab", "scan", "twin"):
-        assert f"  {cmd}" in res.stdout
+        lines = [ln for ln in res.stdout.splitlines() if ln.strip().split(" ")[0] == cmd]
+        assert len(lines) == 1, f"'{cmd}' listed {len(lines)} times in --help"
     assert "QTMODULES=\n" in res.stdout
+
+
+def test_twin_build_output_is_clean(tmp_path: Path) -> None:
+    """No vendor banner on stdout, each twin note printed once."""
+    assert _cli("project", "new", str(tmp_path / "p")).returncode == 0
+    res = _cli("twin", "build", "--project", str(tmp_path / "p"), "--procedural")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout + res.stderr
+    assert "pybullet build time" not in out
+    notes = [ln.strip() for ln in out.splitlines() if "collides as a box" in ln]
+    assert len(notes) == 1, notes
 
 
 def test_project_new_and_info_without_qt(tmp_path: Path) -> None:

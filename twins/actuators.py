@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pybullet as pb
 
+from twins.engine import pb
 from twins.errors import TwinError
 from twins.spec import COMMAND_UNITS
 

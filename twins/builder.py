@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pybullet as pb
 from scipy.spatial.transform import Rotation
 
 from devices.poses import matrix_to_pose, pose_to_matrix
 from twins import sleeping
+from twins.engine import connect_direct, pb
 from twins.errors import TwinError
 from twins.inertia import principal_axes
 from twins.spec import ObjectSpec, TwinSpec
@@ -65,7 +65,7 @@ class TwinWorld:
     def __init__(self, spec: TwinSpec, values: Mapping[str, float] | None = None) -> None:
         self.spec = spec
         self.values = spec.params.validate(values)
-        self.cid = pb.connect(pb.DIRECT)
+        self.cid = connect_direct()
         self.notes: list[str] = []
         self.bodies: dict[str, BodyRef] = {}
         self.robot_id: int | None = None

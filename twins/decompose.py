@@ -124,7 +124,10 @@ def convex_pieces(
 
 
 def _coacd(mesh: trimesh.Trimesh, budget: float, max_hulls: int) -> list[trimesh.Trimesh]:
-    import coacd
+    from twins.engine import quiet_native
+
+    with quiet_native():  # coacd's native code prints a "pybullet build time" banner
+        import coacd
 
     coacd.set_log_level("error")
     parts = coacd.run_coacd(
@@ -183,7 +186,7 @@ def _quiet() -> Iterator[None]:
 
 
 def _pybullet_vhacd(mesh: trimesh.Trimesh) -> list[trimesh.Trimesh]:
-    import pybullet
+    from twins.engine import pb as pybullet
 
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "in.obj", Path(tmp) / "out.obj"

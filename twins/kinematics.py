@@ -43,11 +43,11 @@ class RobotKinematics:
     """Link poses of a fixed-base URDF robot for given joint positions."""
 
     def __init__(self, urdf: Path, joint_names: Sequence[str]) -> None:
-        import pybullet as pb
+        from twins.engine import connect_direct, pb
 
         self._pb = pb
         self.urdf = Path(urdf)
-        self.cid = pb.connect(pb.DIRECT)
+        self.cid = connect_direct()
         try:
             self.body = pb.loadURDF(
                 str(self.urdf),

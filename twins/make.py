@@ -245,12 +245,11 @@ def joint_inertias(
     path: Path, fixed_base: bool, joints: list[str], q0: Sequence[float]
 ) -> dict[str, float]:
     """Diagonal of the joint-space mass matrix at q0 (kg*m^2 or kg) for each joint."""
-    import pybullet as pb
-
+    from twins.engine import connect_direct, pb
     from twins.urdf import loadable_urdf
 
     loadable, _ = loadable_urdf(path)
-    cid = pb.connect(pb.DIRECT)
+    cid = connect_direct()
     try:
         rid = pb.loadURDF(
             str(loadable),

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-import pybullet as pb
 from scipy.spatial.transform import Rotation
 
+from twins.engine import connect_direct, pb
 from twins.inertia import principal_axes
 from twins.spec import TwinSpec
 
@@ -26,7 +26,7 @@ class BareWorld:
     def __init__(self, spec: TwinSpec, settings: str = "twin") -> None:
         if settings not in ("twin", "default"):
             raise ValueError(f"BareWorld settings must be 'twin' or 'default', not {settings!r}")
-        self.cid = cid = pb.connect(pb.DIRECT)
+        self.cid = cid = connect_direct()
         pb.setGravity(0, 0, -9.81, physicsClientId=cid)
         pb.setPhysicsEngineParameter(
             fixedTimeStep=spec.params["sim.time_step"].nominal, physicsClientId=cid

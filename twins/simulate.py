@@ -14,12 +14,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-import pybullet as pb
 
 from devices.poses import POSE_UNIT, matrix_to_pose
 from devices.trajectory import Trajectory
 from twins.actuators import Actuators
 from twins.builder import TwinWorld
+from twins.engine import pb
 from twins.errors import TwinError
 from twins.spec import TwinSpec
 

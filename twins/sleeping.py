@@ -24,7 +24,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pybullet as pb
+
+from twins.engine import pb
 
 if TYPE_CHECKING:
     from twins.builder import TwinWorld

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-import pybullet as pb
 import trimesh
 
 from devices.poses import pose_to_matrix
 from twins.builder import TwinWorld
+from twins.engine import pb
 from twins.spec import ObjectSpec, TwinSpec
 
 

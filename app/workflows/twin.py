@@ -13,6 +13,7 @@ half-written folder).
 
 from __future__ import annotations
 
+import logging
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,10 +21,12 @@ from typing import Any
 
 from app.jobs import Job, Progress
 from app.project import Project
+from resources.text import count
 from twins.from_scan import PANDA, build_twin_steps
 from twins.spec import IDENTITY_POSE, TwinSpec
 
 DEFAULT_ROBOT = PANDA
+log = logging.getLogger(__name__)
 
 
 def procedural_scan(project: Project) -> str:
@@ -95,8 +98,12 @@ def build_twin(
         finally:
             gen.close()
         notes = spec.meta.get("notes", [])
-        if notes:
-            yield Progress(1.0, f"{len(notes)} notes: " + "; ".join(notes)[:300])
+        log.info(
+            "built twin '%s' with %d objects%s",
+            spec.name,
+            len(spec.objects),
+            f" ({count(len(notes), 'note')})" if notes else "",
+        )
     return project.artifacts("twin")[-1].id
 
 
