@@ -20,6 +20,7 @@ from reconstruction.calibration import (
     CalibrationError,
     hand_eye,
     project_points,
+    undistort_pixels,
 )
 from reconstruction.handeye import solve_hand_eye
 from tests.reconstruction.synth import analytic_board_view, look_at
@@ -219,3 +220,10 @@ def test_folder_capture_errors_name_the_file(tmp_path: Path) -> None:
     assert [r.reason for r in capture.rejected] == ["too few corners"]
     with pytest.raises(CalibrationError, match="no_such_dir.*does not exist"):
         load_capture(tmp_path / "no_such_dir", poses, BOARD)
+
+
+def test_undistort_inverts_the_projection() -> None:
+    rng = np.random.default_rng(2)
+    pts = np.column_stack([rng.uniform(-0.4, 0.4, (50, 2)), rng.uniform(0.6, 1.5, 50)])
+    uv = project_points(pts, np.eye(4), INTR_DIST)
+    assert np.allclose(undistort_pixels(uv, INTR_DIST), pts[:, :2] / pts[:, 2:], atol=1e-6)
