@@ -7,6 +7,7 @@ returned separately so a view can toggle it. Plain numpy/trimesh values, no PyBu
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -17,6 +18,8 @@ from devices.poses import pose_to_matrix
 from twins.builder import TwinWorld
 from twins.engine import pb
 from twins.spec import ObjectSpec, TwinSpec
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -32,15 +35,23 @@ class Drawable:
     collision: bool = False
 
 
+# What trimesh raises on a missing, truncated or foreign mesh file. Anything else is a bug
+# and propagates.
+MESH_ERRORS = (OSError, ValueError, KeyError, IndexError, TypeError, NotImplementedError)
+
+
 @lru_cache(maxsize=64)
 def _load(path: str, scale: tuple[float, float, float]) -> trimesh.Trimesh | None:
+    """The mesh at `path` scaled, or None (with a warning naming the file and why) when it
+    cannot be read or has no faces: a view draws what it can, the twin still simulates."""
     try:
         m = trimesh.load(path, force="mesh", process=False)
-    except Exception:  # unreadable visual meshes are skipped (the twin still simulates)
+    except MESH_ERRORS as exc:
+        log.warning("%s: cannot read this mesh for drawing (%s: %s)", path, type(exc).__name__, exc)
         return None
     if not isinstance(m, trimesh.Trimesh) or len(m.faces) == 0:
+        log.warning("%s: mesh has no faces; not drawn", path)
         return None
-    assert isinstance(m, trimesh.Trimesh)
     return trimesh.Trimesh(m.vertices * np.asarray(scale), m.faces, process=False)
 
 
@@ -56,13 +67,17 @@ def _object_drawables(spec: TwinSpec, o: ObjectSpec, body: str) -> list[Drawable
     out = []
     vis = None
     if o.shape.mesh:
-        try:
-            vis = trimesh.load(spec.resolve(o.shape.mesh), force="mesh", process=False)
-        except Exception:
-            vis = None
+        vis = _load(str(spec.resolve(o.shape.mesh)), (1.0, 1.0, 1.0))
+        if vis is None:
+            log.warning("object '%s': drawn from its collision shape instead", o.name)
     T_col = pose_to_matrix(o.shape.collision_pose)
-    if vis is None:
-        vis = _primitive(o.shape.kind, o.shape.size) if o.shape.kind != "mesh" else None
+    if vis is None and o.shape.kind == "mesh":  # fall back to the hulls, shown solid
+        hulls = [_load(str(spec.resolve(h)), (1.0, 1.0, 1.0)) for h in o.shape.hulls]
+        parts = [h for h in hulls if h is not None]
+        vis = trimesh.util.concatenate(parts) if parts else None
+        T_vis = np.eye(4)
+    elif vis is None:
+        vis = _primitive(o.shape.kind, o.shape.size)
         T_vis = T_col
     else:
         T_vis = np.eye(4)

@@ -1,0 +1,55 @@
+"""What a 3D view gets from a twin: every object drawn, and an unreadable mesh file named in
+a warning with the object drawn from its collision shape instead (never silently dropped)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from twins.builder import TwinWorld
+from twins.spec import TwinSpec
+from twins.view import _load, drawables, poses
+
+
+def test_every_object_and_link_is_drawn(demo_twin: TwinSpec) -> None:
+    world = TwinWorld(demo_twin)
+    try:
+        ds = drawables(world)
+        ps = poses(world)
+    finally:
+        world.close()
+    names = {d.name for d in ds}
+    for o in demo_twin.objects:
+        assert f"{o.name}/visual" in names
+    assert all(d.body in ps for d in ds)
+    assert sum(n.startswith("robot/") for n in names) >= 8
+
+
+def test_corrupt_visual_mesh_is_named_and_drawn_from_hulls(
+    demo_twin: TwinSpec, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "twin"
+    shutil.copytree(demo_twin.base_dir, folder)
+    spec = TwinSpec.load(folder)
+    u = spec.object("u_block")
+    assert u.shape.kind == "mesh" and u.shape.mesh
+    bad = spec.resolve(u.shape.mesh)
+    bad.write_bytes(b"solid garbage\x00\xff not a mesh")
+    _load.cache_clear()
+    world = TwinWorld(spec)
+    try:
+        with caplog.at_level(logging.WARNING, logger="twins.view"):
+            ds = {d.name: d for d in drawables(world)}
+    finally:
+        world.close()
+    assert "u_block/visual" in ds  # drawn from its convex hulls
+    hull_faces = sum(len(d.faces) for n, d in ds.items() if n.startswith("u_block/hull"))
+    assert len(ds["u_block/visual"].faces) == hull_faces
+    text = caplog.text
+    assert str(bad) in text and "u_block" in text
+    extent = np.ptp(ds["u_block/visual"].vertices, axis=0)
+    assert np.all(extent > 0.02)  # a real shape, not a degenerate stand-in
