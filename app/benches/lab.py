@@ -104,6 +104,7 @@ def _watchdog_phase(c: RobotClient, trials: int) -> list[float]:
     for _ in range(trials):
         c.events.clear()
         c.heartbeat_enabled = True
+        c.take_control()  # a watchdog stop holds until control is taken again
         c.command_position(c.latest_state().joint_pos)
         time.sleep(0.15)
         c.heartbeat_enabled = False

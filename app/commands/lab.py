@@ -44,7 +44,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="lab config JSON with the hidden truth (default: the scene's)",
     )
-    s.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    s.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default loopback; any other address needs --allow-remote)",
+    )
+    s.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a non-loopback --host; turns TLS on (clients pin the certificate)",
+    )
+    s.add_argument(
+        "--tls",
+        action="store_true",
+        help="serve TLS even on loopback (always on with --allow-remote)",
+    )
+    s.add_argument(
+        "--tls-dir",
+        type=Path,
+        default=None,
+        help="folder of the TLS certificate and key, made on first use "
+        "(default ~/.config/twinbench/tls)",
+    )
     s.add_argument("--port", type=int, default=7700, help="TCP port (0: any free port)")
     s.add_argument(
         "--token-file",
@@ -178,8 +199,15 @@ def camera_feed(
 def build(args: argparse.Namespace) -> tuple[Agent, RobotServer]:
     """The lab driver, agent and server described by `args` (not yet started)."""
     from devices.lab.driver import make_driver  # MuJoCo is imported only here
+    from devices.robots.server import is_loopback
 
     token = load_token(args.token_file)
+    if not is_loopback(args.host) and not args.allow_remote:
+        raise DeviceError(
+            f"lab serve: refusing --host {args.host}: that exposes the robot to the network. "
+            "Add --allow-remote (TLS is then on; clients pin the certificate fingerprint "
+            "printed at start) or bind 127.0.0.1"
+        )
     driver = make_driver(args.scene, args.config, start=False)
     info = driver.info()
     safety = default_config(info)
@@ -212,7 +240,28 @@ def build(args: argparse.Namespace) -> tuple[Agent, RobotServer]:
             name: camera_feed(driver, args.scene, args.config, name, w, h, args.camera_fps)
             for name in info.cameras
         }
-    return agent, RobotServer(agent, token, host=args.host, port=args.port, cameras=cameras)
+    tls_ctx = None
+    if args.allow_remote or args.tls:
+        from devices.robots.tls import (
+            default_tls_dir,
+            ensure_certificate,
+            fingerprint,
+            server_context,
+        )
+
+        cert, key = ensure_certificate(args.tls_dir or default_tls_dir())
+        tls_ctx = server_context(cert, key)
+        print(f"lab serve: TLS certificate {cert}, fingerprint {fingerprint(cert)}", flush=True)
+    server = RobotServer(
+        agent,
+        token,
+        host=args.host,
+        port=args.port,
+        cameras=cameras,
+        tls=tls_ctx,
+        allow_remote=args.allow_remote,
+    )
+    return agent, server
 
 
 def run(args: argparse.Namespace) -> int:

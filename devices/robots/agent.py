@@ -166,6 +166,7 @@ class Agent:
 
     def _activate(self, now: float, state: RobotState) -> None:
         if self.mode not in ("command", "policy"):
+            self.envelope.start(state)
             self._prev = (
                 state.joint_pos.copy() if self._cmd_mode == "position" else np.zeros(self.n)
             )

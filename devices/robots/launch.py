@@ -24,6 +24,7 @@ from devices.robots.auth import new_token, write_token_file
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY = re.compile(r"listening on ([0-9.]+):(\d+)")
+FINGERPRINT = re.compile(r"fingerprint (sha256:[0-9a-f]{64})")
 
 
 class LabProcess:
@@ -34,6 +35,7 @@ class LabProcess:
     ) -> None:
         self.proc, self.token, self._token_dir = proc, token, token_dir
         self.host, self.port = "127.0.0.1", 0
+        self.fingerprint: str | None = None  # TLS certificate fingerprint, when serving TLS
         self.output: deque[str] = deque(maxlen=200)
         self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read, name="lab-output", daemon=True)
@@ -43,6 +45,9 @@ class LabProcess:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.output.append(line.rstrip())
+            f = FINGERPRINT.search(line)
+            if f:
+                self.fingerprint = f.group(1)
             m = READY.search(line)
             if m and not self._ready.is_set():
                 self.host, self.port = m.group(1), int(m.group(2))
@@ -102,9 +107,12 @@ def start_lab_process(
     camera_fps: int | None = None,
     extra_args: list[str] | None = None,
     timeout_s: float = 60.0,
+    tls: bool = False,
 ) -> LabProcess:
     """Start `python main.py lab serve` and return once it listens (port 0: any free port).
 
+    tls: serve TLS with a certificate made in the process's temp folder; its fingerprint
+    is then `LabProcess.fingerprint` (pass it to RobotClient(tls_fingerprint=…)).
     Raises DeviceError with the process output if it fails to start.
     """
     token = token or new_token()
@@ -132,6 +140,8 @@ def start_lab_process(
         cmd += ["--camera-size", camera_size]
     if camera_fps:
         cmd += ["--camera-fps", str(camera_fps)]
+    if tls:
+        cmd += ["--tls", "--tls-dir", str(Path(tdir.name) / "tls")]
     cmd += extra_args or []
     env = dict(os.environ)
     env.setdefault("MUJOCO_GL", "egl")

@@ -1,10 +1,19 @@
 """The safety envelope: every command passes through it, whatever its source.
 
-Checks, in order: NaN/inf (always stops), joint position limits, joint velocity limits,
-maximum change per control tick, joint effort limits (torque commands, and measured effort),
-and the end-effector workspace box (via the driver's forward kinematics). On a violation the
-envelope either clamps the command to the nearest safe value or asks for a stop, as
-configured, and always reports which limits acted.
+Limits act on two things. On the **command**: NaN/inf (always stops), joint position
+limits, joint velocity limits, maximum change per control tick, joint effort limits, and the
+end-effector workspace box (via the driver's forward kinematics). On the **measured state**,
+every tick, so that the limits hold on what the robot does and not only on what it is told:
+position targets may lead the measured joints by at most `lead_s` of full speed and not at
+all while a joint is at its speed limit; every mode approaches a position limit no faster
+than it can brake there (`brake_decel`); torque commands get a velocity-dependent torque
+limit (damping injection near the speed limit); and a measured speed above
+`measured_velocity_factor` x its limit, a joint moving further past its position limit, or
+the end effector moving further out of the box stops the robot. A command that moves back
+towards the safe set (inside the limits and the box) is always let through, so the robot
+is never stranded at an edge. On a command violation the envelope either clamps the command
+to the nearest safe value or asks for a stop, as configured, and always reports which
+limits acted.
 
 Limits default to the robot's own (`RobotInfo.limits`; workspace box from
 `RobotInfo.meta["workspace"] = {"lower": [x, y, z], "upper": [x, y, z]}` when present). A
@@ -13,6 +22,7 @@ configuration sent with a policy may only tighten them (`SafetyConfig.tightened`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
@@ -26,6 +36,18 @@ from devices.robots.driver import RobotInfo, RobotState
 Vec = NDArray[np.float64]
 OnViolation = Literal["clamp", "stop"]
 LIMIT_NAMES = ("nonfinite", "position", "velocity", "max_step", "effort", "workspace")
+SOFT_SPEED = 0.9  # governors on the measured state aim at this fraction of the speed limit
+DAMPING_BAND = 1.0  # torque falls from full to zero over this fraction of the speed limit
+BRAKE_MARGIN = 0.02  # rad: velocity and torque motion brakes to a stop this far inside a limit
+LEAD_FULL, LEAD_ZERO = 0.95, 1.02  # position lead tapers to 0 between these speed fractions
+TARGET_MARGIN = 0.005  # rad: position targets stay this far inside the limits (tracking overshoot)
+LIMIT_PULLBACK = 4.0  # target correction (rad per rad, or rad/s per rad) past a limit
+TORQUE_SOFT = 0.8  # torque mode governs to this fraction of the (soft) speed
+TORQUE_RISE_S = 0.1  # s for a torque that speeds a joint up to rise from 0 to full
+BRAKE_BAND = 0.5  # above the governed speed, full braking torque is reached this far over it
+PREDICT_S = 0.008  # s: command latency + one control period, typical of the lab and arms
+MAX_ACCEL = 500.0  # rad/s^2: larger measured accelerations are glitches, not motion
+BOX_HORIZON_S = 0.05  # s ahead that velocity/torque motion is checked against the box
 
 
 @dataclass(frozen=True)
@@ -43,6 +65,11 @@ class SafetyConfig:
     workspace_lower: tuple[float, float, float] | None = None  # m, robot base frame
     workspace_upper: tuple[float, float, float] | None = None
     measured_effort_factor: float | None = 1.5  # stop when |measured effort| > factor * limit
+    # -- limits on the measured state --
+    brake_decel: float = 5.0  # rad/s^2 the envelope counts on to stop a joint before a limit
+    lead_s: float = 0.08  # a position target leads the measured joint by <= velocity * lead_s
+    measured_velocity_factor: float = 1.1  # stop when |measured velocity| > factor * limit
+    limit_tolerance: float = 0.002  # rad (joints) and m (box) of measured overshoot tolerated
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -80,6 +107,17 @@ class SafetyConfig:
                 raise DeviceError(f"{where}: {name} must be in (0, 1], got {getattr(cfg, name)}")
         if cfg.position_margin < 0 or cfg.velocity_ramp_s < 0:
             raise DeviceError(f"{where}: position_margin and velocity_ramp_s must be >= 0")
+        if not (cfg.brake_decel > 0 and cfg.lead_s > 0 and cfg.measured_velocity_factor >= 1):
+            raise DeviceError(
+                f"{where}: brake_decel and lead_s must be > 0, measured_velocity_factor >= 1"
+            )
+        if not (0 <= cfg.limit_tolerance <= 0.05):
+            raise DeviceError(f"{where}: limit_tolerance must be within [0, 0.05]")
+        for name in (f.name for f in fields(cfg)):
+            v = getattr(cfg, name)
+            vals = v if isinstance(v, tuple) else (v,)
+            if any(isinstance(x, float) and not math.isfinite(x) for x in vals):
+                raise DeviceError(f"{where}: {name} must be finite, got {v}")
         return cfg
 
     def tightened(self, other: SafetyConfig) -> SafetyConfig:
@@ -111,6 +149,12 @@ class SafetyConfig:
             workspace_lower=tighter_box(self.workspace_lower, other.workspace_lower, np.maximum),
             workspace_upper=tighter_box(self.workspace_upper, other.workspace_upper, np.minimum),
             measured_effort_factor=min(mef) if mef else None,
+            brake_decel=min(self.brake_decel, other.brake_decel),
+            lead_s=min(self.lead_s, other.lead_s),
+            measured_velocity_factor=min(
+                self.measured_velocity_factor, other.measured_velocity_factor
+            ),
+            limit_tolerance=min(self.limit_tolerance, other.limit_tolerance),
         )
 
 
@@ -118,10 +162,11 @@ def default_config(info: RobotInfo) -> SafetyConfig:
     """The envelope the agent starts with: the robot's limits and workspace box."""
     ws = info.meta.get("workspace") if isinstance(info.meta, dict) else None
     if isinstance(ws, dict) and "lower" in ws and "upper" in ws:
+        lo = [float(x) for x in ws["lower"]]
+        hi = [float(x) for x in ws["upper"]]
         return SafetyConfig(
-            workspace_lower=tuple(float(x) for x in ws["lower"]),  # type: ignore[arg-type]
-            workspace_upper=tuple(float(x) for x in ws["upper"]),
-        )  # type: ignore[arg-type]
+            workspace_lower=(lo[0], lo[1], lo[2]), workspace_upper=(hi[0], hi[1], hi[2])
+        )
     return SafetyConfig()
 
 
@@ -177,15 +222,88 @@ class SafetyEnvelope:
                 np.asarray(config.workspace_lower, float),
                 np.asarray(config.workspace_upper, float),
             )
+        # measured-state governors (see the module docstring)
+        self.v_soft = SOFT_SPEED * self.vmax  # governors aim here, below the limit
+        self.lead = self.vmax * config.lead_s
+        self.kd = self.effmax / (DAMPING_BAND * self.vmax)  # N*m*s/rad below the speed limit
+        self.kd_brake = self.effmax / (BRAKE_BAND * self.vmax)  # and above it
+        self._min_box_dist = 0.0
+        self._v_prev: Vec | None = None
+        self._t_prev = 0.0
+
+    def start(self, state: RobotState) -> None:
+        """Motion starts from `state`: measured checks judge changes from here on."""
+        self._min_box_dist = self.box_distance(state.joint_pos)
+        self._v_prev, self._t_prev = state.joint_vel.copy(), state.t
+
+    def box_distance(self, joint_pos: Vec) -> float:
+        """How far (m) the end effector at joint_pos is outside the box (0 inside, or when
+        there is no box or no kinematics)."""
+        if self.box is None or self.fk is None:
+            return 0.0
+        p = self.fk(joint_pos)
+        if p is None:
+            return 0.0
+        out = np.maximum(self.box[0] - p, 0.0) + np.maximum(p - self.box[1], 0.0)
+        return float(np.linalg.norm(out))
 
     def in_workspace(self, joint_pos: Vec) -> bool:
         """True when there is no box, no kinematics, or the end effector is inside the box."""
-        if self.box is None or self.fk is None:
-            return True
-        p = self.fk(joint_pos)
-        if p is None:
-            return True
-        return bool(np.all(p >= self.box[0]) and np.all(p <= self.box[1]))
+        return self.box_distance(joint_pos) == 0.0
+
+    def _allowed_in_box(self, target: Vec, here: Vec) -> bool:
+        """A target is fine inside the box, or when it is no further out than `here`."""
+        d = self.box_distance(target)
+        return d == 0.0 or d <= self.box_distance(here) + 1e-6
+
+    def braking_speed(
+        self, joint_pos: Vec, margin: float = 0.0, cap: Vec | None = None
+    ) -> tuple[Vec, Vec]:
+        """(up, down): the speeds (>= 0, rad/s, at most `cap`, default the governed speed)
+        from which each joint can still brake to a stop at brake_decel `margin` rad before
+        its upper / lower limit; 0 from there on."""
+        a = self.config.brake_decel
+        up = np.sqrt(2 * a * np.maximum(self.upper - margin - joint_pos, 0.0))
+        down = np.sqrt(2 * a * np.maximum(joint_pos - self.lower - margin, 0.0))
+        top = self.v_soft if cap is None else cap
+        return np.minimum(up, top), np.minimum(down, top)
+
+    def predicted_velocity(self, state: RobotState) -> Vec:
+        """Measured velocity extrapolated PREDICT_S ahead with the measured acceleration:
+        what a command sent now meets when it takes effect (latency + one period)."""
+        v = state.joint_vel
+        prev, tp = self._v_prev, self._t_prev
+        if prev is None or not state.t > tp:
+            return v
+        acc = np.clip((v - prev) / (state.t - tp), -MAX_ACCEL, MAX_ACCEL)
+        return v + acc * PREDICT_S
+
+    def check_measured(self, state: RobotState) -> str | None:
+        """A reason to stop now, judged on the measured state alone, or None."""
+        q, v = state.joint_pos, state.joint_vel
+        names = self.info.joint_names
+        lim = self.info.limits
+        over = np.abs(v) > self.config.measured_velocity_factor * np.asarray(lim.velocity)
+        if np.any(over):
+            j = int(np.argmax(np.abs(v) / np.asarray(lim.velocity)))
+            return (
+                f"measured velocity {v[j]:.2f} rad/s of {names[j]} exceeds "
+                f"{self.config.measured_velocity_factor:g}x its limit {lim.velocity[j]:g}"
+            )
+        tol, eps = self.config.limit_tolerance, 0.05  # rad/s: moving further out, not noise
+        out = ((q > np.asarray(lim.upper) + tol) & (v > eps)) | (
+            (q < np.asarray(lim.lower) - tol) & (v < -eps)
+        )
+        if np.any(out):
+            j = int(np.flatnonzero(out)[0])
+            return (
+                f"measured position {q[j]:.3f} rad of {names[j]} is moving further past its limit"
+            )
+        d = self.box_distance(q)
+        self._min_box_dist = min(self._min_box_dist, d)
+        if d > tol and d > self._min_box_dist + tol:
+            return f"end effector {d * 1e3:.1f} mm outside the workspace box and moving out"
+        return None
 
     def apply(self, mode: str, command: Vec, state: RobotState, prev: Vec) -> SafetyResult:
         """Check `command` (mode: position | velocity | torque) given the measured `state` and
@@ -203,12 +321,16 @@ class SafetyEnvelope:
                 f"measured effort {state.joint_effort[j]:.1f} "
                 f"N*m on {self.info.joint_names[j]} exceeds {mef:g}x its limit",
             )
+        measured = self.check_measured(state)
+        if measured is not None:
+            kind = next(k for k in ("velocity", "workspace", "position") if k in measured)
+            return SafetyResult(prev, (kind,), measured)
         if mode == "position":
-            return self._position(command, prev)
+            return self._position(command, state, prev)
         if mode == "velocity":
             return self._velocity(command, state, prev)
         if mode == "torque":
-            return self._torque(command, state)
+            return self._torque(command, state, prev)
         return SafetyResult(prev, (), f"command mode '{mode}' is not supported by the envelope")
 
     def _finish(self, out: Vec, acted: list[str]) -> SafetyResult:
@@ -216,24 +338,50 @@ class SafetyEnvelope:
             return SafetyResult(out, tuple(acted), f"{', '.join(acted)} limit exceeded")
         return SafetyResult(out, tuple(acted), None)
 
-    def _position(self, cmd: Vec, prev: Vec) -> SafetyResult:
+    def _position(self, cmd: Vec, state: RobotState, prev: Vec) -> SafetyResult:
         acted: list[str] = []
-        out = np.clip(cmd, self.lower, self.upper)
+        q, v = state.joint_pos, state.joint_vel
+        lower, upper = self.lower + TARGET_MARGIN, self.upper - TARGET_MARGIN
+        out = np.clip(cmd, lower, upper)
         if np.any(out != cmd):
             acted.append("position")
-        step = np.clip(out - prev, -self.step_pos, self.step_pos)
+        # towards a limit no faster than the joint can brake before it
+        up, down = self.braking_speed(prev, TARGET_MARGIN, cap=self.vmax)
+        step_hi = np.minimum(self.step_pos, up * self.dt)
+        step_lo = np.minimum(self.step_pos, down * self.dt)
+        step = np.clip(out - prev, -step_lo, step_hi)
         if np.any(step != out - prev):
             acted.append("max_step" if self.step_is_config else "velocity")
             out = prev + step
-            # prev itself may lie outside tightened limits; never leave the allowed range
-            np.clip(out, np.minimum(prev, self.lower), np.maximum(prev, self.upper), out=out)
-        if not self.in_workspace(out):
+        # the target leads the MEASURED joint by a bounded amount, and not at all in the
+        # direction of motion while a joint is at its speed limit or could not brake in time
+        mup, mdown = self.braking_speed(q, cap=self.vmax)
+        taper = (LEAD_ZERO * self.vmax - np.abs(v)) / ((LEAD_ZERO - LEAD_FULL) * self.vmax)
+        lead = self.lead * np.clip(taper, 0.0, 1.0)
+        ahead = np.where((v > 0) & (v > mup), 0.0, np.where(v > 0, lead, self.lead))
+        behind = np.where((v < 0) & (-v > mdown), 0.0, np.where(v < 0, lead, self.lead))
+        # a joint measured past a limit (a load the controller cannot hold there) gets a
+        # target pulled back in proportion, towards the safe set
+        hi = np.minimum(q + ahead, upper - np.minimum(LIMIT_PULLBACK * (q - self.upper), 0.1))
+        lo = np.maximum(q - behind, lower + np.minimum(LIMIT_PULLBACK * (self.lower - q), 0.1))
+        hi = np.maximum(hi, lo)
+        led = np.clip(out, lo, hi)
+        # ... but the target itself still moves no more than the step limit per tick
+        led = np.clip(led, prev - self.step_pos, prev + self.step_pos)
+        if np.any(led != out):
+            if "velocity" not in acted:
+                acted.append("velocity")
+            out = led
+        # never further outside the limits than the previous target
+        np.clip(out, np.minimum(prev, lower), np.maximum(prev, upper), out=out)
+        if not self._allowed_in_box(out, prev):
             acted.append("workspace")
             out = prev.copy()
         return self._finish(out, acted)
 
     def _velocity(self, cmd: Vec, state: RobotState, prev: Vec) -> SafetyResult:
         acted: list[str] = []
+        q, v = state.joint_pos, state.joint_vel
         out = np.clip(cmd, -self.vmax, self.vmax)
         if np.any(out != cmd):
             acted.append("velocity")
@@ -241,26 +389,52 @@ class SafetyEnvelope:
         if np.any(step != out - prev):
             acted.append("max_step")
             out = prev + step
-        q_next = state.joint_pos + out * self.dt
-        leaving = ((q_next > self.upper) & (out > 0)) | ((q_next < self.lower) & (out < 0))
-        if np.any(leaving):
+        # braking distance to the position limits, on the measured position; slower while a
+        # joint measures over its soft speed
+        up, down = self.braking_speed(q, BRAKE_MARGIN)
+        up = np.where(v > self.v_soft, np.minimum(up, 2 * self.v_soft - v), up)
+        down = np.where(-v > self.v_soft, np.minimum(down, 2 * self.v_soft + v), down)
+        braked = np.clip(out, -np.maximum(down, 0.0), np.maximum(up, 0.0))
+        # a joint measured past a limit is driven back in
+        back_hi = np.minimum(braked, LIMIT_PULLBACK * (self.upper - q))
+        back_lo = np.maximum(braked, LIMIT_PULLBACK * (self.lower - q))
+        braked = np.where(q > self.upper, back_hi, np.where(q < self.lower, back_lo, braked))
+        if np.any(braked != out):
             acted.append("position")
-            out = np.where(leaving, 0.0, out)
-        if not self.in_workspace(state.joint_pos + out * self.dt):
+            out = braked
+        if not self._allowed_in_box(q + out * BOX_HORIZON_S, q):
             acted.append("workspace")
             out = np.zeros_like(out)
         return self._finish(out, acted)
 
-    def _torque(self, cmd: Vec, state: RobotState) -> SafetyResult:
+    def _torque(self, cmd: Vec, state: RobotState, prev: Vec) -> SafetyResult:
         acted: list[str] = []
+        q, v = state.joint_pos, state.joint_vel
         out = np.clip(cmd, -self.effmax, self.effmax)
         if np.any(out != cmd):
             acted.append("effort")
-        q = state.joint_pos
-        if np.any(q > self.upper) or np.any(q < self.lower):
-            return SafetyResult(
-                out, (*acted, "position"), "joint outside its position limits under torque control"
-            )
-        if not self.in_workspace(q):
-            return SafetyResult(out, (*acted, "workspace"), "end effector left the workspace box")
+        # torque that speeds a joint up builds no faster than TORQUE_RISE_S to full, so the
+        # speed cannot outrun the governor below by more than it sees one period later
+        rise = self.effmax * self.dt / TORQUE_RISE_S
+        braking = (out * v < 0) & (np.abs(v) > 0.1 * self.vmax)
+        slewed = np.where(braking, out, np.clip(out, prev - rise, prev + rise))
+        if np.any(slewed != out):
+            acted.append("max_step")
+            out = slewed
+        # velocity-dependent torque limit: full torque well below the speed limit, less as
+        # the joint nears it (or the speed from which it can brake before a position limit),
+        # braking torque above it
+        up, down = self.braking_speed(q, BRAKE_MARGIN)
+        up, down = up * TORQUE_SOFT, down * TORQUE_SOFT
+        hi = np.where(v < up, self.kd * (up - v), self.kd_brake * (up - v))
+        lo = np.where(-v < down, -self.kd * (down + v), -self.kd_brake * (down + v))
+        limited = np.clip(out, np.clip(lo, -self.effmax, 0.0), np.clip(hi, 0.0, self.effmax))
+        limited = np.where(hi < 0, np.maximum(hi, -self.effmax), limited)
+        limited = np.where(lo > 0, np.minimum(lo, self.effmax), limited)
+        if np.any(np.abs(limited - out) > 1e-9):
+            acted.append("velocity")
+            out = limited
+        if not self._allowed_in_box(q + v * BOX_HORIZON_S, q):
+            acted.append("workspace")
+            out = np.clip(-self.kd * v, -self.effmax, self.effmax)  # damp: brake every joint
         return self._finish(out, acted)

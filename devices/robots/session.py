@@ -137,7 +137,9 @@ class Session:
             if srv.tls is not None:
                 self._tls_handshake(deadline)
             nonce = new_nonce()
-            self.send({"type": "challenge", "protocol": P.PROTOCOL_NAME, "nonce": nonce})
+            challenge = {"type": "challenge", "protocol": P.PROTOCOL_NAME, "nonce": nonce}
+            with self._send_lock:  # directly: always the first thing a peer receives
+                self.sock.sendall(P.pack(challenge))
             self._handshake(P.recv_message(self.sock, P.MAX_HELLO_BYTES, deadline), nonce)
             while not self._closing:
                 msg = P.recv_message(
