@@ -31,14 +31,14 @@ from numpy.typing import NDArray
 
 from devices.frames import Intrinsics
 from devices.poses import pose_to_matrix
-from reconstruction.calibration import (
+from reconstruction.board import (
     BoardSpec,
     BoardView,
     CalibrationError,
-    CalibrationResult,
     RejectedView,
     find_board,
 )
+from reconstruction.calibration import CalibrationResult
 from reconstruction.handeye import HandEyeOptions, Mode, solve_hand_eye
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff")

@@ -29,16 +29,14 @@ from scipy.spatial.transform import Rotation
 
 from devices.frames import Intrinsics
 from devices.poses import invert, rotation_angle_deg
-from reconstruction.calibration import (
+from reconstruction.board import (
     BoardView,
     CalibrationError,
-    CalibrationResult,
     RejectedView,
-    mean_pose,
-    park_martin,
     project_points,
     view_rms_px,
 )
+from reconstruction.calibration import CalibrationResult, mean_pose, park_martin
 
 Mode = Literal["eye_in_hand", "eye_to_hand"]
 MODES: tuple[Mode, ...] = ("eye_in_hand", "eye_to_hand")

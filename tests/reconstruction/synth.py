@@ -10,7 +10,7 @@ from numpy.typing import NDArray
 
 from devices.frames import Intrinsics, RGBDFrame
 from devices.poses import invert
-from reconstruction.calibration import BOARD, BoardSpec, BoardView, board_image, view_rms_px
+from reconstruction.board import BOARD, BoardSpec, BoardView, board_image, view_rms_px
 
 INTR = Intrinsics(640, 480, 615.0, 615.0, 320.0, 240.0)
 
