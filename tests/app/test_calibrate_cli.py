@@ -37,14 +37,15 @@ def _shared_capture() -> Path:
     return folder
 
 
-def test_calibrate_shared_capture_json() -> None:
+def test_calibrate_shared_capture_json(tmp_path: Path) -> None:
     folder = _shared_capture()
     proc = _calibrate(
         "--images", str(folder / "images"), "--poses", str(folder / "poses"),
-        "--board", BOARD, "--eye-to-hand", "--json",
+        "--board", BOARD, "--eye-to-hand", "--json", "--out", str(tmp_path / "cal.json"),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert json.loads((tmp_path / "cal.json").read_text()) == out
     assert out["mode"] == "eye_to_hand" and out["board"] == BOARD
     assert out["intrinsics_file"].endswith("camera_intr_calibrated.yaml")
     T = np.asarray(out["T_base_camera"])
