@@ -102,13 +102,20 @@ def solve_hand_eye(
         worst = int(np.argmax(rms))
         if rms[worst] <= limit or len(used) <= opt.min_views:
             break
+        view = views[used[worst]]
+        why = (
+            f"its corners fit a board pose of their own at {view.rms_px:.2f} px, so its "
+            "robot pose disagrees with the other views (pose timing, a loose board or camera)"
+            if view.rms_px < 0.5 * rms[worst]
+            else f"its corners fit even a board pose of their own poorly ({view.rms_px:.2f} "
+            "px): blur, glare or a wrong board spec"
+        )
         dropped.append(
             RejectedView(
-                views[used[worst]].index,
+                view.index,
                 "residual",
                 f"reprojects at {rms[worst]:.2f} px after the fit, over {limit:.2f} px "
-                f"({opt.outlier_factor:g}x the median {median:.2f} px): its robot pose or "
-                "its corners disagree with the other views",
+                f"({opt.outlier_factor:g}x the median {median:.2f} px); {why}",
             )
         )
         del used[worst]
