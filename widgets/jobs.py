@@ -277,7 +277,10 @@ if __name__ == "__main__":  # preview: a job with progress, cancel, and a failin
             t.sig_failed.connect(out.setText)
 
         b.clicked.connect(_go)
+    win.resize(480, 200)
     win.show()
-    code = qapp.exec()
+    from widgets.pages import exec_preview
+
+    code = exec_preview(qapp, win)
     runner.shutdown()
     sys.exit(code)

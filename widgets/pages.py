@@ -22,6 +22,7 @@ policies_page.PoliciesPage, deploy_page.DeployPage):
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -171,6 +172,33 @@ class WorkflowPage(QtWidgets.QWidget):
         super().closeEvent(event)
 
 
+PREVIEW_SHOT_ENV = "TWINBENCH_PREVIEW_SHOT"
+PREVIEW_SETTLE_MS = 1500
+
+
+def exec_preview(qapp: QtWidgets.QApplication, widget: QtWidgets.QWidget) -> int:
+    """Run a preview's event loop. With $TWINBENCH_PREVIEW_SHOT set to a PNG path, save what
+    the widget drew once it has been idle for a moment (no pool job running), then quit —
+    so tests can check that each preview really draws."""
+    shot = os.environ.get(PREVIEW_SHOT_ENV)
+    if shot:
+        pool = QtCore.QThreadPool.globalInstance()
+        state = {"idle_ms": 0}
+
+        def poll() -> None:
+            busy = pool.activeThreadCount() > 0
+            state["idle_ms"] = 0 if busy else state["idle_ms"] + 100
+            if state["idle_ms"] >= PREVIEW_SETTLE_MS:
+                timer.stop()
+                ok = widget.grab().save(shot)
+                qapp.exit(0 if ok else 3)
+
+        timer = QtCore.QTimer(widget)
+        timer.timeout.connect(poll)
+        timer.start(100)
+    return int(qapp.exec())
+
+
 def preview(
     page_cls: Callable[[AppController], QtWidgets.QWidget], argv: list[str] | None = None
 ) -> int:
@@ -188,6 +216,9 @@ def preview(
     page.resize(900, 600)
     page.show()
     try:
-        return int(qapp.exec())  # type: ignore[union-attr]
+        return exec_preview(qapp, page)  # type: ignore[arg-type]
     finally:
+        detach = getattr(page, "detach", None)
+        if callable(detach):
+            detach()
         controller.shutdown()

@@ -345,4 +345,6 @@ if __name__ == "__main__":  # preview: a box, a point cloud, frames
     view.set_frame("ee", T, 0.15)
     view.resize(800, 600)
     view.show()
-    sys.exit(qapp.exec())
+    from widgets.pages import exec_preview
+
+    sys.exit(exec_preview(qapp, view))

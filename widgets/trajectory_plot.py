@@ -331,4 +331,6 @@ if __name__ == "__main__":  # preview: a real and a simulated joint trajectory
     w.sig_time_changed.connect(lambda x: w.setWindowTitle(f"t = {x:.3f} s"))
     w.resize(1000, 700)
     w.show()
-    sys.exit(qapp.exec())
+    from widgets.pages import exec_preview
+
+    sys.exit(exec_preview(qapp, w))
