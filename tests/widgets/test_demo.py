@@ -4,7 +4,6 @@ closing the window stops the lab."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
