@@ -1,4 +1,4 @@
-"""`python main.py calibrate --images DIR --poses DIR --board SPEC [--eye-in-hand|--eye-to-hand]
+"""`python main.py calibrate --images DIR --poses DIR --board SPEC --eye-in-hand|--eye-to-hand
 [--intrinsics FILE] [--json] [--out FILE]`: hand-eye calibration from a folder capture."""
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="charuco:COLSxROWS:SQUARE_M:MARKER_M:DICT, e.g. "
         "charuco:5x7:0.036195:0.018256:DICT_6X6_250; 'lab' for the virtual lab's board",
     )
-    mode = p.add_mutually_exclusive_group()
+    # no default: a calibration solved in the wrong set-up looks plausible and is wrong
+    mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument(
         "--eye-to-hand",
         dest="mode",
         action="store_const",
         const="eye_to_hand",
-        help="camera fixed, board on the wrist (the default)",
+        help="camera fixed, board on the wrist",
     )
     mode.add_argument(
         "--eye-in-hand",
@@ -43,7 +44,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         const="eye_in_hand",
         help="camera on the wrist, board fixed",
     )
-    p.set_defaults(mode="eye_to_hand")
     p.add_argument(
         "--intrinsics",
         type=Path,

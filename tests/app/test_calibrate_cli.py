@@ -69,10 +69,13 @@ def test_calibrate_errors_are_clear(tmp_path: Path) -> None:
     for i in (0, 1):
         (poses / f"{i}.yaml").write_text("x: 0\ny: 0\nz: 0\nqx: 0\nqy: 0\nqz: 0\nqw: 1\n")
     args = ["--images", str(images), "--poses", str(poses)]
+    proc = _calibrate(*args, "--board", BOARD)
+    assert proc.returncode == 2 and "--eye-to-hand" in proc.stderr  # the set-up is not guessed
+    args.append("--eye-to-hand")
     proc = _calibrate(*args, "--board", "charuco:5x7")
     assert proc.returncode == 2 and "board spec 'charuco:5x7'" in proc.stderr
     proc = _calibrate(*args, "--board", BOARD)
     assert proc.returncode == 2 and "1.png: cannot read the image" in proc.stderr
     (images / "1.png").unlink()
-    proc = _calibrate(*args, "--board", BOARD, "--eye-in-hand")
+    proc = _calibrate(*args[:-1], "--board", BOARD, "--eye-in-hand")
     assert proc.returncode == 2 and "needs >= 3 board views" in proc.stderr
