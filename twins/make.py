@@ -23,7 +23,7 @@ from twins.spec import (
     RobotSpec,
     Shape,
     TwinSpec,
-    p_,
+    param,
 )
 from twins.urdf import read_urdf
 
@@ -39,10 +39,10 @@ def sim_params(
     """Solver settings are parameters because restitution and contact stiffness depend on
     them (DESIGN §9); they are saved with the twin."""
     return [
-        p_("sim.time_step", "s", time_step, 1e-4, 0.02, doc="physics step (control period)"),
-        p_("sim.substeps", "1", substeps, 1, 20, integer=True, doc="solver substeps per step"),
-        p_("sim.solver_iterations", "1", solver_iterations, 1, 500, integer=True),
-        p_("sim.gravity", "m/s^2", gravity, 9.7, 9.9, doc="magnitude, along -z"),
+        param("sim.time_step", "s", time_step, 1e-4, 0.02, doc="physics step (control period)"),
+        param("sim.substeps", "1", substeps, 1, 20, integer=True, doc="solver substeps per step"),
+        param("sim.solver_iterations", "1", solver_iterations, 1, 500, integer=True),
+        param("sim.gravity", "m/s^2", gravity, 9.7, 9.9, doc="magnitude, along -z"),
     ]
 
 
@@ -59,16 +59,16 @@ def material_params(
     them into ERP/CFM, stable for any value, but it keeps about
     twice the contact points and steps about half as fast as its default rigid contacts)."""
     ps = [
-        p_(f"{prefix}.friction", "1", friction, 0.0, 2.0),
+        param(f"{prefix}.friction", "1", friction, 0.0, 2.0),
         # 0 = off (PyBullet adds no rolling/spinning constraints then; they cost step rate)
-        p_(f"{prefix}.rolling_friction", "m", 0.0, 0.0, 0.05),
-        p_(f"{prefix}.spinning_friction", "m", 0.0, 0.0, 0.05),
-        p_(f"{prefix}.restitution", "1", restitution, 0.0, 1.0),
+        param(f"{prefix}.rolling_friction", "m", 0.0, 0.0, 0.05),
+        param(f"{prefix}.spinning_friction", "m", 0.0, 0.0, 0.05),
+        param(f"{prefix}.restitution", "1", restitution, 0.0, 1.0),
     ]
     if compliant:
         ps += [
-            p_(f"{prefix}.contact_stiffness", "N/m", stiffness, 1e2, 1e8, "lognormal"),
-            p_(f"{prefix}.contact_damping", "N*s/m", damping, 1e-1, 1e6, "loguniform"),
+            param(f"{prefix}.contact_stiffness", "N/m", stiffness, 1e2, 1e8, "lognormal"),
+            param(f"{prefix}.contact_damping", "N*s/m", damping, 1e-1, 1e6, "loguniform"),
         ]
     return ps
 
@@ -77,7 +77,7 @@ def _log_range(
     name: str, unit: str, nominal: float, lo_f: float = 0.1, hi_f: float = 10.0, floor: float = 1e-9
 ) -> Param:
     nominal = max(nominal, floor)
-    return p_(name, unit, nominal, nominal * lo_f, nominal * hi_f, "lognormal")
+    return param(name, unit, nominal, nominal * lo_f, nominal * hi_f, "lognormal")
 
 
 def actuator_params(
@@ -94,10 +94,10 @@ def actuator_params(
     pre = f"robot.actuators.{joint}"
     unit_t = "N" if kind == "prismatic" else "N*m"
     effort = float(effort) if effort and effort > 0 else 100.0
-    lat = p_(f"{pre}.latency", "s", 0.0, 0.0, 0.1, doc="command delay")
+    lat = param(f"{pre}.latency", "s", 0.0, 0.0, 0.1, doc="command delay")
     if model == "servo":
         return [
-            p_(
+            param(
                 f"{pre}.bandwidth",
                 "1/s",
                 30.0,
@@ -106,7 +106,7 @@ def actuator_params(
                 "loguniform",
                 doc="position error corrected per second (capped at 1/dt)",
             ),
-            p_(
+            param(
                 f"{pre}.velocity_gain",
                 "1",
                 1.0,
@@ -114,7 +114,7 @@ def actuator_params(
                 1.0,
                 doc="1 = pure first-order servo; below 0.5 it oscillates",
             ),
-            p_(f"{pre}.effort_limit", unit_t, effort, 0.01 * effort, 3 * effort),
+            param(f"{pre}.effort_limit", unit_t, effort, 0.01 * effort, 3 * effort),
             lat,
         ]
     if model == "pd":
@@ -124,13 +124,13 @@ def actuator_params(
         return [
             _log_range(f"{pre}.kp", f"{unit_t}/{ang}", kp, 0.01, 10),
             _log_range(f"{pre}.kd", f"{unit_t}*s/{ang}", 2 * kp / wn, 0.01, 10),
-            p_(f"{pre}.effort_limit", unit_t, effort, 0.01 * effort, 3 * effort),
+            param(f"{pre}.effort_limit", unit_t, effort, 0.01 * effort, 3 * effort),
             lat,
         ]
     if model == "torque":
         return [
-            p_(f"{pre}.gain", "1", 1.0, 0.5, 1.5, doc="applied / commanded"),
-            p_(
+            param(f"{pre}.gain", "1", 1.0, 0.5, 1.5, doc="applied / commanded"),
+            param(
                 f"{pre}.bias",
                 unit_t,
                 0.0,
@@ -138,15 +138,15 @@ def actuator_params(
                 0.2 * effort,
                 doc="added to every command",
             ),
-            p_(f"{pre}.effort_limit", unit_t, effort, 0.01 * effort, 3 * effort),
+            param(f"{pre}.effort_limit", unit_t, effort, 0.01 * effort, 3 * effort),
             lat,
         ]
     if model == "dc_motor":
         return [
             _log_range(f"{pre}.resistance", "ohm", 8.4, 0.25, 4),
             _log_range(f"{pre}.k_emf", "V*s/rad", 0.042, 0.25, 4),
-            p_(f"{pre}.gear_ratio", "1", 1.0, 1.0, 1000.0),
-            p_(f"{pre}.voltage_limit", "V", 12.0, 0.1, 100.0),
+            param(f"{pre}.gear_ratio", "1", 1.0, 1.0, 1000.0),
+            param(f"{pre}.voltage_limit", "V", 12.0, 0.1, 100.0),
             lat,
         ]
     raise TwinError(f"joint '{joint}': unknown actuator model '{model}'")
@@ -177,7 +177,7 @@ def robot_from_urdf(
         )
     params: list[Param] = [
         *material_params("robot.material")[:1],
-        p_("robot.material.restitution", "1", 0.0, 0.0, 1.0),
+        param("robot.material.restitution", "1", 0.0, 0.0, 1.0),
     ]
     jspecs = []
     acted = {j.name for j in movable} if actuated is None else set(actuated)
@@ -191,13 +191,13 @@ def robot_from_urdf(
         u = "N" if kind == "prismatic" else "N*m"
         ang = "m" if kind == "prismatic" else "rad"
         params += [
-            p_(f"{pre}.damping", f"{u}*s/{ang}", j.damping, 0.0, max(10 * j.damping, 5.0)),
+            param(f"{pre}.damping", f"{u}*s/{ang}", j.damping, 0.0, max(10 * j.damping, 5.0)),
             *(
                 []
                 if actuator == "servo" and j.name in acted
-                else [p_(f"{pre}.friction", u, j.friction, 0.0, max(10 * j.friction, 5.0))]
+                else [param(f"{pre}.friction", u, j.friction, 0.0, max(10 * j.friction, 5.0))]
             ),
-            p_(
+            param(
                 f"{pre}.armature",
                 "kg*m^2" if ang == "rad" else "kg",
                 0.0,
@@ -226,7 +226,7 @@ def robot_from_urdf(
     )
     for ln in links:
         m = info.link_masses[ln]
-        params.append(p_(f"robot.links.{ln}.mass", "kg", m, 0.2 * m, 5 * m, "lognormal"))
+        params.append(param(f"robot.links.{ln}.mass", "kg", m, 0.2 * m, 5 * m, "lognormal"))
     spec = RobotSpec(
         urdf=urdf,
         name=name or info.name,
@@ -287,10 +287,10 @@ def _body_params(
     if mass_from == "mass":
         if not value > 0:
             raise TwinError(f"{prefix}: mass must be positive, got {value} kg")
-        return [p_(f"{prefix}.mass", "kg", value, 0.2 * value, 5 * value, "lognormal"), *ps]
+        return [param(f"{prefix}.mass", "kg", value, 0.2 * value, 5 * value, "lognormal"), *ps]
     if not value > 0:
         raise TwinError(f"{prefix}: density must be positive, got {value} kg/m^3")
-    return [p_(f"{prefix}.density", "kg/m^3", value, 0.2 * value, 5 * value, "lognormal"), *ps]
+    return [param(f"{prefix}.density", "kg/m^3", value, 0.2 * value, 5 * value, "lognormal"), *ps]
 
 
 def primitive_object(

@@ -66,10 +66,10 @@ def simple_pendulum_twin(
     )
     vals = pendulum_values()
     # the identified damping and friction lie above the CAD defaults' bounds; widen them
-    from twins.spec import p_
+    from twins.spec import param
 
     widened = [
-        p_(n, spec.params[n].unit, spec.params[n].nominal, 0.0, 2.0)
+        param(n, spec.params[n].unit, spec.params[n].nominal, 0.0, 2.0)
         for n in ("robot.joints.Joint_1.damping", "robot.joints.Joint_1.friction")
     ]
     spec = spec.__class__(**{**spec.__dict__, "params": spec.params.replace(*widened)})
@@ -99,7 +99,3 @@ def qube_twin(time_step: float = 1e-3) -> TwinSpec:
             "robot.actuators.arm.voltage_limit": 12.0,
         }
     )
-
-
-def angle_rmse(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.sqrt(np.mean((np.asarray(a) - np.asarray(b)) ** 2)))

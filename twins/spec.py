@@ -323,7 +323,7 @@ class TwinSpec:
             raise TwinError(f"{path}: {exc}") from exc
 
 
-def p_(
+def param(
     name: str,
     unit: str,
     nominal: float,
@@ -333,5 +333,5 @@ def p_(
     integer: bool = False,
     doc: str = "",
 ) -> Param:
-    """Short constructor used by the spec factories."""
+    """A `Param` from positional values (the spec factories list dozens of them)."""
     return Param(name, unit, nominal, low, high, prior, integer, doc)

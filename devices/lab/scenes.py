@@ -235,11 +235,6 @@ def pendulum_config() -> LabConfig:
     )
 
 
-def pendulum_inertia(p: PendulumConfig) -> float:
-    """Moment of inertia about the pivot, kg*m^2 (bob sphere + parallel axis)."""
-    return p.bob_mass * (p.length**2 + 0.4 * p.bob_radius**2)
-
-
 def build_pendulum(cfg: LabConfig) -> mujoco.MjSpec:
     p = cfg.pendulum or PendulumConfig()
     spec = base_spec(cfg)

@@ -10,9 +10,15 @@ import re
 import numpy as np
 import pytest
 
-from devices.lab.config import LabConfig, LabError
-from devices.lab.scenes import SCENES, pendulum_inertia
+from devices.lab.config import LabConfig, LabError, PendulumConfig
+from devices.lab.scenes import SCENES
 from devices.lab.sim import LabSim
+
+
+def pendulum_inertia(p: PendulumConfig) -> float:
+    """Moment of inertia about the pivot, kg*m^2 (bob sphere + parallel axis): the analytic
+    truth the lab's pendulum is checked against."""
+    return p.bob_mass * (p.length**2 + 0.4 * p.bob_radius**2)
 
 
 def _quiet(cfg: LabConfig, **kw: object) -> LabConfig:
