@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import platform
 import time
 from typing import Any
+
+from resources.errors import TwinbenchError
 
 HELP = "Run a benchmark (speed and accuracy against ground truth)."
 
@@ -32,13 +35,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", choices=sorted(BENCHMARKS), help="which benchmark")
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     p.add_argument("--quick", action="store_true", help="smaller sizes (for smoke tests)")
+    p.add_argument(
+        "--minutes", type=float, default=None, help="how long a soak runs (gui; default 10)"
+    )
 
 
-def run_benchmark(name: str, quick: bool = False) -> dict[str, Any]:
-    """Run one benchmark and return its result dict (plus machine info and wall time)."""
+def run_benchmark(name: str, quick: bool = False, **options: Any) -> dict[str, Any]:
+    """Run one benchmark and return its result dict (plus machine info and wall time).
+    `options` (e.g. minutes=) go to benchmarks that take them."""
     mod = importlib.import_module(BENCHMARKS[name])
     t0 = time.perf_counter()
-    result: dict[str, Any] = dict(mod.run(quick=quick))
+    given = {k: v for k, v in options.items() if v is not None}
+    accepted = inspect.signature(mod.run).parameters
+    for k in given:
+        if k not in accepted:
+            raise TwinbenchError(f"bench {name} has no --{k} option")
+    result: dict[str, Any] = dict(mod.run(quick=quick, **given))
     result.setdefault("bench", name)
     result["wall_s"] = round(time.perf_counter() - t0, 3)
     result["machine"] = (
@@ -48,7 +60,7 @@ def run_benchmark(name: str, quick: bool = False) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = run_benchmark(args.name, quick=args.quick)
+    result = run_benchmark(args.name, quick=args.quick, minutes=args.minutes)
     mod = importlib.import_module(BENCHMARKS[args.name])
     print(f"bench {args.name}: {getattr(mod, 'DESCRIPTION', '')}")
     for k, v in result.items():

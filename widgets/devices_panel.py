@@ -29,8 +29,11 @@ REDRAW_RAD = 1e-3  # 3D arm redrawn when a joint moved more than this (0.06°, b
 RATE_LABEL_S = 1.0
 # Any repaint makes Qt recompose the whole window through OpenGL (the 3D views are
 # QOpenGLWidgets); with Mesa's software renderer that costs ~25 ms of CPU, so numbers are
-# shown at 4 Hz, not at the 20 Hz pull rate.
+# shown at 4 Hz while the arm moves and at 1 Hz while it holds still (sensor noise only),
+# not at the 20 Hz pull rate.
 TABLE_S = 0.25
+TABLE_IDLE_S = 1.0
+MOVING_RAD_S = 0.02
 DOT = {
     "connected": "#2e7d32",
     "connecting": "#f9a825",
@@ -272,7 +275,8 @@ class DevicesPanel(QtWidgets.QWidget):
 
     def _draw_state(self, st: RobotState, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - self._table_shown < TABLE_S:
+        moving = float(np.max(np.abs(st.joint_vel), initial=0.0)) > MOVING_RAD_S
+        if not force and now - self._table_shown < (TABLE_S if moving else TABLE_IDLE_S):
             return
         self._table_shown = now
         n = min(self.table.rowCount(), len(st.joint_pos))

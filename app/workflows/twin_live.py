@@ -29,7 +29,7 @@ from resources.errors import TwinbenchError
 
 log = logging.getLogger(__name__)
 
-PLAY_HZ = 30.0
+PLAY_HZ = 20.0  # frames per second while playing (each redraw costs ~15 ms in software GL)
 MAX_CATCH_UP_S = 0.1  # when the world steps slower than real time, drop time, not frames
 
 

@@ -158,5 +158,10 @@ def start_lab_process(
         env=env,
     )
     lab = LabProcess(proc, token, tdir)
-    lab.wait_ready(timeout_s)
+    try:
+        lab.wait_ready(timeout_s)
+    finally:
+        # The lab has read its token (and made its TLS certificate) by the time it listens:
+        # remove the folder now, so a crash of this process leaves no secrets in /tmp.
+        tdir.cleanup()
     return lab

@@ -1,0 +1,175 @@
+"""A soak of the real window: `python -m widgets.soak --minutes M --out REPORT.json`.
+
+Opens the main window at 1366x768 on the demo project, starts the virtual lab, measures the
+idle CPU with the lab connected, then plays the twin with the devices panel live for the rest
+of the time, switching pages now and then, and writes a JSON report: CPU, RSS over time,
+event-loop stalls and the refcount of None. `bench gui` (app/benches/gui.py) runs it in its
+own process under Xvfb, so a crash of the window is a finding, not a crash of the bench.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+IDLE_MEASURE_S = 30.0
+TICK_MS = 5  # probe timer: its lateness is the event loop's stall
+PAGE_SWITCH_S = 20.0
+RSS_SAMPLE_S = 5.0
+
+
+def _cpu_s() -> float:
+    """CPU time of this process, all threads (Qt's and Mesa's render threads included)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q / 100 * len(s)))]
+
+
+def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
+    """Run the soak; returns the process exit code (0 when the report was written)."""
+    from PySide6 import QtCore, QtWidgets
+
+    from app import demo
+    from app.session import AppController
+    from widgets.main_window import MainWindow
+
+    logging.basicConfig(level=logging.WARNING)
+    qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
+    controller = AppController()
+    controller.install_log_handler()
+    win = MainWindow(controller)
+    sys.excepthook = win.report_unexpected
+    controller.open_project(demo.ensure_demo_project().root)
+    win.resize(width, height)
+    win.show()
+    demo.start_lab(controller)
+
+    report: dict[str, Any] = {"minutes_requested": minutes, "window": [width, height]}
+    ticks: list[float] = []
+    rss: list[tuple[float, float]] = []
+    t_start = time.monotonic()
+    state: dict[str, Any] = {"phase": "connect", "last_tick": None, "t_phase": t_start}
+
+    def on_tick() -> None:
+        now = time.perf_counter()
+        if state["last_tick"] is not None and state["phase"] == "soak":
+            ticks.append((now - state["last_tick"]) * 1000 - TICK_MS)
+        state["last_tick"] = now
+
+    def every_second() -> None:
+        now = time.monotonic()
+        phase = state["phase"]
+        if phase == "connect":
+            st = controller.devices()["robot"].state
+            if st == "connected" and controller.robot_state() is not None:
+                state.update(phase="settle", t_phase=now)
+            elif st == "error" or now - t_start > 120:
+                report["error"] = f"lab did not connect: {controller.devices()['robot']}"
+                qapp.exit(2)
+        elif phase == "settle" and now - state["t_phase"] > 5:
+            state.update(phase="idle", t_phase=now, cpu0=_cpu_s())
+        elif phase == "idle" and now - state["t_phase"] >= IDLE_MEASURE_S:
+            wall = now - state["t_phase"]
+            report["idle_cpu_pct"] = round(100 * (_cpu_s() - state["cpu0"]) / wall, 2)
+            twin = win.show_step("twin")
+            twin.play_btn.setChecked(True)
+            gc.collect()
+            state.update(
+                phase="soak",
+                t_phase=now,
+                cpu0=_cpu_s(),
+                none0=sys.getrefcount(None),
+                last_switch=now,
+                last_rss=0.0,
+                page=1,
+            )
+        elif phase == "soak":
+            elapsed = now - state["t_phase"]
+            if now - state["last_rss"] >= RSS_SAMPLE_S:
+                state["last_rss"] = now
+                rss.append((elapsed, _rss_mb()))
+            if now - state["last_switch"] >= PAGE_SWITCH_S:
+                state["last_switch"] = now
+                state["page"] = (state["page"] + 1) % len(win.pages)
+                win.show_step(list(win.pages)[state["page"]])
+            twin = win.pages["twin"]
+            if not twin.play_btn.isChecked():  # a twin error stops play: restart it
+                twin.play_btn.setChecked(True)
+            if elapsed >= soak_s:
+                finish(elapsed)
+
+    def finish(elapsed: float) -> None:
+        gc.collect()
+        report["none_refcount_drift"] = sys.getrefcount(None) - state["none0"]
+        report["soak_cpu_pct"] = round(100 * (_cpu_s() - state["cpu0"]) / elapsed, 2)
+        report["minutes"] = round((time.monotonic() - t_start) / 60, 2)
+        first = [m for t, m in rss if t <= 60] or [m for _, m in rss[:1]]
+        last = [m for t, m in rss if t >= elapsed - 60] or [m for _, m in rss[-1:]]
+        report["rss_first_minute_mb"] = round(sum(first) / len(first), 1)
+        report["rss_last_minute_mb"] = round(sum(last) / len(last), 1)
+        report["rss_growth_mb"] = round(
+            report["rss_last_minute_mb"] - report["rss_first_minute_mb"], 1
+        )
+        report["gui_tick_ms_p50"] = round(_percentile(ticks, 50), 2)
+        report["gui_tick_ms_p99"] = round(_percentile(ticks, 99), 2)
+        report["gui_tick_ms_max"] = round(max(ticks, default=float("nan")), 1)
+        report["event_loop_ticks"] = len(ticks)
+        twin = win.pages["twin"]
+        report["twin_frames_drawn"] = twin.frames_drawn
+        report["devices_refreshes"] = win.devices_panel.refreshes
+        report["errors_shown"] = 1 if win.last_error else 0
+        report["last_error"] = " / ".join(win.last_error) if win.last_error else ""
+        qapp.exit(0)
+
+    soak_s = max(60.0, minutes * 60 - IDLE_MEASURE_S - 10)
+    probe = QtCore.QTimer(win)
+    probe.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
+    probe.timeout.connect(on_tick)
+    probe.start(TICK_MS)
+    clock = QtCore.QTimer(win)
+    clock.timeout.connect(every_second)
+    clock.start(1000)
+    code = int(qapp.exec())
+    probe.stop()
+    clock.stop()
+    win.close()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m widgets.soak", description=__doc__)
+    p.add_argument("--minutes", type=float, default=10.0)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    return run(args.minutes, args.out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
