@@ -218,9 +218,8 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
     if jids:
         channels["robot/joint_pos"], channels["robot/joint_vel"] = Q, QD
         unit = {"prismatic": ("m", "m/s")}
-        units["robot/joint_pos"], units["robot/joint_vel"] = unit.get(
-            spec.robot.joints[0].kind, ("rad", "rad/s")
-        )  # type: ignore[union-attr]
+        kind = spec.robot.joints[0].kind if spec.robot is not None else "revolute"
+        units["robot/joint_pos"], units["robot/joint_vel"] = unit.get(kind, ("rad", "rad/s"))
     if bank is not None and (len(bank.pd) or len(bank.tq)):
         at = np.clip(rec_step - 1, 0, max(steps - 1, 0))
         u_at = u_steps[at] if steps else U_ext[[0] * K]

@@ -74,7 +74,7 @@ def _object_drawables(spec: TwinSpec, o: ObjectSpec, body: str) -> list[Drawable
     if vis is None and o.shape.kind == "mesh":  # fall back to the hulls, shown solid
         hulls = [_load(str(spec.resolve(h)), (1.0, 1.0, 1.0)) for h in o.shape.hulls]
         parts = [h for h in hulls if h is not None]
-        vis = trimesh.util.concatenate(parts) if parts else None
+        vis = trimesh.util.concatenate(parts) if parts else None  # type: ignore[assignment]
         T_vis = np.eye(4)
     elif vis is None:
         vis = _primitive(o.shape.kind, o.shape.size)
@@ -87,8 +87,8 @@ def _object_drawables(spec: TwinSpec, o: ObjectSpec, body: str) -> list[Drawable
                 f"{body}/visual",
                 body,
                 np.asarray(vis.vertices),
-                np.asarray(vis.faces),  # type: ignore[attr-defined]
-                tuple(o.rgba),
+                np.asarray(vis.faces),
+                (o.rgba[0], o.rgba[1], o.rgba[2], o.rgba[3]),
                 T_vis,
             )
         )  # type: ignore[arg-type]

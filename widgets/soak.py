@@ -56,6 +56,7 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
     from app import demo
     from app.session import AppController
     from widgets.main_window import MainWindow
+    from widgets.twin_page import TwinPage
 
     logging.basicConfig(level=logging.WARNING)
     qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
@@ -96,6 +97,7 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
             wall = now - state["t_phase"]
             report["idle_cpu_pct"] = round(100 * (_cpu_s() - state["cpu0"]) / wall, 2)
             twin = win.show_step("twin")
+            assert isinstance(twin, TwinPage)
             twin.play_btn.setChecked(True)
             gc.collect()
             state.update(
@@ -117,6 +119,7 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
                 state["page"] = (state["page"] + 1) % len(win.pages)
                 win.show_step(list(win.pages)[state["page"]])
             twin = win.pages["twin"]
+            assert isinstance(twin, TwinPage)
             if not twin.play_btn.isChecked():  # a twin error stops play: restart it
                 twin.play_btn.setChecked(True)
             if elapsed >= soak_s:
@@ -139,6 +142,7 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
         report["gui_tick_ms_max"] = round(max(ticks, default=float("nan")), 1)
         report["event_loop_ticks"] = len(ticks)
         twin = win.pages["twin"]
+        assert isinstance(twin, TwinPage)
         report["twin_frames_drawn"] = twin.frames_drawn
         report["devices_refreshes"] = win.devices_panel.refreshes
         report["errors_shown"] = 1 if win.last_error else 0

@@ -149,8 +149,15 @@ class TwinPage(WorkflowPage):
         self.hull_box.toggled.connect(lambda _c: self.redraw(full=True))
         self.frame_box = QtWidgets.QCheckBox("frames")
         self.frame_box.toggled.connect(lambda _c: self.redraw(full=True))
-        for w in (self.play_btn, self.step_btn, self.reset_btn, self.hull_box, self.frame_box):
-            bar2.addWidget(w)
+        controls: tuple[QtWidgets.QWidget, ...] = (
+            self.play_btn,
+            self.step_btn,
+            self.reset_btn,
+            self.hull_box,
+            self.frame_box,
+        )
+        for control in controls:
+            bar2.addWidget(control)
         bar2.addStretch(1)
         layout.addLayout(bar2)
         split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)

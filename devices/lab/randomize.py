@@ -22,6 +22,13 @@ def _scale(values: tuple[float, ...], rng: np.random.Generator, rel: float) -> t
     return tuple(float(v * rng.uniform(1 - rel, 1 + rel)) for v in values)
 
 
+def _scale3(
+    values: tuple[float, float, float], rng: np.random.Generator, rel: float
+) -> tuple[float, float, float]:
+    x, y, z = _scale(values, rng, rel)
+    return (x, y, z)
+
+
 def randomized_config(
     scene: str, rng: np.random.Generator, rel: float = 0.25, base: LabConfig | None = None
 ) -> LabConfig:
@@ -36,7 +43,7 @@ def randomized_config(
             mass=o.mass * rng.uniform(1 - rel, 1 + rel),
             friction=o.friction * rng.uniform(1 - rel, 1 + rel),
             restitution=float(np.clip(o.restitution * rng.uniform(1 - rel, 1 + rel), 0, 0.85)),
-            com_offset=_scale(o.com_offset, rng, rel),
+            com_offset=_scale3(o.com_offset, rng, rel),
         )
         for o in cfg.objects
     )  # type: ignore[arg-type]
