@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 from app.jobs import Job, Progress, run_to_end
 from app.project import MANIFEST, Project
 from app.session import AppController, data_dir
+from devices.robots.client import RobotClient
 from devices.robots.driver import RobotInfo, RobotState
 from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
@@ -135,6 +136,9 @@ class LabLink:
 
     def stop(self, reason: str) -> None:
         self.client.stop(reason)
+
+    def protocol_client(self) -> RobotClient | None:
+        return self.client if self.client.connected else None
 
     def close(self) -> None:
         try:

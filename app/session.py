@@ -20,13 +20,18 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from app.jobs import Job, Progress, run_to_end
 from app.project import Project, ProjectError
 from devices.robots.driver import RobotInfo, RobotState
 from devices.trajectory import Trajectory
 from resources import atomic
+
+if TYPE_CHECKING:
+    from app.workflows.scan import ScanOptions
+    from devices.robots.client import RobotClient
+    from reconstruction.scan_result import ScanResult
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +126,10 @@ class RobotLink(Protocol):
 
     def close(self) -> None:
         """Disconnect (and stop whatever the link started, e.g. the lab process)."""
+
+    def protocol_client(self) -> RobotClient | None:
+        """The robot-protocol client behind the link, which workflows that move the arm
+        (the guided scan) drive; None when it is not connected."""
 
 
 @dataclass
@@ -357,6 +366,28 @@ class AppController:
     def robot_link(self) -> RobotLink | None:
         """The connected robot's link (for workflows that command it), or None."""
         return self._robot
+
+    def _robot_client(self) -> RobotClient | None:
+        link = self._robot
+        return link.protocol_client() if link is not None else None
+
+    @property
+    def can_scan_robot(self) -> bool:
+        """A connected robot that a guided wrist scan can drive."""
+        return self._robot_client() is not None
+
+    def robot_scan_job(
+        self, options: ScanOptions | None = None, record: Path | None = None
+    ) -> Job[ScanResult]:
+        """The guided wrist scan of the connected robot (app.workflows.scan_robot).
+        Raises TwinbenchError when no robot is connected."""
+        from app.workflows.scan_robot import scan_robot
+        from resources.errors import TwinbenchError
+
+        client = self._robot_client()
+        if client is None:
+            raise TwinbenchError("no robot connected (Devices ▸ connect one first)")
+        return scan_robot(client, options, record=record)
 
     # -- jobs ----------------------------------------------------------------------------
     def submit_job(

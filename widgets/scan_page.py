@@ -18,6 +18,8 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from app.jobs import Job, Progress
 from app.workflows import scan as wf
+from app.workflows.scan_robot import scan_lab
+from resources.errors import TwinbenchError
 from widgets.pages import WorkflowPage, preview
 from widgets.scene_view import SceneView
 
@@ -170,19 +172,13 @@ class ScanPage(WorkflowPage):
     # --- scanning ---------------------------------------------------------------------------
     ROBOT_SOURCE = ("Connected robot (guided wrist scan)", "robot")
 
-    def _robot_client(self) -> Any:
-        """The connected robot's protocol client (RobotClient), or None."""
-        from devices.robots.client import RobotClient
-
-        client = getattr(self.controller.robot_link, "client", None)
-        return client if isinstance(client, RobotClient) and client.connected else None
-
     def refresh(self) -> None:
         super().refresh()
         i = self.source.findData(self.ROBOT_SOURCE[1])
-        if self._robot_client() is not None and i < 0:
+        can = self.controller.can_scan_robot
+        if can and i < 0:
             self.source.insertItem(0, *self.ROBOT_SOURCE)
-        elif self._robot_client() is None and i >= 0:
+        elif not can and i >= 0:
             self.source.removeItem(i)
 
     def start_scan(self, source: str | None = None, path: Path | None = None) -> bool:
@@ -194,15 +190,13 @@ class ScanPage(WorkflowPage):
 
         self._rec = Path(tempfile.mkdtemp(prefix="twinbench-scan-")) / "recording.db3"
         if key in ("lab", "lab-quick"):
-            job = wf.scan_lab(opt, record=self._rec, quick=key == "lab-quick")
+            job = scan_lab(opt, record=self._rec, quick=key == "lab-quick")
         elif key == "robot":
-            client = self._robot_client()
-            if client is None:
-                self.status.setText("no robot connected (Devices ▸ connect one first)")
+            try:
+                job = self.controller.robot_scan_job(opt, record=self._rec)
+            except TwinbenchError as exc:
+                self.status.setText(str(exc))
                 return False
-            from app.workflows.scan_robot import scan_robot
-
-            job = scan_robot(client, opt, record=self._rec)
         elif key == "realsense":
             job = wf.scan_realsense(opt, record=self._rec)
         else:

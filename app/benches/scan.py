@@ -1,9 +1,10 @@
 """Scan benchmark: the virtual lab scanned end to end and compared with its truth.
 
-The lab is scanned by the same workflow the CLI and GUI use (calibration on the ChArUco
+The lab is scanned by the same workflow the CLI and GUI use (`scan_lab`: the lab started as
+its own processes and reached only through the robot protocol; calibration on the ChArUco
 board, guided wrist scan, fixed camera), recorded to .db3 through the SDK; the recording is
-then replayed end to end for `scan_fps`. Truth (camera poses, object meshes) is read from the
-lab config only here.
+then replayed end to end for `scan_fps`. Truth (camera poses, object meshes) is read here
+only, from the config files the labs were started with.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ DESCRIPTION = (
 
 def run(quick: bool = False) -> dict[str, Any]:
     from app.jobs import run_to_end
-    from app.workflows.scan import ScanOptions, scan_lab, scan_recording
+    from app.workflows.scan import ScanOptions, scan_recording
+    from app.workflows.scan_robot import scan_lab
     from devices.cameras.playback import PlaybackSource
     from devices.lab.config import LabConfig
     from devices.lab.scenes import default_config_path
@@ -33,19 +35,23 @@ def run(quick: bool = False) -> dict[str, Any]:
     from reconstruction.metrics import chamfer_fscore, match_objects
     from reconstruction.tsdf import TSDFIntegrator, TSDFSettings
 
-    cfg = LabConfig.load(default_config_path("panda_table"))
+    table_file, calib_file = default_config_path("panda_table"), default_config_path("panda_calib")
+    cfg, calib_cfg = LabConfig.load(table_file), LabConfig.load(calib_file)
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         rec = Path(tmp) / "lab.db3"
         t0 = time.perf_counter()
-        res = run_to_end(scan_lab(ScanOptions(), record=rec, quick=quick))
+        res = run_to_end(
+            scan_lab(ScanOptions(), table_file, rec, quick=quick, calibration_config=calib_file)
+        )
         out["lab_scan_s"] = round(time.perf_counter() - t0, 1)
+        out["views"] = res.capture["views"]
         cal = res.calibration
-        X_true = pose_to_matrix(cfg.camera("wrist").pose)
+        X_true = pose_to_matrix(calib_cfg.camera("wrist").pose)
         X = np.asarray(cal["T_hand_camera"])
         out["calib_err_mm"] = round(float(np.linalg.norm(X[:3, 3] - X_true[:3, 3]) * 1000), 3)
         out["calib_err_deg"] = round(rotation_angle_deg(X, X_true), 4)
-        Tf_true = truth_camera_pose(cfg, "fixed")
+        Tf_true = truth_camera_pose(calib_cfg, "fixed")
         Tf = np.asarray(cal["T_base_fixed"])
         out["fixed_calib_err_mm"] = round(
             float(np.linalg.norm(Tf[:3, 3] - Tf_true[:3, 3]) * 1000), 3
@@ -87,6 +93,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         for j, fr in enumerate(frames):
             for k, ig in igs.items() if j % 2 else reversed(igs.items()):
                 t, c0 = time.perf_counter(), time.process_time()
+                assert fr.T_world_camera is not None  # the recording's sidecar poses
                 ig.integrate(fr, fr.T_world_camera)
                 if j:
                     times[k].append(time.perf_counter() - t)

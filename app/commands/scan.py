@@ -15,7 +15,7 @@ HELP = (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--source",
-        help="'lab' (virtual lab in-process), 'robot' (connected robot's wrist camera, "
+        help="'lab' (virtual lab, own process), 'robot' (connected robot's wrist camera, "
         "guided path; --host/--port/--token-file), 'realsense[:SERIAL]' (live, handheld), "
         "or a .db3/.bag recording",
     )
@@ -38,7 +38,6 @@ def run(args: argparse.Namespace) -> int:
     from app.workflows.scan import (
         ScanOptions,
         save_scan,
-        scan_lab,
         scan_realsense,
         scan_recording,
     )
@@ -64,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="twinbench-scan-") as tmp:
         rec: Path | None = Path(tmp) / "recording.db3"
         if args.source == "lab":
+            from app.workflows.scan_robot import scan_lab
+
             res = run_cli(scan_lab(opt, args.lab_config, rec, args.quick), args.quiet)
         elif args.source == "robot":
             from app.workflows.scan_robot import RobotScanPlan, scan_robot

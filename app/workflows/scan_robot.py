@@ -1,15 +1,22 @@
-"""Guided wrist-camera scan of a CONNECTED robot (virtual lab or hardware, reached only
-through the robot protocol), as Qt-free jobs shared by the CLI and the Scan page.
+"""The guided wrist-camera scan and calibration of a CONNECTED robot (virtual lab or
+hardware, reached only through the robot protocol), as Qt-free jobs shared by the CLI, the
+Scan page and `bench scan`. This is the one guided scan: the lab is just another robot.
 
-- `scan_robot(client, options, record=...)`: move the arm through the planned view path
-  (reconstruction/scan_path.py), wait until it settles, grab a wrist-camera frame over the
-  protocol and pair it with the joint state at the frame's timestamp (same robot clock),
-  camera pose = FK(q) @ T_hand_camera (FK from the robot's own description, twins/), TSDF
-  integration and object segmentation (reconstruction pipeline) -> ScanResult.
 - `calibrate_robot(client, ...)`: hand-eye calibration of the wrist camera from views of a
-  ChArUco board lying on the table (reconstruction/calibration.py), for `calibration=`.
+  ChArUco board lying on the table (reconstruction/calibration.py), plus every fixed camera
+  that sees the same board (its T_base_camera).
+- `scan_robot(client, options, record=..., calibration=...)`: move the arm through the
+  planned view path (reconstruction/scan_path.py), wait until it settles, grab a
+  wrist-camera frame over the protocol and pair it with the joint state at the frame's
+  timestamp (same robot clock), camera pose = FK(q) @ T_hand_camera (FK from the robot's own
+  description, twins/), fixed-camera frames at their calibrated pose, TSDF integration and
+  object segmentation (reconstruction pipeline) -> ScanResult.
+- `scan_lab(...)`: the virtual lab started as its own processes (`lab serve`): the
+  calibration set-up (board on the table), then the workspace; calibrate, then scan.
 
-The robot is left stopped at the end, on error and on cancel (`gen.close()`).
+The numbers of the path (workspace centre, exclusion box, board centre, calibration orbit,
+second pass) live here and only here. The robot is left stopped at the end, on error and on
+cancel (`gen.close()`).
 """
 
 from __future__ import annotations
@@ -32,28 +39,99 @@ from reconstruction.scan_result import ScanResult
 from reconstruction.tsdf import TSDFSettings
 from resources.errors import TwinbenchError
 
+# --- where to look (robot base frame, m): the one home of these numbers ----------------------
+WORKSPACE_CENTRE = (0.57, 0.0, 0.03)  # centre of the tabletop workspace the orbit looks at
+BOARD_CENTRE = (0.435, 0.0, 0.0)  # where the user lays the ChArUco board, roughly
+# The robot's own base and column: never an object, whatever the camera sees there.
+EXCLUDE_ROBOT = ((-0.3, -0.3, -0.1), (0.2, 0.3, 1.5))
+
 
 class RobotScanError(TwinbenchError):
     """A guided scan of a connected robot cannot run; the message names robot and camera."""
 
 
+@dataclass(frozen=True)
+class Orbit:
+    """`views` camera poses on an arc at `distance` m and `elevation_deg` around a centre."""
+
+    distance: float
+    elevation_deg: float
+    views: int
+    azimuth_deg: tuple[float, float]
+
+    def targets(
+        self, centre: tuple[float, float, float], base_azimuth_deg: float = 180.0
+    ) -> list[NDArray[np.float64]]:
+        from reconstruction.scan_path import orbit_targets
+
+        return orbit_targets(
+            centre,
+            self.distance,
+            self.elevation_deg,
+            self.views,
+            self.azimuth_deg,
+            base_azimuth_deg=base_azimuth_deg,
+        )
+
+
 @dataclass
 class RobotScanPlan:
-    """Where to look and how to move (SI units)."""
+    """Where to look and how to move (SI units). The first orbit is `views` views at
+    `distance`/`elevation_deg`; `extra_orbits` follow; then the second pass: `object_views`
+    views per object found, at each of `object_elevations_deg` (0 views: no second pass)."""
 
-    centre: tuple[float, float, float] = (0.57, 0.0, 0.03)  # workspace centre, base frame
+    centre: tuple[float, float, float] = WORKSPACE_CENTRE
     distance: float = 0.55
     elevation_deg: float = 55.0
-    views: int = 8
+    views: int = 10
     azimuth_deg: tuple[float, float] = (-80.0, 80.0)
-    object_views: int = 4  # per object found by the orbit (second pass); 0: none
+    extra_orbits: tuple[Orbit, ...] = (Orbit(0.5, 70.0, 8, (-150.0, 150.0)),)
+    object_views: int = 8  # per object and elevation (second pass); 0: none
     object_distance: float = 0.5
-    object_elevation_deg: float = 40.0
+    object_elevations_deg: tuple[float, ...] = (35.0, 55.0)
+    object_azimuth_deg: tuple[float, float] = (-180.0, 135.0)
+    exclude: tuple[tuple[tuple[float, float, float], tuple[float, float, float]], ...] = (
+        EXCLUDE_ROBOT,
+    )
+    fixed_frames: int = 3  # frames from each calibrated fixed camera
     camera: str | None = None  # None: the first camera with a nominal mount pose
     speed_rad_s: float = 1.2  # joint-space speed of the moves
-    settle_tol_rad: float = 3e-3
+    # settled = at rest near the target: joint friction can hold a joint a few mrad off
+    # its target for good (the camera pose comes from the measured joints anyway)
+    settle_tol_rad: float = 0.01
     settle_vel_rad_s: float = 0.02
     settle_timeout_s: float = 4.0
+
+    @classmethod
+    def quick(cls, **changes: Any) -> RobotScanPlan:
+        """Fewer views: one orbit, one elevation of 6 views per object."""
+        base = cls(views=8, extra_orbits=(), object_views=6, object_elevations_deg=(40.0,))
+        return replace(base, **changes)
+
+    def orbits(self) -> list[Orbit]:
+        return [Orbit(self.distance, self.elevation_deg, self.views, self.azimuth_deg)] + list(
+            self.extra_orbits
+        )
+
+
+@dataclass
+class CalibrationPlan:
+    """The guided calibration path: two thirds of the views on a wide orbit around the
+    board, the rest steeper and closer (rotation about several axes for hand-eye)."""
+
+    board_centre: tuple[float, float, float] = BOARD_CENTRE
+    views: int = 12
+    wide: tuple[float, float, tuple[float, float]] = (0.42, 60.0, (-70.0, 70.0))
+    steep: tuple[float, float, tuple[float, float]] = (0.35, 75.0, (-120.0, 120.0))
+    fixed_frames: int = 3
+
+    def targets(self) -> list[NDArray[np.float64]]:
+        n_wide = self.views * 2 // 3
+        return Orbit(self.wide[0], self.wide[1], n_wide, self.wide[2]).targets(
+            self.board_centre
+        ) + Orbit(self.steep[0], self.steep[1], self.views - n_wide, self.steep[2]).targets(
+            self.board_centre
+        )
 
 
 class ConnectedArm:
@@ -81,6 +159,7 @@ class ConnectedArm:
                 f"robot {info.name}: camera '{camera}' has no mount pose (wrist cameras: {cams})"
             )
         self.camera = camera
+        self.fixed_cameras = [c for c in info.cameras if c not in cams]
         self.mount = str(info.meta.get(f"camera/{camera}/mount_body", ""))
         self.T_mount_camera_nominal = pose_to_matrix(
             info.meta[f"camera/{camera}/nominal_T_mount_camera"]
@@ -172,12 +251,32 @@ class ConnectedArm:
                     break
                 best = f
             if best is not None:
-                qf = np.array([np.interp(best.timestamp, t, q[:, j]) for j in range(q.shape[1])])
-                return best, qf
+                # a line through the window's states, per joint, read at the frame's time:
+                # averages the encoder noise of an arm at rest and follows a slow drift
+                dt = t - best.timestamp
+                coef = np.polyfit(dt, q, 1) if len(t) >= 3 else None
+                qf = (
+                    coef[1]
+                    if coef is not None
+                    else np.array(
+                        [np.interp(best.timestamp, t, q[:, j]) for j in range(q.shape[1])]
+                    )
+                )
+                return best, np.asarray(qf, float)
         raise RobotScanError(
             f"robot {self.info.name}: camera '{self.camera}' frame timestamps "
             f"never fall inside the state stream (different clocks?)"
         )
+
+    def grab_fixed(self, camera: str, n: int) -> list[RGBDFrame]:
+        """`n` consecutive frames of fixed camera `camera` (the first one skipped: it may
+        predate the subscription)."""
+        frames = self.client.camera_frames(camera, timeout_s=15.0)
+        try:
+            next(frames)
+            return [next(frames) for _ in range(n)]
+        finally:
+            frames.close()
 
     def stop(self) -> None:
         """Stop and release the robot; never raises (used in finally blocks)."""
@@ -222,6 +321,36 @@ def _camera_poses(
         yield replace(f, T_world_camera=arm.fk(qf) @ X)
 
 
+class _Recorder:
+    """Frames through the SDK's software device into a .db3 (with the scan's sidecar),
+    renumbered: wrist and fixed frames become one gap-free stream."""
+
+    def __init__(self, path: Path, first: RGBDFrame, name: str, meta: dict[str, Any]) -> None:
+        from devices.cameras.software import SoftwareCamera
+
+        self.cam = SoftwareCamera(first.intrinsics, first.depth_scale, record_path=path, name=name)
+        self.cam.info.meta.update(meta)
+        self.count = 0
+
+    def push(self, frame: RGBDFrame) -> RGBDFrame:
+        self.count += 1
+        pushed: RGBDFrame = self.cam.push(
+            replace(frame, index=self.count, timestamp=self.count / 30.0)
+        )
+        return pushed
+
+    def close(self) -> None:
+        self.cam.close()
+
+
+def _jsonable(c: dict[str, Any]) -> dict[str, Any]:
+    return {k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v) for k, v in c.items()}
+
+
+def _stopped(opt: ScanOptions) -> bool:
+    return opt.stop is not None and opt.stop.is_set()
+
+
 def scan_robot(
     client: RobotClient,
     options: ScanOptions | None = None,
@@ -229,68 +358,75 @@ def scan_robot(
     plan: RobotScanPlan | None = None,
     calibration: dict[str, Any] | None = None,
 ) -> Job[ScanResult]:
-    """Guided wrist scan of the connected robot. `calibration` ({"T_hand_camera": 4x4, ...}
-    from `calibrate_robot`) or else the robot's NOMINAL camera mount pose."""
-    from devices.cameras.software import SoftwareCamera
-    from reconstruction.scan_path import orbit_targets
+    """Guided wrist scan of the connected robot. `calibration` ({"T_hand_camera": 4x4, and
+    "T_base_fixed" + "fixed_camera" when a fixed camera was calibrated} from
+    `calibrate_robot`), or else the robot's NOMINAL camera mount pose."""
     from reconstruction.segment import cluster_objects, fit_table_plane
 
     opt = options or ScanOptions()
     plan = plan or RobotScanPlan()
-    opt.exclude = opt.exclude or [(np.array([-0.3, -0.3, -0.1]), np.array([0.2, 0.3, 1.5]))]
+    opt.exclude = opt.exclude or [
+        (np.array(lo, float), np.array(hi, float)) for lo, hi in plan.exclude
+    ]
     arm = ConnectedArm(client, plan.camera)
-    cam = None
+    rec: _Recorder | None = None
     try:
         X = np.asarray((calibration or {}).get("T_hand_camera", arm.T_mount_camera_nominal))
-        calib = {
-            k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v)
-            for k, v in (calibration or {}).items()
-        }
+        calib = _jsonable(calibration or {})
         calib.setdefault("T_hand_camera", X.tolist())
         calib["hand_camera_source"] = "hand-eye" if calibration else "nominal mount pose"
+        fixed = calib.get("fixed_camera")
+        T_fixed = np.asarray(calib["T_base_fixed"]) if fixed in arm.fixed_cameras else None
         log: dict[str, Any] = {"unreachable": 0, "unsettled": 0, "paired": []}
         yield Progress(
             0.0,
             f"scanning with {arm.info.name} camera '{arm.camera}' ({calib['hand_camera_source']})",
         )
         sess = ScanSession(TSDFSettings(voxel_size=opt.voxel_size, depth_max=opt.depth_max))
-        stream = _camera_poses(
-            arm,
-            orbit_targets(
-                plan.centre, plan.distance, plan.elevation_deg, plan.views, plan.azimuth_deg
-            ),
-            X,
-            plan,
-            log,
+        first_pass = [T for orbit in plan.orbits() for T in orbit.targets(plan.centre)]
+        fixed_frames: list[RGBDFrame] = []
+        if T_fixed is not None and plan.fixed_frames:
+            yield Progress(0.0, f"fixed camera '{fixed}': {plan.fixed_frames} frames")
+            fixed_frames = [
+                replace(f, T_world_camera=T_fixed)
+                for f in arm.grab_fixed(str(fixed), plan.fixed_frames)
+            ]
+        stream: Iterator[RGBDFrame] = _chain(
+            fixed_frames, _camera_poses(arm, first_pass, X, plan, log)
         )
         if record is not None:
             first = next(stream, None)
             if first is None:
                 raise RobotScanError(f"robot {arm.info.name}: no view of the path is reachable")
-            cam = SoftwareCamera(
-                first.intrinsics,
-                first.depth_scale,
-                record_path=record,
-                name=f"Twinbench {arm.info.name} {arm.camera}",
-            )
-            cam.info.meta.update(
+            rec = _Recorder(
+                record,
+                first,
+                f"Twinbench {arm.info.name} {arm.camera}",
                 {
                     "T_hand_camera": X.tolist(),
                     "source": "robot",
                     "robot": arm.info.name,
                     "calibration": calib,
                     "exclude": [[lo.tolist(), hi.tolist()] for lo, hi in opt.exclude],
-                }
+                    **({"T_base_camera": T_fixed.tolist()} if T_fixed is not None else {}),
+                },
             )
-            stream = (cam.push(f) for f in _chain1(first, stream))
+            stream = (rec.push(f) for f in _chain([first], stream))
         second_share = 0.4 if plan.object_views else 0.0
         yield from sub_job(
-            reconstruct_frames(stream, None, opt, session=sess, finish=False, total=plan.views),
+            reconstruct_frames(
+                stream,
+                None,
+                opt,
+                session=sess,
+                finish=False,
+                total=len(first_pass) + len(fixed_frames),
+            ),
             0.0,
             0.9 - second_share,
             "orbit: ",
         )
-        if plan.object_views and not (opt.stop is not None and opt.stop.is_set()):
+        if plan.object_views and plan.object_elevations_deg and not _stopped(opt):
             pts, cols = sess.tsdf.points()
             try:
                 plane, _ = fit_table_plane(pts, seed=opt.seed, up=np.array([0.0, 0, 1]))
@@ -301,18 +437,14 @@ def scan_robot(
             second = [
                 T
                 for cl in clusters
-                for T in orbit_targets(
-                    tuple(cl.footprint_centre(plane)),
-                    plan.object_distance,
-                    plan.object_elevation_deg,
-                    plan.object_views,
-                    (-180, 135),
-                    base_azimuth_deg=0,
-                )
+                for el in plan.object_elevations_deg
+                for T in Orbit(
+                    plan.object_distance, el, plan.object_views, plan.object_azimuth_deg
+                ).targets(tuple(cl.footprint_centre(plane)), base_azimuth_deg=0)
             ]
             more = _camera_poses(arm, second, X, plan, log)
-            if cam is not None:
-                more = (cam.push(f) for f in more)
+            if rec is not None:
+                more = (rec.push(f) for f in more)
             yield from sub_job(
                 reconstruct_frames(more, None, opt, session=sess, finish=False, total=len(second)),
                 0.5,
@@ -321,7 +453,11 @@ def scan_robot(
             )
         arm.stop()  # the arm is still for the segmentation
         res = yield from sub_job(
-            reconstruct_frames(iter(()), None, opt, session=sess, calibration=calib), 0.9, 1.0
+            reconstruct_frames(
+                iter(()), None, opt, session=sess, T_base_camera=T_fixed, calibration=calib
+            ),
+            0.9,
+            1.0,
         )
         assert res is not None
         warnings = list(res.warnings)
@@ -336,41 +472,54 @@ def scan_robot(
             "robot_address": client.address,
             "camera": arm.camera,
             "views": len(log["paired"]),
+            "fixed_frames": len(fixed_frames),
             "paired_states": log["paired"],
         }
-        if cam is not None:
-            capture.update({"sdk_version": cam.info.sdk_version, "device": cam.info.device})
+        if rec is not None:
+            capture.update({"sdk_version": rec.cam.info.sdk_version, "device": rec.cam.info.device})
         return replace(res, warnings=tuple(warnings), capture=capture)
     finally:
-        if cam is not None:
-            cam.close()
+        if rec is not None:
+            rec.close()
         arm.stop()
 
 
-def _chain1(first: RGBDFrame, rest: Iterator[RGBDFrame]) -> Iterator[RGBDFrame]:
-    yield first
+def _chain(first: list[RGBDFrame], rest: Iterator[RGBDFrame]) -> Iterator[RGBDFrame]:
+    yield from first
     yield from rest
 
 
 def calibrate_robot(
     client: RobotClient,
-    views: int = 10,
-    board_centre: tuple[float, float, float] = (0.435, 0.0, 0.0),
+    views: int | None = None,
+    board_centre: tuple[float, float, float] | None = None,
     plan: RobotScanPlan | None = None,
+    calibration_plan: CalibrationPlan | None = None,
 ) -> Job[dict[str, Any]]:
-    """Hand-eye calibration of the wrist camera from ChArUco board views (the board lying
-    on the table near `board_centre`; the lab's panda_calib scene), robot moved by the
-    guided calibration path as in the in-process lab scan."""
-    from reconstruction.calibration import detect_board, hand_eye, intrinsics_check
-    from reconstruction.scan_path import orbit_targets
+    """Hand-eye calibration of the wrist camera from ChArUco board views (the board lying on
+    the table near the plan's board centre: the lab's panda_calib scene), robot moved along
+    the guided calibration path; then every fixed camera that sees the board gets its
+    T_base_camera from the board's base pose ("T_base_fixed", "fixed_camera", "fixed").
+    Raises RobotScanError when no view is reachable (CalibrationError from too few boards)."""
+    from reconstruction.calibration import (
+        detect_board,
+        fixed_camera,
+        hand_eye,
+        intrinsics_check,
+        refine_with_depth,
+    )
 
     plan = plan or RobotScanPlan()
+    cp = calibration_plan or CalibrationPlan()
+    cp = replace(
+        cp,
+        views=views if views is not None else cp.views,
+        board_centre=board_centre if board_centre is not None else cp.board_centre,
+    )
     arm = ConnectedArm(client, plan.camera)
     try:
         X0 = arm.T_mount_camera_nominal
-        targets = orbit_targets(board_centre, 0.42, 60, views * 2 // 3, (-70, 70)) + orbit_targets(
-            board_centre, 0.35, 75, views - views * 2 // 3, (-120, 120)
-        )
+        targets = cp.targets()
         hands, found, missed, intr = [], [], [], None
         q = client.latest_state().joint_pos
         arm.prime_camera()
@@ -388,17 +537,88 @@ def calibrate_robot(
                     hands.append(arm.fk(qf))
                     found.append(v)
             yield Progress(
-                (i + 1) / len(targets),
+                0.9 * (i + 1) / len(targets),
                 f"calibration view {i + 1}/{len(targets)}: {len(found)} boards found",
             )
         if intr is None:
             raise RobotScanError(f"robot {arm.info.name}: no calibration view is reachable")
         he = hand_eye(hands, found, intr)
-        return {
+        out: dict[str, Any] = {
             "T_hand_camera": he.T,
             "hand_eye": he.summary(),
             "board_missed_views": missed,
             "intrinsics_check": intrinsics_check(found, intr),
         }
+        for name in arm.fixed_cameras:
+            yield Progress(0.95, f"fixed camera '{name}': looking for the board")
+            fviews = []
+            frames = arm.grab_fixed(name, cp.fixed_frames)
+            for f in frames:
+                v = detect_board(f)
+                if v is not None:
+                    fviews.append(refine_with_depth(v, f))
+            if not fviews:
+                out.setdefault("fixed_not_calibrated", []).append(name)
+                continue
+            fc = fixed_camera(fviews, he.T_base_board, frames[0].intrinsics, depth_refined=True)
+            if "fixed_camera" not in out:  # the scan uses the first one
+                out.update({"fixed_camera": name, "T_base_fixed": fc.T, "fixed": fc.summary()})
+        yield Progress(1.0, f"hand-eye from {len(found)} board views")
+        return out
     finally:
         arm.stop()
+
+
+LAB_CAMERA_SIZE = "640x480"  # the lab cameras render D435-like 640x480 for scans
+
+
+def _lab_robot(scene: str, config: Path | None, what: str) -> Job[tuple[Any, RobotClient]]:
+    """Start `lab serve` for `scene` as its own process and connect to it."""
+    from devices.robots.launch import start_lab_process
+
+    yield Progress(None, f"starting the virtual lab ({what}: {scene})…")
+    lab = start_lab_process(scene, config, camera_size=LAB_CAMERA_SIZE, camera_fps=15)
+    try:
+        client = RobotClient(lab.host, lab.port, lab.token, name="twinbench-scan")
+        client.connect()
+    except BaseException:
+        lab.terminate()
+        raise
+    return lab, client
+
+
+def scan_lab(
+    options: ScanOptions | None = None,
+    config: Path | None = None,
+    record: Path | None = None,
+    quick: bool = False,
+    calibration_config: Path | None = None,
+    calibration: dict[str, Any] | None = None,
+) -> Job[ScanResult]:
+    """Scan the virtual lab through the robot protocol, as a user would a real cell: with
+    the board on the table (lab scene panda_calib, truth `calibration_config`) calibrate the
+    wrist and fixed cameras, then (scene panda_table, truth `config`) run the guided scan.
+    Each lab is its own process, stopped before this returns. `calibration` skips the
+    first step."""
+    plan = RobotScanPlan.quick() if quick else RobotScanPlan()
+    if calibration is None:
+        lab, client = yield from _lab_robot("panda_calib", calibration_config, "calibration")
+        try:
+            calibration = yield from sub_job(
+                calibrate_robot(client, views=8 if quick else 12, plan=plan),
+                0.0,
+                0.25,
+                "calibrating: ",
+            )
+        finally:
+            client.close()
+            lab.terminate()
+    lab, client = yield from _lab_robot("panda_table", config, "scan")
+    try:
+        res = yield from sub_job(
+            scan_robot(client, options, record, plan, calibration), 0.25, 1.0, "scan: "
+        )
+    finally:
+        client.close()
+        lab.terminate()
+    return replace(res, capture={**res.capture, "source": "lab"})

@@ -52,7 +52,7 @@ def test_guided_scan_finds_objects_where_they_are(lab: LabProcess, tmp_path: Pat
                 robot,
                 ScanOptions(),
                 record=rec,
-                plan=RobotScanPlan(views=7, object_views=0),
+                plan=RobotScanPlan.quick(views=7, object_views=0),
                 calibration={"T_hand_camera": _true_hand_camera()},
             )
         )
@@ -106,7 +106,7 @@ def test_hand_eye_over_the_protocol_recovers_the_true_mount() -> None:
 def test_cancel_mid_scan_leaves_robot_stopped(lab: LabProcess) -> None:
     with RobotClient(lab.host, lab.port, lab.token) as robot:
         q_start = robot.latest_state().joint_pos
-        job = scan_robot(robot, ScanOptions(), plan=RobotScanPlan(views=6, object_views=0))
+        job = scan_robot(robot, ScanOptions(), plan=RobotScanPlan.quick(views=6, object_views=0))
         for _ in range(3):  # start message + two integrated views
             next(job)
         assert np.max(np.abs(robot.latest_state().joint_pos - q_start)) > 0.05  # it moved

@@ -1,4 +1,5 @@
-"""Scan page: the connected-robot source appears only while a robot client is connected."""
+"""Scan page: the connected-robot source appears only while a robot client is connected; the
+page asks the app layer (AppController) for the scan, never for the client."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ pytestmark = [pytest.mark.gui, pytest.mark.slow]
 
 class _Link:
     """The RobotLink the GUI holds (like app.demo.LabLink): info, state, close, client."""
+
+    def protocol_client(self) -> Any:
+        return self.client if self.client.connected else None
 
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -45,8 +49,10 @@ def test_robot_source_follows_the_connection(qtbot, tmp_path) -> None:  # type: 
         client.connect()
         c.attach_robot(_Link(client))
         qtbot.waitUntil(lambda: "robot" in keys(), timeout=3000)
+        assert c.can_scan_robot
         assert page.source.itemText(keys().index("robot")) == "Connected robot (guided wrist scan)"
         c.detach_robot()
         qtbot.waitUntil(lambda: "robot" not in keys(), timeout=3000)
+        assert not c.can_scan_robot
     page.detach()
     c.shutdown()
