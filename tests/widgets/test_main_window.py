@@ -241,3 +241,21 @@ def test_calibrate_page_plots_project_trajectories(window, controller, tmp_path,
     assert vals == pytest.approx([0.5, 1.0])
     assert all(v.t[0] == 0.0 and v.t[-1] == pytest.approx(1.0) for v in s.values())  # from 0 s
     assert {first, second} == {a.id for a in controller.project.artifacts("trajectory")}
+
+
+def test_unexpected_exception_is_shown_and_logged_and_app_lives_on(window, qtbot) -> None:
+    """What `sys.excepthook` (installed by the app) does with an exception no slot handled."""
+    try:
+        raise KeyError("objects.puck.friction")
+    except KeyError as exc:
+        window.report_unexpected(type(exc), exc, exc.__traceback__)
+    assert window.error_box is not None and window.error_box.isVisible()
+    assert "KeyError" in window.error_box.text() and "keeps running" in window.error_box.text()
+    qtbot.waitUntil(
+        lambda: any("objects.puck.friction" in t for t, _ in window.log_panel.rows()), timeout=3000
+    )
+    entries = [e for e in window.controller.log_entries() if "unexpected error" in e.message]
+    assert entries and "Traceback" in entries[-1].traceback
+    window.error_box.close()
+    window.show_step("twin")  # still responsive
+    assert window.current_step() == "twin"
