@@ -42,12 +42,14 @@ BRAKE_MARGIN = 0.02  # rad: velocity and torque motion brakes to a stop this far
 LEAD_FULL, LEAD_ZERO = 0.95, 1.02  # position lead tapers to 0 between these speed fractions
 TARGET_MARGIN = 0.005  # rad: position targets stay this far inside the limits (tracking overshoot)
 LIMIT_PULLBACK = 4.0  # target correction (rad per rad, or rad/s per rad) past a limit
+VGLOBAL_FULL, VGLOBAL_ZERO = 0.8, 0.95  # velocity mode: the same, for commanded speeds
+GLOBAL_FULL, GLOBAL_ZERO = 0.7, 0.9  # torque mode: all-joint scaling between these speed ratios
 TORQUE_SOFT = 0.8  # torque mode governs to this fraction of the (soft) speed
 TORQUE_RISE_S = 0.1  # s for a torque that speeds a joint up to rise from 0 to full
 BRAKE_BAND = 0.5  # above the governed speed, full braking torque is reached this far over it
 PREDICT_S = 0.008  # s: command latency + one control period, typical of the lab and arms
 MAX_ACCEL = 500.0  # rad/s^2: larger measured accelerations are glitches, not motion
-BOX_HORIZON_S = 0.05  # s ahead that velocity/torque motion is checked against the box
+BOX_HORIZON_S = 0.25  # s ahead that velocity/torque motion is checked against the box
 
 
 @dataclass(frozen=True)
@@ -385,16 +387,17 @@ class SafetyEnvelope:
         out = np.clip(cmd, -self.vmax, self.vmax)
         if np.any(out != cmd):
             acted.append("velocity")
-        step = np.clip(out - prev, -self.step_vel, self.step_vel)
-        if np.any(step != out - prev):
-            acted.append("max_step")
-            out = prev + step
         # braking distance to the position limits, on the measured position; slower while a
         # joint measures over its soft speed
         up, down = self.braking_speed(q, BRAKE_MARGIN)
         up = np.where(v > self.v_soft, np.minimum(up, 2 * self.v_soft - v), up)
         down = np.where(-v > self.v_soft, np.minimum(down, 2 * self.v_soft + v), down)
         braked = np.clip(out, -np.maximum(down, 0.0), np.maximum(up, 0.0))
+        # joints drag each other: while any joint nears its speed limit, all slow down
+        ratio = float(np.max(np.abs(v) / self.vmax))
+        braked = braked * float(
+            np.clip((VGLOBAL_ZERO - ratio) / (VGLOBAL_ZERO - VGLOBAL_FULL), 0.0, 1.0)
+        )
         # a joint measured past a limit is driven back in
         back_hi = np.minimum(braked, LIMIT_PULLBACK * (self.upper - q))
         back_lo = np.maximum(braked, LIMIT_PULLBACK * (self.lower - q))
@@ -405,6 +408,12 @@ class SafetyEnvelope:
         if not self._allowed_in_box(q + out * BOX_HORIZON_S, q):
             acted.append("workspace")
             out = np.zeros_like(out)
+        # speed changes (slowing down included) are ramped: an abrupt stop of the big joints
+        # would kick the small ones past their limits
+        step = np.clip(out - prev, -self.step_vel, self.step_vel)
+        if np.any(step != out - prev):
+            acted.append("max_step")
+            out = prev + step
         return self._finish(out, acted)
 
     def _torque(self, cmd: Vec, state: RobotState, prev: Vec) -> SafetyResult:
@@ -413,14 +422,22 @@ class SafetyEnvelope:
         out = np.clip(cmd, -self.effmax, self.effmax)
         if np.any(out != cmd):
             acted.append("effort")
-        # torque that speeds a joint up builds no faster than TORQUE_RISE_S to full, so the
-        # speed cannot outrun the governor below by more than it sees one period later
+        # the commanded torque changes no faster than full scale in TORQUE_RISE_S: a sudden
+        # step would kick the other joints (they drag each other) faster than the governor
+        # below sees it one period later; the governor's own braking is never slowed
         rise = self.effmax * self.dt / TORQUE_RISE_S
-        braking = (out * v < 0) & (np.abs(v) > 0.1 * self.vmax)
-        slewed = np.where(braking, out, np.clip(out, prev - rise, prev + rise))
+        slewed = np.clip(out, prev - rise, prev + rise)
+        braking = (slewed * v < 0) & (np.abs(v) > 0.1 * self.vmax)
         if np.any(slewed != out):
             acted.append("max_step")
             out = slewed
+        # joints drag each other: while any joint nears its speed limit, torque that speeds
+        # joints up is scaled down on ALL joints (braking torque is never reduced)
+        ratio = float(np.max(np.abs(v) / self.vmax))
+        scale = float(np.clip((GLOBAL_ZERO - ratio) / (GLOBAL_ZERO - GLOBAL_FULL), 0.0, 1.0))
+        if scale < 1.0:
+            out = np.where(braking, out, out * scale)
+            acted.append("velocity")
         # velocity-dependent torque limit: full torque well below the speed limit, less as
         # the joint nears it (or the speed from which it can brake before a position limit),
         # braking torque above it
