@@ -6,5 +6,7 @@ inertia.py · decompose.py (V-HACD hulls) · primitives.py (box/cylinder recogni
 scan_input.py + from_scan.py (scan -> twin folder) · builder.py (TwinWorld, read-back,
 deterministic reset) · actuators.py (servo, PD, torque, DC motor) · simulate.py (replay,
 rollout) · rigs.py (twins of the real pendulum and Qube) · view.py (meshes and poses for a
-3D view) · export.py (URDF export) · perf.py (bare-world comparison).
+3D view) · export.py (URDF export) · baseline.py (bare world for `bench twin`) ·
+engine.py (pybullet, loaded quietly) · twin_live lives in app/workflows (the Twin page's
+worker thread).
 """

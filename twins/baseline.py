@@ -1,4 +1,6 @@
-"""A bare PyBullet world with the same bodies as a twin, for step-rate comparisons.
+"""The `bench twin` baseline: a bare PyBullet world with the same bodies as a twin, for
+step-rate comparisons (shipped because the bench ships, and here because PyBullet lives only
+in twins/).
 
 Same robot URDF and initial pose; same collision shapes, poses, masses, centres of mass and
 inertias of the objects; PyBullet's default materials; no read-back, no actuator models.

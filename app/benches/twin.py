@@ -22,7 +22,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     from devices.trajectory import Trajectory
     from twins.builder import TwinWorld
     from twins.from_scan import build_twin
-    from twins.perf import BareWorld, step_rate
+    from twins.baseline import BareWorld, step_rate
     from twins.scan_input import procedural_scan_result
     from twins.simulate import replay_in
 

@@ -7,7 +7,7 @@ import pytest
 
 from devices.trajectory import Trajectory
 from twins.builder import TwinWorld
-from twins.perf import BareWorld
+from twins.baseline import BareWorld
 from twins.simulate import replay_in
 from twins.spec import TwinSpec
 
