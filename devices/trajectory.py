@@ -103,7 +103,7 @@ class Trajectory:
 
     def with_channels(self, **updates: Any) -> Trajectory:
         """Copy with some fields replaced (channels/units/meta/source/t)."""
-        fields = {
+        fields: dict[str, Any] = {
             "t": self.t,
             "channels": dict(self.channels),
             "units": dict(self.units),

@@ -45,7 +45,10 @@ def write_with(path: Path, writer: Callable[[Path], None]) -> None:
 
 def write_bytes(path: Path, data: bytes) -> None:
     """Atomically replace `path` with `data`."""
-    write_with(Path(path), lambda p: p.write_bytes(data))
+    def write(p: Path) -> None:
+        p.write_bytes(data)
+
+    write_with(Path(path), write)
 
 
 def write_text(path: Path, text: str) -> None:
