@@ -23,6 +23,7 @@ from resources.errors import TwinbenchError
 from widgets.pages import WorkflowPage, preview
 from widgets.scene_view import SceneView
 
+PREVIEW_MIN_W = 192  # colour/depth previews shrink to this on a 1366x768 laptop
 SOURCES = (
     ("Virtual lab (calibrate + guided wrist scan)", "lab"),
     ("Virtual lab, quick", "lab-quick"),
@@ -90,6 +91,10 @@ class ScanPage(WorkflowPage):
         self._live: _Live | None = None
         bar = QtWidgets.QHBoxLayout()
         self.source = QtWidgets.QComboBox()
+        self.source.setSizeAdjustPolicy(
+            QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.source.setMinimumContentsLength(24)
         for label, key in SOURCES:
             self.source.addItem(label, key)
         self.start_btn = QtWidgets.QPushButton("Start scan")
@@ -106,9 +111,11 @@ class ScanPage(WorkflowPage):
             self.stop_btn,
         ):
             bar.addWidget(w)
-        bar.addWidget(self.status, 1)
+        bar.addStretch(1)
         bar.addWidget(self.accept_btn)
         layout.addLayout(bar)
+        self.status.setWordWrap(True)  # its own row: long messages wrap, never cut
+        layout.addWidget(self.status)
         split = QtWidgets.QSplitter()
         left = QtWidgets.QWidget()
         ll = QtWidgets.QVBoxLayout(left)
@@ -116,7 +123,11 @@ class ScanPage(WorkflowPage):
         self.color_view, self.depth_view = QtWidgets.QLabel(), QtWidgets.QLabel()
         for cap, lab in (("Colour", self.color_view), ("Depth", self.depth_view)):
             ll.addWidget(QtWidgets.QLabel(f"<b>{cap}</b>"))
-            lab.setFixedSize(320, 240)
+            lab.setMinimumSize(PREVIEW_MIN_W, PREVIEW_MIN_W * 3 // 4)
+            lab.setMaximumSize(320, 240)
+            lab.setSizePolicy(
+                QtWidgets.QSizePolicy.Policy.Expanding, QtWidgets.QSizePolicy.Policy.Expanding
+            )
             lab.setStyleSheet("background: #202225; color: #9aa0a6;")
             lab.setAlignment(QtCore.Qt.AlignmentFlag.AlignCenter)
             lab.setText(f"no {cap.lower()} frames yet\n(press Start scan)")
@@ -129,7 +140,9 @@ class ScanPage(WorkflowPage):
         rl.addWidget(QtWidgets.QLabel("<b>Objects</b> (double-click a name to rename)"))
         self.objects = QtWidgets.QTableWidget(0, 4)
         self.objects.setHorizontalHeaderLabels(["name", "size (cm)", "watertight", ""])
-        self.objects.horizontalHeader().setStretchLastSection(True)
+        self.objects.horizontalHeader().setSectionResizeMode(
+            QtWidgets.QHeaderView.ResizeMode.Stretch
+        )
         self.objects.itemChanged.connect(self._renamed)
         rl.addWidget(self.objects, 2)
         row = QtWidgets.QHBoxLayout()
@@ -141,6 +154,7 @@ class ScanPage(WorkflowPage):
         rl.addWidget(QtWidgets.QLabel("<b>Calibration residuals</b> (per board view)"))
         self.calib = QtWidgets.QTableWidget(0, 4)
         self.calib.setHorizontalHeaderLabels(["view", "mm", "deg", "reproj px"])
+        self.calib.horizontalHeader().setSectionResizeMode(QtWidgets.QHeaderView.ResizeMode.Stretch)
         rl.addWidget(self.calib, 2)
         self.calib_summary = QtWidgets.QLabel("")
         self.calib_summary.setWordWrap(True)
@@ -149,11 +163,13 @@ class ScanPage(WorkflowPage):
         self.warn.setWordWrap(True)
         self.warn.setStyleSheet("color: #b26a00;")
         rl.addWidget(self.warn)
-        for w in (left, self.scene, right):
-            split.addWidget(w)
+        panes: tuple[QtWidgets.QWidget, ...] = (left, self.scene, right)
+        for pane in panes:
+            split.addWidget(pane)
         split.setStretchFactor(1, 3)
-        split.setSizes([340, 700, 420])
-        right.setMinimumWidth(380)
+        split.setSizes([240, 520, 320])
+        split.setChildrenCollapsible(False)
+        right.setMinimumWidth(260)
         layout.addWidget(split, 1)
         self.start_btn.clicked.connect(self.start_scan)
         self.pause_btn.toggled.connect(self._pause)
@@ -237,16 +253,15 @@ class ScanPage(WorkflowPage):
             self.status.setText(pct + msg)
         f = partial.get("frame")
         if f is not None:
-            self.color_view.setPixmap(
-                QtGui.QPixmap.fromImage(_qimage(f.color)).scaled(
-                    320, 240, QtCore.Qt.AspectRatioMode.KeepAspectRatio
+            for view, img in (
+                (self.color_view, _qimage(f.color)),
+                (self.depth_view, _qimage(depth_colormap(f.depth_m))),
+            ):
+                view.setPixmap(
+                    QtGui.QPixmap.fromImage(img).scaled(
+                        view.size(), QtCore.Qt.AspectRatioMode.KeepAspectRatio
+                    )
                 )
-            )
-            self.depth_view.setPixmap(
-                QtGui.QPixmap.fromImage(_qimage(depth_colormap(f.depth_m))).scaled(
-                    320, 240, QtCore.Qt.AspectRatioMode.KeepAspectRatio
-                )
-            )
         c = partial.get("cloud")
         if c is not None:
             if c.points is not None and len(c.points):
