@@ -9,6 +9,7 @@ partial result; a 10 Hz timer draws that result on the GUI thread.
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,11 @@ from app.jobs import Job, Progress
 from app.workflows import scan as wf
 from app.workflows.scan_robot import scan_lab
 from resources.errors import TwinbenchError
+from resources.text import count
 from widgets.pages import WorkflowPage, preview
 from widgets.scene_view import SceneView
 
+log = logging.getLogger(__name__)
 PREVIEW_MIN_W = 192  # colour/depth previews shrink to this on a 1366x768 laptop
 SOURCES = (
     ("Virtual lab (calibrate + guided wrist scan)", "lab"),
@@ -89,6 +92,10 @@ class ScanPage(WorkflowPage):
     def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
         self.result: Any = None
         self._live: _Live | None = None
+        # The artifact the shown result was saved as or opened from: an edit of it is saved as
+        # a new scan whose parent it is (artifacts are immutable).
+        self._saved_id: str | None = None
+        self._edited = False
         bar = QtWidgets.QHBoxLayout()
         self.source = QtWidgets.QComboBox()
         self.source.setSizeAdjustPolicy(
@@ -114,6 +121,17 @@ class ScanPage(WorkflowPage):
         bar.addStretch(1)
         bar.addWidget(self.accept_btn)
         layout.addLayout(bar)
+        saved_row = QtWidgets.QHBoxLayout()
+        saved_row.addWidget(QtWidgets.QLabel("Saved scans:"))
+        self.saved = QtWidgets.QComboBox()
+        self.saved.setSizeAdjustPolicy(
+            QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.saved.setMinimumContentsLength(30)
+        self.saved.setToolTip("Open a scan saved in this project to review or edit it")
+        self.saved.activated.connect(lambda _i: self.open_saved(self.saved.currentData()))
+        saved_row.addWidget(self.saved, 1)
+        layout.addLayout(saved_row)
         self.status.setWordWrap(True)  # its own row: long messages wrap, never cut
         layout.addWidget(self.status)
         split = QtWidgets.QSplitter()
@@ -190,12 +208,52 @@ class ScanPage(WorkflowPage):
 
     def refresh(self) -> None:
         super().refresh()
+        self._fill_saved()
         i = self.source.findData(self.ROBOT_SOURCE[1])
         can = self.controller.can_scan_robot
         if can and i < 0:
             self.source.insertItem(0, *self.ROBOT_SOURCE)
         elif not can and i >= 0:
             self.source.removeItem(i)
+
+    def _fill_saved(self) -> None:
+        proj = self.controller.project
+        arts = list(reversed(proj.artifacts("scan"))) if proj is not None else []
+        ids = [a.id for a in arts]
+        if ids == [self.saved.itemData(i) for i in range(1, self.saved.count())]:
+            return
+        self.saved.blockSignals(True)
+        self.saved.clear()
+        self.saved.addItem(f"{count(len(arts), 'saved scan')} — choose one to open", None)
+        for a in arts:
+            self.saved.addItem(f"{a.id}  {a.summary}", a.id)
+        if self._saved_id in ids:
+            self.saved.setCurrentIndex(ids.index(self._saved_id) + 1)
+        self.saved.blockSignals(False)
+
+    def open_saved(self, scan_id: str | None) -> None:
+        """Show a scan saved in the project (read on a worker thread)."""
+        proj = self.controller.project
+        if proj is None or scan_id is None:
+            return
+
+        def done(result: Any) -> None:
+            QtCore.QTimer.singleShot(0, self, lambda: self._show_saved(scan_id, result))
+
+        self.controller.submit_job(
+            f"Open scan {scan_id}", wf.load_scan_job(proj, scan_id), done, self._failed
+        )
+
+    def _show_saved(self, scan_id: str, result: Any) -> None:
+        self.show_result(result)
+        self._saved_id, self._edited = scan_id, False
+        self.accept_btn.setEnabled(False)  # already in the project; an edit enables it
+        self.status.setText(f"{scan_id}: saved scan — rename, recolour or drop objects to edit")
+
+    def _edit(self, result: Any) -> None:
+        """An edited result: show it; Accept saves it as a new scan (parent: the saved one)."""
+        self._edited = True
+        self.show_result(result)
 
     def start_scan(self, source: str | None = None, path: Path | None = None) -> bool:
         key = source or self.source.currentData()
@@ -226,6 +284,7 @@ class ScanPage(WorkflowPage):
             self._rec = path
             job = wf.scan_recording(path, opt)
         self._live, self.result = live, None
+        self._saved_id, self._edited = None, False
         self.scene.clear()
         self._set_running(True)
         self.status.setText("starting…")
@@ -276,12 +335,17 @@ class ScanPage(WorkflowPage):
         self.timer.stop()
         self._tick()
         self._set_running(False)
+        log.info(
+            "scan finished: %s, %s (not saved yet: review, then Accept)",
+            count(len(result.objects), "object"),
+            count(len(result.scene_mesh.faces), "triangle"),
+        )
         self.show_result(result)
 
     def _failed(self, message: str) -> None:
         self.timer.stop()
         self._set_running(False)
-        self.status.setText(f"scan failed: {message}")
+        self.status.setText(f"failed: {message}")
 
     def _set_running(self, on: bool) -> None:
         self.start_btn.setEnabled(not on)
@@ -321,7 +385,8 @@ class ScanPage(WorkflowPage):
         self._fill_calibration()
         self.warn.setText("\n".join(result.warnings[:6]))
         self.status.setText(
-            f"{len(result.objects)} objects, {len(m.faces)} triangles — review, then Accept"
+            f"{count(len(result.objects), 'object')}, {count(len(m.faces), 'triangle')}"
+            " — review, then Accept"
         )
         self.accept_btn.setEnabled(True)
 
@@ -393,10 +458,17 @@ class ScanPage(WorkflowPage):
         if self.result is None or item.column() != 0:
             return
         old, new = item.data(QtCore.Qt.ItemDataRole.UserRole), item.text().strip()
+        # Rebuild the table after the editor has committed and closed: rebuilding it inside
+        # itemChanged makes Qt warn "commitData called with an editor that does not belong
+        # to this view".
+        QtCore.QTimer.singleShot(0, self, lambda: self._apply_rename(old, new))
+
+    def _apply_rename(self, old: str, new: str) -> None:
+        if self.result is None or old == new:
+            return
         try:
-            self.result = wf.rename_object(self.result, old, new)
-            self.show_result(self.result)
-        except Exception as exc:  # noqa: BLE001 - shown to the user, the name is reverted
+            self._edit(wf.rename_object(self.result, old, new))
+        except TwinbenchError as exc:  # shown to the user, the name is reverted
             self.show_result(self.result)
             self.warn.setText(str(exc))
 
@@ -406,32 +478,49 @@ class ScanPage(WorkflowPage):
             return
         c = QtWidgets.QColorDialog.getColor(QtGui.QColor(*self.result.object(name).color), self)
         if c.isValid():
-            self.result = wf.recolor_object(self.result, name, (c.red(), c.green(), c.blue()))
-            self.show_result(self.result)
+            self._edit(wf.recolor_object(self.result, name, (c.red(), c.green(), c.blue())))
 
     def _drop(self) -> None:
         name = self._selected()
         if self.result is not None and name is not None:
-            self.result = wf.drop_object(self.result, name)
             self.scene.remove(f"scan/object/{name}")
-            self.show_result(self.result)
+            self._edit(wf.drop_object(self.result, name))
 
-    def accept_scan(self) -> str | None:
+    def accept_scan(self) -> None:
+        """Save the shown result as a scan artifact (on a worker thread); an edit of a saved
+        scan names that scan as its parent. `sig_scan_accepted` carries the new id."""
         project = self.controller.project
         if self.result is None or project is None:
-            return None
-        rec = getattr(self, "_rec", None)
-        aid = wf.save_scan(
-            project,
-            self.result,
-            rec if rec is not None and rec.is_file() else None,
-            settings={"source": self.source.currentData()},
+            return
+        parent = self._saved_id if self._edited else None
+        rec = getattr(self, "_rec", None) if parent is None else None
+        settings = {"source": self.source.currentData()} if parent is None else {"edit_of": parent}
+        self.accept_btn.setEnabled(False)
+
+        def done(aid: str) -> None:
+            QtCore.QTimer.singleShot(0, self, lambda: self._accepted(aid))
+
+        def failed(msg: str) -> None:
+            QtCore.QTimer.singleShot(0, self, lambda: self._failed(msg))
+
+        self.controller.submit_job(
+            "Save scan",
+            wf.save_scan_job(
+                project,
+                self.result,
+                rec if rec is not None and rec.is_file() else None,
+                settings=settings,
+                parent=parent,
+            ),
+            done,
+            failed,
         )
+
+    def _accepted(self, aid: str) -> None:
+        self._saved_id, self._edited = aid, False
         self.controller.notify_project_changed()
         self.status.setText(f"saved as {aid}")
-        self.accept_btn.setEnabled(False)
         self.sig_scan_accepted.emit(aid)
-        return aid
 
     def detach(self) -> None:
         self.timer.stop()

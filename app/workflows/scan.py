@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 import time
@@ -29,6 +30,9 @@ from devices.frames import RGBDFrame
 from reconstruction.pipeline import ScanSession, SegmentSettings
 from reconstruction.scan_result import ScanResult
 from reconstruction.tsdf import TSDFSettings
+from resources.text import count
+
+log = logging.getLogger(__name__)
 
 PoseFn = Callable[[RGBDFrame], NDArray[np.float64] | None]
 
@@ -254,8 +258,10 @@ def save_scan(
     parent: str | None = None,
 ) -> str:
     """Write `result` (and its recording + sidecar) as a new scan artifact; returns its id."""
-    summary = f"{len(result.objects)} objects, {len(result.scene_mesh.faces)} triangles" + (
-        f", {len(result.warnings)} warnings" if result.warnings else ""
+    summary = (
+        f"{count(len(result.objects), 'object')}, "
+        f"{count(len(result.scene_mesh.faces), 'triangle')}"
+        + (f", {count(len(result.warnings), 'warning')}" if result.warnings else "")
     )
     with project.new_artifact(
         "scan", inputs=inputs, settings=settings or {}, summary=summary, parent=parent
@@ -269,3 +275,23 @@ def save_scan(
                 shutil.copy2(sidecar_path(recording), sidecar_path(folder / "recording.db3"))
     art = project.artifacts("scan")[-1]
     return art.id
+
+
+def save_scan_job(
+    project: Project,
+    result: ScanResult,
+    recording: Path | None = None,
+    settings: dict[str, Any] | None = None,
+    parent: str | None = None,
+) -> Job[str]:
+    """Job: `save_scan` off the GUI thread (meshes and recordings are written to disk)."""
+    yield Progress(None, "saving the scan to the project")
+    aid = save_scan(project, result, recording, settings=settings, parent=parent)
+    log.info("saved scan %s (%s)", aid, project.artifact(aid).summary)
+    return aid
+
+
+def load_scan_job(project: Project, scan_id: str) -> Job[ScanResult]:
+    """Job: read a saved scan artifact (meshes, objects, calibration) for viewing."""
+    yield Progress(None, f"reading scan {scan_id}")
+    return ScanResult.load(project.path_of(scan_id))

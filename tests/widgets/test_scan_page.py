@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PySide6 import QtCore, QtWidgets
 
 from app.project import Project
 from app.session import AppController
@@ -31,6 +32,7 @@ def test_scan_page_reconstructs_edits_and_accepts(qtbot, tmp_path: Path, recordi
     from widgets.scan_page import ScanPage, depth_colormap
 
     c = AppController()
+    c.install_log_handler()
     c.new_project(tmp_path / "proj")
     page = ScanPage(c)
     qtbot.addWidget(page)
@@ -41,19 +43,44 @@ def test_scan_page_reconstructs_edits_and_accepts(qtbot, tmp_path: Path, recordi
     items = page.scene.items()
     assert "scan/scene" in items and sum(k.startswith("scan/object/") for k in items) == 2
     assert page.color_view.pixmap() is not None and not page.color_view.pixmap().isNull()
-    page.objects.item(0, 0).setText("mug")  # rename through the table
-    assert page.result.objects[0].name == "mug"
+    # rename through the table's own editor, as a user does (double-click, type, Enter)
+    page.show()
+    page.objects.editItem(page.objects.item(0, 0))
+    editor = page.objects.findChild(QtWidgets.QLineEdit)
+    assert editor is not None
+    editor.setText("mug")
+    qtbot.keyClick(editor, QtCore.Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: page.result.objects[0].name == "mug", timeout=3000)
     page.objects.item(1, 0).setText("mug")  # duplicate: refused, kept
-    assert page.result.objects[1].name == "object_2" and "already used" in page.warn.text()
+    qtbot.waitUntil(lambda: "already used" in page.warn.text(), timeout=3000)
+    assert page.result.objects[1].name == "object_2"
     page.objects.selectRow(1)
     page._drop()
     assert [o.name for o in page.result.objects] == ["mug"]
-    with qtbot.waitSignal(page.sig_scan_accepted, timeout=5000):
-        aid = page.accept_scan()
+    with qtbot.waitSignal(page.sig_scan_accepted, timeout=10000) as sig:
+        page.accept_scan()
+    aid = sig.args[0]
     folder = tmp_path / "proj" / "scans" / str(aid)
-    assert (folder / "objects" / "mug.obj").is_file() and (folder / "recording.db3").is_file()
+    assert (folder / "objects" / "mug.obj").is_file()
     assert Project.open(tmp_path / "proj").latest("scan").id == aid
+    assert any(f"saved scan {aid}" in e.message for e in c.log_entries())
+    assert any("scan finished" in e.message for e in c.log_entries())
+    # after a restart: the saved scan is listed, opens, and an edit of it names it as parent
     page.detach()
+    page2 = ScanPage(c)
+    qtbot.addWidget(page2)
+    assert page2.saved.findData(aid) > 0
+    page2.open_saved(aid)
+    qtbot.waitUntil(lambda: page2.result is not None, timeout=10000)
+    assert [o.name for o in page2.result.objects] == ["mug"]
+    assert not page2.accept_btn.isEnabled()  # nothing to save until it is edited
+    page2.objects.item(0, 0).setText("cup")
+    qtbot.waitUntil(lambda: page2.accept_btn.isEnabled(), timeout=3000)
+    with qtbot.waitSignal(page2.sig_scan_accepted, timeout=10000) as sig2:
+        page2.accept_scan()
+    edited = Project.open(tmp_path / "proj").artifact(sig2.args[0])
+    assert edited.parent == aid
+    page2.detach()
     c.shutdown()
     rgb = depth_colormap(np.array([[0.0, 0.2, 1.2]], np.float32))
     assert rgb[0, 0].tolist() == [0, 0, 0] and rgb[0, 1, 0] == 255 and rgb[0, 2, 2] == 255
