@@ -44,7 +44,7 @@ TARGET_MARGIN = 0.005  # rad: position targets stay this far inside the limits (
 LIMIT_PULLBACK = 4.0  # target correction (rad per rad, or rad/s per rad) past a limit
 VGLOBAL_FULL, VGLOBAL_ZERO = 0.8, 0.95  # velocity mode: the same, for commanded speeds
 GLOBAL_FULL, GLOBAL_ZERO = 0.7, 0.9  # torque mode: all-joint scaling between these speed ratios
-TORQUE_SOFT = 0.8  # torque mode governs to this fraction of the (soft) speed
+TORQUE_SOFT = 0.65  # torque mode governs to this fraction of the (soft) speed
 TORQUE_RISE_S = 0.1  # s for a torque that speeds a joint up to rise from 0 to full
 BRAKE_BAND = 0.5  # above the governed speed, full braking torque is reached this far over it
 PREDICT_S = 0.008  # s: command latency + one control period, typical of the lab and arms
@@ -359,6 +359,9 @@ class SafetyEnvelope:
         # direction of motion while a joint is at its speed limit or could not brake in time
         mup, mdown = self.braking_speed(q, cap=self.vmax)
         taper = (LEAD_ZERO * self.vmax - np.abs(v)) / ((LEAD_ZERO - LEAD_FULL) * self.vmax)
+        # joints drag each other: while any joint nears its speed limit, every lead shrinks
+        ratio = float(np.max(np.abs(v) / self.vmax))
+        taper = np.minimum(taper, (LEAD_ZERO - ratio) / (LEAD_ZERO - LEAD_FULL))
         lead = self.lead * np.clip(taper, 0.0, 1.0)
         ahead = np.where((v > 0) & (v > mup), 0.0, np.where(v > 0, lead, self.lead))
         behind = np.where((v < 0) & (-v > mdown), 0.0, np.where(v < 0, lead, self.lead))
@@ -378,8 +381,21 @@ class SafetyEnvelope:
         np.clip(out, np.minimum(prev, lower), np.maximum(prev, upper), out=out)
         if not self._allowed_in_box(out, prev):
             acted.append("workspace")
-            out = prev.copy()
+            out = self._towards_box(prev, out)
         return self._finish(out, acted)
+
+    def _towards_box(self, prev: Vec, target: Vec) -> Vec:
+        """The part of the step prev -> target that keeps the end effector in the box (or
+        brings it no further out): joint by joint, the moves that do not take it out. So
+        a robot at the edge keeps moving along it, or back in, rather than freezing."""
+        best, d_best = prev.copy(), self.box_distance(prev)
+        for j in np.argsort(-np.abs(target - prev)):
+            trial = best.copy()
+            trial[j] = target[j]
+            d = self.box_distance(trial)
+            if d == 0.0 or d <= d_best + 1e-9:
+                best, d_best = trial, d
+        return best
 
     def _velocity(self, cmd: Vec, state: RobotState, prev: Vec) -> SafetyResult:
         acted: list[str] = []

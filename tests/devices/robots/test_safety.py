@@ -160,3 +160,91 @@ def test_fuzzed_position_commands_never_leave_the_envelope() -> None:
         prev = out
         passed += 1
     assert passed > 2000
+
+
+# -- limits on the measured state (issue 10) ----------------------------------------------
+
+
+def _moving(q, v) -> RobotState:
+    return RobotState(0.0, 0, np.asarray(q, float), np.asarray(v, float), np.zeros(7))
+
+
+def test_torque_is_limited_by_the_measured_velocity() -> None:
+    """Full torque at rest; none that speeds a joint up near its speed limit; braking above."""
+    env = _env(workspace_lower=None, workspace_upper=None)
+    tau = np.zeros(7)
+    tau[0] = 87.0
+    prev = tau.copy()  # the torque was already applied (no slew in the way)
+    v = np.zeros(7)
+    at_rest = env.apply("torque", tau, _moving(HOME, v), prev)
+    assert at_rest.stop is None and at_rest.command[0] > 30.0
+    v[0] = 0.95 * LIM.velocity[0]
+    near = env.apply("torque", tau, _moving(HOME, v), prev)
+    assert near.stop is None and near.command[0] <= 0.0 and "velocity" in near.acted
+    v[0] = 1.05 * LIM.velocity[0]
+    over = env.apply("torque", tau, _moving(HOME, v), prev)
+    assert over.stop is None and over.command[0] < -10.0  # damping injection: it brakes
+
+
+def test_torque_brakes_before_a_position_limit() -> None:
+    env = _env(workspace_lower=None, workspace_upper=None)
+    q = np.asarray(HOME, float)
+    q[0] = LIM.upper[0] - 0.05  # 5 cm... rad from the limit, moving towards it at 1.5 rad/s
+    v = np.zeros(7)
+    v[0] = 1.5
+    tau = np.zeros(7)
+    tau[0] = 87.0
+    res = env.apply("torque", tau, _moving(q, v), tau.copy())
+    assert res.command[0] < 0.0  # sqrt(2 * 5 rad/s^2 * 0.03 rad) < 1.5 rad/s: brake
+
+
+def test_measured_overspeed_stops() -> None:
+    env = _env()
+    v = np.zeros(7)
+    v[4] = 1.2 * LIM.velocity[4]
+    res = env.apply("position", np.asarray(HOME, float), _moving(HOME, v), np.asarray(HOME, float))
+    assert res.stop is not None and "measured velocity" in res.stop and "joint5" in res.stop
+
+
+def test_joint_past_its_limit_stops_only_while_moving_further_out() -> None:
+    env = _env(workspace_lower=None, workspace_upper=None)
+    q = np.asarray(HOME, float)
+    q[1] = LIM.upper[1] + 0.01
+    out_v, in_v = np.zeros(7), np.zeros(7)
+    out_v[1], in_v[1] = 0.3, -0.3
+    res = env.apply("position", q, _moving(q, out_v), q)
+    assert res.stop is not None and "further past its limit" in res.stop
+    # a command back inside is let through (never stranded), and pulls the target in
+    back = q.copy()
+    back[1] = LIM.upper[1] - 0.2
+    res = env.apply("position", back, _moving(q, in_v), q)
+    assert res.stop is None and res.command[1] < q[1]
+    res = env.apply("position", back, _moving(q, np.zeros(7)), q)
+    assert res.stop is None and res.command[1] < q[1]  # one step back in, per tick
+
+
+def test_position_target_leads_the_measured_joint_by_a_bounded_amount() -> None:
+    """A robot lagging its target gets no target further ahead: the lead is bounded."""
+    env = _env(workspace_lower=None, workspace_upper=None)
+    q = np.asarray(HOME, float)
+    prev = q.copy()
+    prev[0] += 0.5  # the previous target ran far ahead of the measured joint
+    res = env.apply("position", prev + 1.0, _moving(q, np.zeros(7)), prev)
+    assert res.command[0] < prev[0]  # pulled back towards the robot, at most one step
+    assert prev[0] - res.command[0] <= LIM.velocity[0] * DT + 1e-9
+
+
+def test_outside_the_box_a_command_back_is_allowed_and_further_out_is_not() -> None:
+    env = _env()
+    q = np.zeros(7)  # toy arm straight up: 1.2 m, above the 0.9 m box
+    assert not env.in_workspace(q)
+    env.start(_state(q))  # motion starts here: judged from here on
+    home = np.asarray(HOME, float)
+    res = env.apply("position", home, _state(q), q)
+    assert res.stop is None and not np.allclose(res.command, q)
+    assert env.box_distance(res.command) < env.box_distance(q)
+    v = np.zeros(7)
+    v[1] = 1.0  # velocity that tips the arm: is it further out? compare, don't assume
+    res_v = env.apply("velocity", v, _state(q), np.zeros(7))
+    further = env.box_distance(q + v * 0.25) > env.box_distance(q)
+    assert (np.all(res_v.command == 0.0)) == further
