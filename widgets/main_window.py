@@ -350,7 +350,29 @@ class MainWindow(QtWidgets.QMainWindow):
         )
 
     # -- shutdown --------------------------------------------------------------------------
+    def unsaved_work(self) -> list[str]:
+        """What closing now would lose: each page's own account (`unsaved()`)."""
+        out: list[str] = []
+        for page in self.pages.values():
+            unsaved = getattr(page, "unsaved", None)
+            if callable(unsaved):
+                out += unsaved()
+        return out
+
     def closeEvent(self, event: QtGui.QCloseEvent) -> None:  # noqa: N802 (Qt name)
+        lost = [] if getattr(self, "_shut", False) else self.unsaved_work()
+        if lost:
+            answer = QtWidgets.QMessageBox.question(
+                self,
+                "Quit Twinbench?",
+                "Not saved yet:\n• " + "\n• ".join(lost) + "\n\nQuit anyway and lose it?",
+                QtWidgets.QMessageBox.StandardButton.Discard
+                | QtWidgets.QMessageBox.StandardButton.Cancel,
+                QtWidgets.QMessageBox.StandardButton.Cancel,
+            )
+            if answer != QtWidgets.QMessageBox.StandardButton.Discard:
+                event.ignore()
+                return
         self.shutdown()
         super().closeEvent(event)
 

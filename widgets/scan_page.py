@@ -522,6 +522,12 @@ class ScanPage(WorkflowPage):
         self.status.setText(f"saved as {aid}")
         self.sig_scan_accepted.emit(aid)
 
+    def unsaved(self) -> list[str]:
+        """A scan result not accepted into the project yet (for the quit dialog)."""
+        if self.result is not None and (self._saved_id is None or self._edited):
+            return ["a scan not accepted into the project (Scan page ▸ Accept)"]
+        return []
+
     def detach(self) -> None:
         self.timer.stop()
         if self._live is not None:

@@ -256,6 +256,13 @@ class TwinPage(WorkflowPage):
         self._drawables = []
         self.view.clear()
 
+    def unsaved(self) -> list[str]:
+        """Edits that exist only in the open twin (for the quit dialog)."""
+        f = self._last_frame
+        if f is not None and f.edited:
+            return [f"edited twin {f.twin_id} (Twin page ▸ Save as new twin)"]
+        return []
+
     def detach(self) -> None:
         self._close_live()
         super().detach()

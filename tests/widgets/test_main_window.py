@@ -259,3 +259,39 @@ def test_unexpected_exception_is_shown_and_logged_and_app_lives_on(window, qtbot
     window.error_box.close()
     window.show_step("twin")  # still responsive
     assert window.current_step() == "twin"
+
+
+def test_quit_asks_before_losing_an_edited_twin(
+    window, controller, qtbot, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from app.jobs import run_to_end
+    from app.workflows import twin as twin_flow
+
+    proj = controller.new_project(tmp_path / "q")
+    run_to_end(twin_flow.build_twin(proj, None, procedural=True))
+    controller.notify_project_changed()
+    page = window.show_step("twin")
+    qtbot.waitUntil(lambda: page._last_frame is not None, timeout=30000)
+    assert window.unsaved_work() == []
+    page.live.set_values({"objects.box.friction": 1.1})
+    qtbot.waitUntil(lambda: page._last_frame.edited, timeout=5000)
+    asked: list[str] = []
+
+    def answer(button):  # type: ignore[no-untyped-def]
+        def question(_parent, _title, text, *_a):  # type: ignore[no-untyped-def]
+            asked.append(text)
+            return button
+
+        return staticmethod(question)
+
+    monkeypatch.setattr(
+        QtWidgets.QMessageBox, "question", answer(QtWidgets.QMessageBox.StandardButton.Cancel)
+    )
+    window.close()
+    assert asked and "edited twin" in asked[0]
+    assert window.isVisible() and page.live is not None  # cancelled: nothing closed
+    monkeypatch.setattr(
+        QtWidgets.QMessageBox, "question", answer(QtWidgets.QMessageBox.StandardButton.Discard)
+    )
+    window.close()
+    assert not window.isVisible() and page.live is None
