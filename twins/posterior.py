@@ -1,0 +1,193 @@
+"""`ParamPosterior`: a fit's point estimate, its uncertainty and its history (DESIGN §3).
+
+For now the uncertainty is a Laplace approximation at the optimum: the Gauss–Newton
+covariance `s² (JᵀJ)⁻¹` of the (normalised) parameters, with `s²` the residual variance
+inflated for the residuals' lag-1 autocorrelation (samples of a trajectory are not
+independent; without it the intervals are far too narrow). Intervals are taken in the
+normalised space (log for log priors) and mapped back, so they respect the bounds and are
+asymmetric for log parameters. Samples are drawn from that Gaussian.
+Simulation-based inference (NPE with `sbi`) and SMC-ABC are to come; they will fill the
+same fields with `method` set accordingly.
+
+A parameter is flagged not identifiable when its relative std exceeds `REL_STD_MAX`, its
+90 % interval spans most of its bounds, or it loads on a direction of `JᵀJ` the data
+barely constrain (eigenvalue below `EIG_RATIO_MIN` of the largest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+Z90 = 1.6448536269514722  # two-sided 90 % of a normal
+REL_STD_MAX = 0.5
+SPAN_MAX = 0.8  # 90 % interval wider than this share of the normalised range
+EIG_RATIO_MIN = 1e-6
+
+
+@dataclass(frozen=True)
+class ParamPosterior:
+    """Estimate, per-parameter std and 90 % interval, correlations, identifiability,
+    sensitivities (rms residual change per full normalised range), samples and history."""
+
+    names: tuple[str, ...]
+    estimate: Mapping[str, float]
+    std: Mapping[str, float]
+    interval90: Mapping[str, tuple[float, float]]
+    correlation: NDArray[np.float64]
+    identifiable: Mapping[str, bool]
+    why: Mapping[str, str]
+    sensitivity: Mapping[str, float]
+    samples: NDArray[np.float64] = field(default_factory=lambda: np.zeros((0, 0)))
+    method: str = "laplace"
+    history: tuple[Mapping[str, Any], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything but the samples (those go to samples.npz)."""
+        return {
+            "method": self.method,
+            "names": list(self.names),
+            "params": {
+                n: {
+                    "estimate": self.estimate[n],
+                    "std": self.std[n],
+                    "interval90": list(self.interval90[n]),
+                    "identifiable": self.identifiable[n],
+                    "why": self.why[n],
+                    "sensitivity": self.sensitivity[n],
+                }
+                for n in self.names
+            },
+            "correlation": np.nan_to_num(self.correlation).round(4).tolist(),
+            "history": [dict(h) for h in self.history],
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], samples: NDArray[np.float64] | None = None) -> Any:
+        names = tuple(d["names"])
+        p = d["params"]
+        return cls(
+            names,
+            {n: float(p[n]["estimate"]) for n in names},
+            {n: float(p[n]["std"]) for n in names},
+            {n: (float(p[n]["interval90"][0]), float(p[n]["interval90"][1])) for n in names},
+            np.asarray(d["correlation"], dtype=float),
+            {n: bool(p[n]["identifiable"]) for n in names},
+            {n: str(p[n]["why"]) for n in names},
+            {n: float(p[n]["sensitivity"]) for n in names},
+            samples if samples is not None else np.zeros((0, len(names))),
+            str(d.get("method", "laplace")),
+            tuple(d.get("history", ())),
+        )
+
+    def save_samples(self, folder: Path) -> Path:
+        from resources import atomic
+
+        path = Path(folder) / "samples.npz"
+
+        def write(p: Path) -> None:
+            with open(p, "wb") as fh:
+                np.savez(fh, names=np.array(self.names), x=self.samples)
+
+        atomic.write_with(path, write)
+        return path
+
+
+def lag1_autocorrelation(r: NDArray[np.float64]) -> float:
+    """Lag-1 autocorrelation of a residual vector (0 for fewer than 3 samples)."""
+    if r.size < 3:
+        return 0.0
+    a = r - r.mean()
+    den = float(a @ a)
+    return float(a[1:] @ a[:-1] / den) if den > 0 else 0.0
+
+
+def laplace(
+    names: Sequence[str],
+    u_star: NDArray[np.float64],
+    J: NDArray[np.float64],
+    r: NDArray[np.float64],
+    to_x: Callable[[NDArray[np.float64]], NDArray[np.float64]],
+    n_samples: int = 400,
+    seed: int = 0,
+    history: Sequence[Mapping[str, Any]] = (),
+    blocks: Sequence[slice] = (),
+) -> ParamPosterior:
+    """Laplace posterior from residuals `r` (m,) and their Jacobian `J` (m, n) with respect
+    to the normalised parameters `u_star` in [0, 1]; `to_x` maps normalised to physical.
+    `blocks` (one slice of `r` per replayed window) add a cluster-robust (sandwich) check:
+    errors within a window are correlated (the initial state's noise runs through it), and
+    when the windows scatter more than the residual variance says, the covariance is scaled
+    up by the largest ratio of variances."""
+    n = len(names)
+    m = r.size
+    ok_cols = np.all(np.isfinite(J), axis=0)
+    rho = min(max(lag1_autocorrelation(r), 0.0), 0.99)
+    inflate = (1 + rho) / (1 - rho)
+    s2 = float(r @ r) / max(m - n, 1) * inflate
+    cov_u = np.full((n, n), np.nan)
+    eig_flag = np.zeros(n, dtype=bool)
+    if ok_cols.any():
+        Jk = J[:, ok_cols]
+        H = Jk.T @ Jk
+        idx = np.flatnonzero(ok_cols)
+        Hinv = np.linalg.pinv(H, rcond=1e-12, hermitian=True)
+        cov_k = s2 * Hinv
+        if len(blocks) > 1:
+            g = np.stack([Jk[b].T @ r[b] for b in blocks])
+            B = len(blocks)
+            sandwich = Hinv @ (g.T @ g) @ Hinv * (B / (B - 1))
+            dl, ds = np.diag(cov_k), np.diag(sandwich)
+            ok = dl > 0
+            if ok.any():
+                cov_k = cov_k * max(1.0, float(np.max(ds[ok] / dl[ok])))
+        cov_u[np.ix_(idx, idx)] = cov_k
+        d = np.sqrt(np.maximum(np.diag(H), 1e-300))
+        w, V = np.linalg.eigh(H / np.outer(d, d))
+        weak = w < EIG_RATIO_MIN * max(float(w.max()), 1e-300)
+        for k in np.flatnonzero(weak):
+            eig_flag[idx[np.abs(V[:, k]) > 0.3]] = True
+    std_u = np.sqrt(np.clip(np.diag(cov_u), 0, None))
+    x_star = to_x(u_star)
+    est, std, iv, ident, why, sens = {}, {}, {}, {}, {}, {}
+    for i, name in enumerate(names):
+        est[name] = float(x_star[i])
+        sens[name] = float(np.linalg.norm(J[:, i]) / np.sqrt(max(m, 1))) if ok_cols[i] else 0.0
+        if not ok_cols[i] or not np.isfinite(std_u[i]):
+            std[name], iv[name], ident[name] = float("inf"), (float("nan"), float("nan")), False
+            why[name] = "simulations failed around the estimate; no local sensitivity"
+            continue
+        lo_u = np.array(u_star, dtype=float)
+        hi_u = np.array(u_star, dtype=float)
+        lo_u[i] = max(0.0, u_star[i] - Z90 * std_u[i])
+        hi_u[i] = min(1.0, u_star[i] + Z90 * std_u[i])
+        lo, hi = float(to_x(lo_u)[i]), float(to_x(hi_u)[i])
+        iv[name] = (lo, hi)
+        # std in physical units from the local slope of the map
+        std[name] = float((hi - lo) / (2 * Z90)) if std_u[i] > 0 else 0.0
+        reasons = []
+        if abs(est[name]) > 0 and std[name] / abs(est[name]) > REL_STD_MAX:
+            reasons.append(f"relative std {std[name] / abs(est[name]):.2f} > {REL_STD_MAX}")
+        if hi_u[i] - lo_u[i] > SPAN_MAX:
+            reasons.append("90 % interval spans most of its bounds")
+        if eig_flag[i]:
+            reasons.append("on a direction the data do not constrain (correlated with others)")
+        if sens[name] == 0.0:
+            reasons.append("the residuals do not change with it")
+        ident[name] = not reasons
+        why[name] = "; ".join(reasons)
+    d = np.sqrt(np.clip(np.diag(cov_u), 1e-300, None))
+    corr = cov_u / np.outer(d, d)
+    samples = np.zeros((0, n))
+    if n_samples and np.all(np.isfinite(cov_u)):
+        rng = np.random.default_rng(seed)
+        U = rng.multivariate_normal(u_star, cov_u, size=n_samples, check_valid="ignore")
+        samples = np.stack([to_x(np.clip(u, 0.0, 1.0)) for u in U])
+    return ParamPosterior(
+        tuple(names), est, std, iv, corr, ident, why, sens, samples, "laplace", tuple(history)
+    )
