@@ -21,6 +21,9 @@ COMMANDS: dict[str, str] = {
     "scan": "app.commands.scan",
     "twin": "app.commands.twin",
     "calibrate": "app.commands.calibrate",
+    "import": "app.commands.import_",
+    "export": "app.commands.export",
+    "fit": "app.commands.fit",
     "bench": "app.bench",
 }
 GUI_COMMANDS: dict[str, str] = {
@@ -35,6 +38,9 @@ SUMMARIES: dict[str, str] = {
     "scan": "record/reconstruct a workspace from a camera source into a project",
     "twin": "build a digital twin from a scan (+ robot description)",
     "calibrate": "camera-robot (hand-eye) calibration from board images + robot poses",
+    "import": "recordings (CSV/Parquet/NPZ + column mapping) into a project, or a rig twin",
+    "export": "a trajectory artifact to LeRobot-style Parquet",
+    "fit": "fit twin parameters to recorded trajectories; --apply makes a new twin version",
     "bench": "run a benchmark; --json prints one JSON object on the last line",
 }
 

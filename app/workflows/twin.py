@@ -125,15 +125,17 @@ def save_twin_edit(
     spec: TwinSpec,
     values: Mapping[str, float] | None = None,
     summary: str = "edited",
+    extra_inputs: tuple[str, ...] = (),
 ) -> str:
     """A new twin artifact: `spec` with `values` as its nominals, files copied from the
-    parent twin, lineage parent -> new (inputs: the parent's scan)."""
+    parent twin, lineage parent -> new (inputs: the parent's scan, plus `extra_inputs`
+    such as the fit and recordings the values came from)."""
     parent_dir = project.path_of(parent_id)
     edited = spec.with_values(values or {})
     parent = project.artifact(parent_id)
     with project.new_artifact(
         "twin",
-        inputs=list(parent.inputs),
+        inputs=[*parent.inputs, *(i for i in extra_inputs if i not in parent.inputs)],
         parent=parent_id,
         settings={"edit_of": parent_id},
         summary=summary,

@@ -1,0 +1,119 @@
+"""`python main.py fit --project P --twin T --trajectories ID... --params NAME...
+[--validation ID...] [--channels NAME=W...] [--window S] [--budget N] [--workers N]
+[--backend local|ray] [--address A] [--resume FIT] [--apply]`.
+
+Fits twin parameters to recorded trajectories (CMA-ES + least-squares polish, Laplace
+posterior; twins/fit.py) and writes a `fit` artifact; `--apply` then makes a new twin
+version at the estimate (parent: the fitted twin). `fit apply --project P --fit F` applies
+an earlier fit. Ctrl-C leaves a resumable cancelled fit (`--resume` its id)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+HELP = "Fit twin parameters to recorded trajectories; --apply makes a new twin version."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--project", type=Path, required=True, help="project folder")
+    p.add_argument("--twin", default=None, help="twin artifact id (default: the latest)")
+    p.add_argument("--trajectories", nargs="+", default=[], help="trajectory ids to fit on")
+    p.add_argument("--validation", nargs="*", default=[], help="held-out trajectory ids")
+    p.add_argument("--params", nargs="+", default=[], help="dotted parameter names to fit")
+    p.add_argument(
+        "--channels",
+        nargs="+",
+        default=["robot/joint_pos=1"],
+        help="channels and weights, NAME=W (default robot/joint_pos=1)",
+    )
+    p.add_argument("--window", type=float, default=1.0, help="replay window, s (0 = whole)")
+    p.add_argument("--budget", type=int, default=200, help="CMA-ES evaluations")
+    p.add_argument("--polish", type=int, default=4, help="least-squares rounds")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=1, help="parallel rollouts")
+    p.add_argument("--backend", choices=("local", "ray"), default="local")
+    p.add_argument("--address", default=None, help="Ray cluster address (--backend ray)")
+    p.add_argument("--resume", default=None, help="continue a cancelled fit artifact")
+    p.add_argument("--apply", action="store_true", help="make a new twin version at the fit")
+    p.add_argument("--fit", default=None, help="apply this earlier fit (no new fit)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _channels(items: list[str]) -> dict[str, float]:
+    from twins.errors import TwinError
+
+    out = {}
+    for it in items:
+        name, _, w = it.partition("=")
+        try:
+            out[name] = float(w) if w else 1.0
+        except ValueError:
+            raise TwinError(f"--channels {it}: weight must be a number") from None
+    return out
+
+
+def _num(v: float | None) -> str:
+    return "failed" if v is None or not math.isfinite(v) else f"{v:.5g}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.jobs import run_cli
+    from app.project import Project
+    from app.workflows.fit import apply_fit, fit_job, fit_summary
+    from twins.errors import TwinError
+    from twins.fit import FitConfig
+
+    project = Project.open(args.project)
+    if args.fit:
+        new = apply_fit(project, args.fit)
+        print(f"twin {new}: fit {args.fit} applied (parent {project.artifact(new).parent})")
+        return 0
+    if not args.params and not args.resume:
+        raise TwinError("fit: choose --params NAME ... (see `python main.py twin info`)")
+    params = tuple(args.params)
+    if args.resume and not params:
+        params = tuple(fit_summary(project, args.resume)["settings"]["config"]["params"])
+    config = FitConfig(
+        params=params,
+        channels=_channels(args.channels),
+        window_s=args.window if args.window > 0 else None,
+        budget=args.budget,
+        polish_rounds=args.polish,
+        seed=args.seed,
+    )
+    fid = run_cli(
+        fit_job(
+            project,
+            args.twin,
+            args.trajectories,
+            config,
+            args.validation,
+            args.backend,
+            args.workers,
+            args.address,
+            args.resume,
+        ),
+        args.quiet,
+    )
+    d = fit_summary(project, fid)
+    print(f"fit {fid}: {d['evaluations']} evaluations, {d['failed']} failed, {d['wall_s']} s")
+    post = d["posterior"]["params"]
+    for name, est in d["estimate"].items():
+        lo, hi = post[name]["interval90"]
+        flag = "" if post[name]["identifiable"] else f"  NOT IDENTIFIABLE: {post[name]['why']}"
+        print(
+            f"  {name:<44} {d['start'][name]:>10.5g} -> {est:<10.5g} 90% [{lo:.5g}, {hi:.5g}]{flag}"
+        )
+    for which in ("train", "validation"):
+        before, after = d[f"{which}_rmse_before"], d[f"{which}_rmse_after"]
+        for ch in after:
+            b, a = before.get(ch), after[ch]
+            print(f"  {which} rmse {ch}: {_num(b)} -> {_num(a)}")
+    for n in d["notes"]:
+        print(f"  note: {n}")
+    if args.apply:
+        new = apply_fit(project, fid)
+        print(f"twin {new}: fit applied (parent {project.artifact(new).parent})")
+    return 0

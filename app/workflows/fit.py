@@ -1,0 +1,217 @@
+"""Import, export and fit workflows (Qt-free; the CLI and the GUI share them).
+
+- `import_recording(project, file, mapping, twin_id=None)`: a CSV/Parquet/NPZ log through a
+  column-mapping file into a `trajectory` artifact; with a twin, a recording from another
+  robot is refused before anything is written.
+- `export_recording(project, trajectory_id, out)`: LeRobot-style Parquet.
+- `fit_job(project, twin_id, trajectory_ids, config, ...)`: a job (generator of `Progress`)
+  around `twins.fit.fit_steps`, writing a `fit` artifact (fit.json with estimate,
+  intervals, history, validation error; samples.npz) whose inputs are the twin and the
+  recordings. Cancelled (closed) after its first generation, it writes a `fit` artifact
+  with status "cancelled" and a checkpoint; `resume_from=` that id continues it.
+- `apply_fit(project, fit_id)`: a new twin version at the fitted values whose parent is the
+  fitted twin and whose inputs add the recordings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from app.jobs import Job, Progress
+from app.project import Project, ProjectError
+from app.workflows.twin import load_twin, save_twin_edit
+from devices.trajectory import Trajectory
+from resources import atomic
+from twins.errors import TwinError
+from twins.fit import FitConfig, FitResult, check_recording, fit_steps
+
+RIGS = ("qube_servo2", "simple_pendulum")
+
+
+def import_rig_twin(project: Project, rig: str, urdf: Path | None = None) -> str:
+    """A twin of one of the real rigs (twins/rigs.py, the authors' published values) as a
+    twin artifact, so their recordings can be fitted in a project. The simple pendulum
+    needs its CAD URDF (`urdf`, from ../shared/data/real/simple_pendulum)."""
+    from twins.rigs import qube_twin, simple_pendulum_twin
+
+    if rig not in RIGS:
+        raise TwinError(f"unknown rig '{rig}' (one of {', '.join(RIGS)})")
+    if rig == "simple_pendulum" and urdf is None:
+        raise TwinError("rig simple_pendulum needs --urdf (data_urdf_dfki_simple_pendulum.urdf)")
+    with project.new_artifact(
+        "twin", settings={"rig": rig}, summary=f"rig {rig} at its authors' values"
+    ) as folder:
+        spec = (
+            qube_twin() if rig == "qube_servo2" else simple_pendulum_twin(Path(urdf or ""), folder)
+        )
+        spec.save(folder)
+    return project.artifacts("twin")[-1].id
+
+
+def import_recording(
+    project: Project,
+    file: Path,
+    mapping: Path,
+    twin_id: str | None = None,
+    name: str | None = None,
+) -> str:
+    """Import `file` through `mapping` as a trajectory artifact; returns its id."""
+    from devices.mapping import import_table, load_mapping
+
+    m = load_mapping(Path(mapping))
+    traj = import_table(Path(file), m, name)
+    inputs: list[str] = []
+    if twin_id is not None:
+        _, spec = load_twin(project, twin_id)
+        check_recording(spec, traj, f"{Path(file).name}")
+        inputs.append(twin_id)
+    with project.new_artifact(
+        "trajectory",
+        inputs=inputs,
+        settings={"file": Path(file).name, "mapping": Path(mapping).name},
+        summary=f"imported {Path(file).name} ({len(traj)} samples, {traj.duration:.2f} s)",
+    ) as folder:
+        traj.save(folder)
+    return project.artifacts("trajectory")[-1].id
+
+
+def load_recording(project: Project, trajectory_id: str) -> Trajectory:
+    art = project.artifact(trajectory_id)
+    if art.kind != "trajectory":
+        raise ProjectError(f"artifact '{trajectory_id}' is a {art.kind}, not a trajectory")
+    traj = Trajectory.load(project.path_of(trajectory_id))
+    return traj.with_channels(meta={"name": trajectory_id, **dict(traj.meta)})
+
+
+def export_recording(project: Project, trajectory_id: str, out: Path) -> Path:
+    """Write a trajectory artifact as one LeRobot-style Parquet episode at `out`."""
+    from devices.mapping import export_lerobot
+
+    return export_lerobot(load_recording(project, trajectory_id), Path(out))
+
+
+def _load_fit(project: Project, fit_id: str) -> dict[str, Any]:
+    art = project.artifact(fit_id)
+    if art.kind != "fit":
+        raise ProjectError(f"artifact '{fit_id}' is a {art.kind}, not a fit")
+    path = project.path_of(fit_id) / "fit.json"
+    try:
+        d: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ProjectError(f"{path}: unreadable fit ({exc})") from exc
+    return d
+
+
+def fit_job(
+    project: Project,
+    twin_id: str | None,
+    trajectory_ids: Sequence[str],
+    config: FitConfig,
+    validation_ids: Sequence[str] = (),
+    backend: str = "local",
+    workers: int = 1,
+    address: str | None = None,
+    resume_from: str | None = None,
+) -> Job[str]:
+    """Job: fit the twin to the recordings; returns the fit artifact id."""
+    from twins.executor import make_executor
+
+    tid, spec = load_twin(project, twin_id)
+    if not trajectory_ids:
+        raise TwinError("fit: choose at least one trajectory (--trajectories ID ...)")
+    recs = [load_recording(project, i) for i in trajectory_ids]
+    vals = [load_recording(project, i) for i in validation_ids]
+    resume = None
+    if resume_from is not None:
+        old = _load_fit(project, resume_from)
+        resume = old.get("checkpoint")
+        if not resume:
+            raise ProjectError(f"fit '{resume_from}' has no checkpoint to resume from")
+    inputs = [tid, *trajectory_ids, *validation_ids]
+    settings = {
+        "twin": tid,
+        "trajectories": list(trajectory_ids),
+        "validation": list(validation_ids),
+        "config": config.to_json(),
+        "backend": backend,
+        "workers": workers,
+        **({"resumed_from": resume_from} if resume_from else {}),
+    }
+    yield Progress(None, f"starting {backend} executor ({workers} workers)")
+    executor = make_executor(backend, workers, address)
+    gen = fit_steps(spec, recs, config, executor, vals, resume)
+    checkpoint: Mapping[str, Any] | None = None
+    finished = False
+    try:
+        while True:
+            try:
+                frac, msg, partial = next(gen)
+            except StopIteration as stop:
+                result: FitResult = stop.value
+                break
+            if isinstance(partial, Mapping) and "checkpoint" in partial:
+                checkpoint = partial["checkpoint"]
+            yield Progress(frac, msg, partial)
+        finished = True
+    finally:
+        gen.close()
+        executor.close()
+        if not finished and checkpoint is not None:
+            _save_cancelled(project, inputs, settings, checkpoint)
+    with project.new_artifact(
+        "fit",
+        inputs=inputs,
+        settings=settings,
+        summary=_summary(result),
+    ) as folder:
+        d = result.to_json()
+        d.update({"status": "done", "twin": tid, "trajectories": list(trajectory_ids)})
+        atomic.write_json(folder / "fit.json", d)
+        result.posterior.save_samples(folder)
+    return project.artifacts("fit")[-1].id
+
+
+def _save_cancelled(
+    project: Project, inputs: list[str], settings: dict[str, Any], checkpoint: Mapping[str, Any]
+) -> None:
+    with project.new_artifact(
+        "fit",
+        inputs=inputs,
+        settings={**settings, "status": "cancelled"},
+        summary=f"cancelled after {checkpoint.get('evals', 0)} evaluations (resumable)",
+    ) as folder:
+        atomic.write_json(
+            folder / "fit.json",
+            {"status": "cancelled", "checkpoint": dict(checkpoint), "settings": settings},
+        )
+
+
+def _summary(res: FitResult) -> str:
+    val = res.validation_rmse_after or res.train_rmse_after
+    errs = ", ".join(f"{k} {v:.4g}" for k, v in val.items())
+    which = "validation" if res.validation_rmse_after else "train"
+    return f"{len(res.estimate)} params, {res.evaluations} evals, {which} rmse {errs}"
+
+
+def fit_summary(project: Project, fit_id: str) -> dict[str, Any]:
+    """fit.json of a fit artifact."""
+    return _load_fit(project, fit_id)
+
+
+def apply_fit(project: Project, fit_id: str) -> str:
+    """A new twin version at the fit's estimate: parent = the fitted twin, inputs = the
+    parent's inputs plus the fit and its recordings. Returns the new twin id."""
+    d = _load_fit(project, fit_id)
+    if d.get("status") != "done":
+        raise ProjectError(f"fit '{fit_id}' did not finish ({d.get('status')}); resume it first")
+    art = project.artifact(fit_id)
+    tid = str(d["twin"])
+    _, spec = load_twin(project, tid)
+    estimate = {str(k): float(v) for k, v in d["estimate"].items()}
+    extra = tuple(i for i in (fit_id, *art.inputs) if i != tid)
+    return save_twin_edit(
+        project, tid, spec, estimate, summary=f"fit {fit_id} applied to {tid}", extra_inputs=extra
+    )

@@ -1,0 +1,171 @@
+"""CLI round trip: import a rig twin and recordings through a column mapping, fit, apply
+(a new twin version whose parent is the fitted one), export; bad input exits non-zero
+with a message naming the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.cli import main
+from app.project import Project
+from devices.trajectory import Trajectory
+from resources import shared_data
+from twins.rigs import qube_twin
+from twins.simulate import replay
+from twins.spec import TwinSpec
+
+QUBE = shared_data("real", "furuta_pendulum")
+TRUE_R = 11.0
+
+
+def _qube_csv(folder: Path, name: str, seconds: float, seed: int) -> Path:
+    """A Qube chirp simulated with resistance 11 ohm, written as a lab's CSV in degrees."""
+    t = np.arange(0, seconds, 0.004)
+    V = 2.0 * np.sin(2 * np.pi * (0.5 + (1.0 + 0.3 * seed) * t) * t)
+    meta = {"joint_names": ["arm", "pendulum"], "command_joints": ["arm"]}
+    cmd = Trajectory(
+        t,
+        {"robot/command": V[:, None], "robot/joint_pos": np.zeros((len(t), 2))},
+        {"robot/command": "V", "robot/joint_pos": "rad"},
+        meta=meta,
+    )
+    sim = replay(qube_twin(), {"robot.actuators.arm.resistance": TRUE_R}, cmd)
+    q, qd = np.degrees(sim["robot/joint_pos"]), np.degrees(sim["robot/joint_vel"])
+    f = folder / name
+    rows = ["stamp_ms,theta_deg,alpha_deg,dtheta_degps,dalpha_degps,volts"]
+    rows += [
+        f"{1000 * t[i]:.3f},{q[i, 0]:.6f},{q[i, 1]:.6f},{qd[i, 0]:.5f},{qd[i, 1]:.5f},{V[i]:.6f}"
+        for i in range(len(t))
+    ]
+    f.write_text("\n".join(rows) + "\n")
+    return f
+
+
+MAPPING = {
+    "format": "twinbench-mapping",
+    "time": {"column": "stamp_ms", "unit": "ms"},
+    "joint_names": ["arm", "pendulum"],
+    "command_joints": ["arm"],
+    "channels": {
+        "robot/joint_pos": {"columns": ["theta_deg", "alpha_deg"], "unit": "deg"},
+        "robot/joint_vel": {"columns": ["dtheta_degps", "dalpha_degps"], "unit": "deg/s"},
+        "robot/command": {"columns": ["volts"], "unit": "V"},
+    },
+}
+
+
+def _ids(out: str, kind: str) -> list[str]:
+    return [line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith(kind)]
+
+
+@pytest.mark.slow
+def test_import_fit_apply_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    proj = tmp_path / "proj"
+    assert main(["project", "new", str(proj)]) == 0
+    assert main(["import", "--project", str(proj), "--rig", "qube_servo2"]) == 0
+    twin = _ids(capsys.readouterr().out, "twin")[0]
+    mapping = tmp_path / "lab.json"
+    mapping.write_text(json.dumps(MAPPING))
+    files = [_qube_csv(tmp_path, f"run{i}.csv", 1.0, i) for i in range(2)]
+    args = ["import", "--project", str(proj), *map(str, files), "--mapping", str(mapping)]
+    assert main([*args, "--twin", twin]) == 0
+    train, held = _ids(capsys.readouterr().out, "trajectory")
+    rc = main(
+        [
+            "fit", "--project", str(proj), "--twin", twin, "--trajectories", train,
+            "--validation", held, "--params", "robot.actuators.arm.resistance",
+            "--window", "0.5", "--budget", "24", "--polish", "2", "--apply", "--quiet",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    p = Project.open(proj)
+    fit_art = p.artifacts("fit")[-1]
+    assert set(fit_art.inputs) == {twin, train, held}
+    d = json.loads((p.path_of(fit_art.id) / "fit.json").read_text())
+    est = d["estimate"]["robot.actuators.arm.resistance"]
+    assert est == pytest.approx(TRUE_R, rel=0.03)
+    lo, hi = d["posterior"]["params"]["robot.actuators.arm.resistance"]["interval90"]
+    assert lo < est < hi
+    assert (
+        d["validation_rmse_after"]["robot/joint_pos"]
+        < 0.2 * d["validation_rmse_before"]["robot/joint_pos"]
+    )
+    assert d["history"] and d["status"] == "done"
+    assert (p.path_of(fit_art.id) / "samples.npz").is_file()
+    new_twin = p.artifacts("twin")[-1]
+    assert new_twin.parent == twin and fit_art.id in new_twin.inputs and train in new_twin.inputs
+    spec = TwinSpec.load(p.path_of(new_twin.id))
+    assert spec.params["robot.actuators.arm.resistance"].nominal == pytest.approx(est)
+    assert "applied" in out and "validation rmse robot/joint_pos" in out
+    # export the imported recording and read it back with the bundled LeRobot mapping
+    pq = tmp_path / "ep.parquet"
+    assert main(["export", "--project", str(proj), "--trajectory", train, "--out", str(pq)]) == 0
+    import pyarrow.parquet as pqm
+
+    table = pqm.read_table(pq)
+    assert table.column("observation.state").to_pylist()[0] == pytest.approx(
+        np.radians([float(x) for x in files[0].read_text().splitlines()[1].split(",")[1:3]]),
+        abs=1e-5,
+    )
+
+
+@pytest.mark.skipif(not QUBE.is_dir(), reason="shared real data not present")
+def test_shared_recordings_import_by_bundled_mapping_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proj = tmp_path / "proj"
+    main(["project", "new", str(proj)])
+    main(["import", "--project", str(proj), "--rig", "qube_servo2"])
+    twin = _ids(capsys.readouterr().out, "twin")[0]
+    f = sorted((QUBE / "qq_chrip_10to0Hz_p1.5V_250Hz_10s").glob("*.npz"))[0]
+    rc = main(
+        ["import", "--project", str(proj), str(f), "--mapping", "furuta_pendulum", "--twin", twin]
+    )
+    assert rc == 0
+    tid = _ids(capsys.readouterr().out, "trajectory")[0]
+    traj = Trajectory.load(Project.open(proj).path_of(tid))
+    assert traj["robot/joint_pos"].shape == (2501, 2) and traj.units["robot/command"] == "V"
+
+
+def test_bad_input_exits_with_the_file_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proj = tmp_path / "proj"
+    main(["project", "new", str(proj)])
+    main(["import", "--project", str(proj), "--rig", "qube_servo2"])
+    twin = _ids(capsys.readouterr().out, "twin")[0]
+    mapping = tmp_path / "lab.json"
+    mapping.write_text(json.dumps(MAPPING))
+    f = _qube_csv(tmp_path, "run.csv", 0.3, 0)
+    # degrees declared as radians
+    wrong = json.loads(json.dumps(MAPPING))
+    wrong["channels"]["robot/joint_pos"]["unit"] = "rad"
+    (tmp_path / "wrong.json").write_text(json.dumps(wrong))
+    rc = main(["import", "--project", str(proj), str(f), "--mapping", str(tmp_path / "wrong.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "run.csv" in err and "degrees" in err
+    # a recording from another robot than the twin
+    pend = tmp_path / "pend.csv"
+    pend.write_text(
+        "time,position,velocity,torque\n" + "".join(f"{i / 100},0,0,0\n" for i in range(20))
+    )
+    rc = main(
+        [
+            "import", "--project", str(proj), str(pend), "--twin", twin,
+            "--mapping", "simple_pendulum",
+        ]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and "pend.csv" in err and "another robot" in err
+    # nothing was written by the refused imports
+    assert Project.open(proj).artifacts("trajectory") == []
+    # an unknown parameter is named
+    main(["import", "--project", str(proj), str(f), "--mapping", str(mapping)])
+    tid = _ids(capsys.readouterr().out, "trajectory")[0]
+    rc = main(["fit", "--project", str(proj), "--trajectories", tid, "--params", "robot.arm.mass"])
+    assert rc == 2 and "robot.arm.mass" in capsys.readouterr().err
