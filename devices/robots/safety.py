@@ -69,6 +69,7 @@ class SafetyConfig:
     measured_effort_factor: float | None = 1.5  # stop when |measured effort| > factor * limit
     # -- limits on the measured state --
     brake_decel: float = 5.0  # rad/s^2 the envelope counts on to stop a joint before a limit
+    max_accel: float = 10.0  # rad/s^2 a position target may accelerate (or reverse) at
     lead_s: float = 0.08  # a position target leads the measured joint by <= velocity * lead_s
     measured_velocity_factor: float = 1.1  # stop when |measured velocity| > factor * limit
     limit_tolerance: float = 0.002  # rad (joints) and m (box) of measured overshoot tolerated
@@ -109,9 +110,15 @@ class SafetyConfig:
                 raise DeviceError(f"{where}: {name} must be in (0, 1], got {getattr(cfg, name)}")
         if cfg.position_margin < 0 or cfg.velocity_ramp_s < 0:
             raise DeviceError(f"{where}: position_margin and velocity_ramp_s must be >= 0")
-        if not (cfg.brake_decel > 0 and cfg.lead_s > 0 and cfg.measured_velocity_factor >= 1):
+        if not (
+            cfg.brake_decel > 0
+            and cfg.max_accel > 0
+            and cfg.lead_s > 0
+            and cfg.measured_velocity_factor >= 1
+        ):
             raise DeviceError(
-                f"{where}: brake_decel and lead_s must be > 0, measured_velocity_factor >= 1"
+                f"{where}: brake_decel, max_accel and lead_s must be > 0, "
+                "measured_velocity_factor >= 1"
             )
         if not (0 <= cfg.limit_tolerance <= 0.05):
             raise DeviceError(f"{where}: limit_tolerance must be within [0, 0.05]")
@@ -152,6 +159,7 @@ class SafetyConfig:
             workspace_upper=tighter_box(self.workspace_upper, other.workspace_upper, np.minimum),
             measured_effort_factor=min(mef) if mef else None,
             brake_decel=min(self.brake_decel, other.brake_decel),
+            max_accel=min(self.max_accel, other.max_accel),
             lead_s=min(self.lead_s, other.lead_s),
             measured_velocity_factor=min(
                 self.measured_velocity_factor, other.measured_velocity_factor
@@ -231,12 +239,14 @@ class SafetyEnvelope:
         self.kd_brake = self.effmax / (BRAKE_BAND * self.vmax)  # and above it
         self._min_box_dist = 0.0
         self._v_prev: Vec | None = None
+        self._last_step = np.zeros(len(self.info.joint_names))
         self._t_prev = 0.0
 
     def start(self, state: RobotState) -> None:
         """Motion starts from `state`: measured checks judge changes from here on."""
         self._min_box_dist = self.box_distance(state.joint_pos)
         self._v_prev, self._t_prev = state.joint_vel.copy(), state.t
+        self._last_step = np.zeros_like(state.joint_pos)
 
     def box_distance(self, joint_pos: Vec) -> float:
         """How far (m) the end effector at joint_pos is outside the box (0 inside, or when
@@ -351,7 +361,18 @@ class SafetyEnvelope:
         up, down = self.braking_speed(prev, TARGET_MARGIN, cap=self.vmax)
         step_hi = np.minimum(self.step_pos, up * self.dt)
         step_lo = np.minimum(self.step_pos, down * self.dt)
-        step = np.clip(out - prev, -step_lo, step_hi)
+        want = out - prev
+        step = np.clip(want, -step_lo, step_hi)
+        # and with bounded acceleration: a target that reverses at once makes the big joints
+        # brake so hard that they fling the small ones past their speed limits. It slows
+        # down in time to stop at the goal, and never passes it.
+        amax = self.config.max_accel
+        dstep = amax * self.dt * self.dt
+        # largest step s with s + (s - dstep) + (s - 2 dstep) + ... <= distance to go
+        reach = dstep * (np.sqrt(0.25 + 2 * np.abs(want) / dstep) - 0.5)
+        step = np.clip(step, -reach, reach)
+        step = np.clip(step, self._last_step - dstep, self._last_step + dstep)
+        step = np.where(want >= 0, np.minimum(step, want), np.maximum(step, want))
         if np.any(step != out - prev):
             acted.append("max_step" if self.step_is_config else "velocity")
             out = prev + step
@@ -382,6 +403,7 @@ class SafetyEnvelope:
         if not self._allowed_in_box(out, prev):
             acted.append("workspace")
             out = self._towards_box(prev, out)
+        self._last_step = out - prev
         return self._finish(out, acted)
 
     def _towards_box(self, prev: Vec, target: Vec) -> Vec:

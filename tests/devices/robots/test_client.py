@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import socket
-import time
 
 import numpy as np
 import pytest
@@ -81,7 +80,8 @@ def test_log_status_and_camera_frames(rig: Rig) -> None:
     with RobotClient("127.0.0.1", rig.port, rig.token) as c:
         q = c.latest_state().joint_pos
         c.command_position(q + 0.01)
-        time.sleep(0.1)
+        # behaviour, not speed: wait (hang guard only) until 20 ticks ran in command mode
+        assert wait_for(lambda: np.all(c.get_log(last=20)["mode"] == MODES.index("command")), 10.0)
         log = c.get_log(last=20)
         assert log["sent"].shape == (20, 7) and log["t"].shape == (20,)
         assert np.all(log["mode"] == MODES.index("command"))

@@ -89,3 +89,44 @@ def test_lab_process_stops_when_its_parent_dies(tmp_path) -> None:
             return f.read().split()[2] == "Z"
 
     assert wait_for(gone, 10.0, 0.05)
+
+
+def test_lab_limits_hold_on_the_measured_state() -> None:
+    """Issue 10 over TCP against `lab serve`: full torque on joint 1 (was 8x its speed
+    limit) and a limit-to-limit jump of joint 5 from a twisted pose (was 3x, 0.055 rad
+    past the limit). Judged on the measured state stream; the tight figures are bench
+    safety's, here a margin for a loaded machine."""
+    with start_lab_process("panda_table", extra_args=["--no-cameras"]) as lab:
+        with RobotClient(lab.host, lab.port, lab.token) as c:
+            assert c.info is not None
+            lim = c.info.limits
+            vmax, lo, hi = (np.asarray(x) for x in (lim.velocity, lim.lower, lim.upper))
+            rec: list[dict] = []
+            c._recorders.append(rec)
+            tau = np.zeros(7)
+            tau[0] = 500.0
+            end = time.monotonic() + 1.5
+            while time.monotonic() < end:
+                c.command("torque", tau)
+                time.sleep(0.005)
+            twisted = np.array([2.0, 0.5, -2.0, -1.0, 2.2, 3.0, -2.0])
+            c.take_control()  # in case a measured-state stop ended the torque run
+
+            def at_twisted() -> bool:
+                c.command_position(twisted)
+                return bool(np.abs(c.latest_state().joint_pos - twisted).max() < 0.03)
+
+            assert wait_for(at_twisted, 15.0, every_s=0.02)
+            target = twisted.copy()
+            target[4] = lo[4] - 1.0
+            end = time.monotonic() + 3.0
+            while time.monotonic() < end:
+                c.command_position(target)
+                time.sleep(0.005)
+            c._recorders.remove(rec)
+            q = np.array([m["joint_pos"] for m in rec])
+            v = np.array([m["joint_vel"] for m in rec])
+            assert len(rec) > 500
+            assert np.max(np.abs(v) / vmax) < 1.3, np.max(np.abs(v) / vmax, axis=0)
+            assert np.max(np.maximum(q - hi, lo - q)) < 0.02
+            assert abs(q[-1, 4] - lo[4]) < 0.05  # it did get to the limit

@@ -36,19 +36,39 @@ def test_position_limit_clamps_and_reports() -> None:
 
 
 def test_step_is_capped_at_velocity_limit_times_dt() -> None:
-    env = _env()
+    env = _env(max_accel=1e9)  # the speed cap alone (acceleration: the next test)
     prev = np.asarray(HOME, float)
     cmd = prev.copy()
     cmd[0] += 0.5
     res = env.apply("position", cmd, _state(), prev)
     assert res.acted == ("velocity",)
     assert res.command[0] - prev[0] == pytest.approx(LIM.velocity[0] * DT, rel=1e-9)
-    narrow = _env(max_step=tuple([0.001] * 7)).apply("position", cmd, _state(), prev)
+    narrow = _env(max_step=tuple([0.001] * 7), max_accel=1e9).apply("position", cmd, _state(), prev)
     assert narrow.acted == ("max_step",) and narrow.command[0] - prev[0] == pytest.approx(0.001)
 
 
+def test_position_target_accelerates_and_stops_at_its_limits() -> None:
+    """Fed back tick by tick: speed up at <= max_accel, cruise at the velocity limit, slow
+    down in time, and stop exactly on the goal."""
+    env = _env(workspace_lower=None, workspace_upper=None)
+    q = np.asarray(HOME, float)
+    goal = q.copy()
+    goal[0] += 1.0
+    path = [q.copy()]
+    for _ in range(400):
+        res = env.apply("position", goal, _state(path[-1]), path[-1])
+        path.append(res.command)
+    x = np.array(path)[:, 0]
+    v = np.diff(x) / DT
+    a = np.diff(v) / DT
+    assert np.max(np.abs(v)) <= LIM.velocity[0] + 1e-9 and np.max(v) > 0.95 * LIM.velocity[0]
+    # max_accel, give or take one tick's worth where braking starts and on landing
+    assert np.max(np.abs(a)) <= 2 * 10.0 + 1e-6 and np.median(np.abs(a[np.abs(a) > 0])) <= 10.0
+    assert x[-1] == pytest.approx(goal[0]) and np.all(x <= goal[0] + 1e-12)
+
+
 def test_workspace_box_holds_previous_command() -> None:
-    env = _env(workspace_upper=(0.6, 0.6, FK(np.asarray(HOME))[2] + 1e-4))
+    env = _env(workspace_upper=(0.6, 0.6, FK(np.asarray(HOME))[2] + 1e-4), max_accel=1e9)
     prev = np.asarray(HOME, float)
     cmd = prev.copy()
     cmd[3] += 0.005  # straightens the elbow: the end effector rises above the box
