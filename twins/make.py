@@ -334,7 +334,7 @@ def mesh_object(
     open_mesh: str = "hull",
     rgba: Sequence[float] = (0.3, 0.6, 0.8, 1),
     source: str = "",
-    max_hulls: int = 16,
+    max_hulls: int = 8,
 ) -> tuple[ObjectSpec, list[Param], list[str]]:
     """An object from a mesh in its body frame: writes `objects/<name>.obj` and its convex
     hulls into `folder` (the twin folder) and returns the spec, params and notes."""

@@ -58,7 +58,7 @@ def test_scan_like_primitives_still_fit_and_the_u_block_does_not() -> None:
 def test_u_block_decomposition_keeps_the_gap(tmp_path: Path) -> None:
     u = _lab("u_block")
     dec = decompose(u, "u_block")
-    assert 2 <= len(dec.hulls) <= 16 and dec.excess <= 0.05
+    assert 2 <= len(dec.hulls) <= 8 and dec.excess <= 0.05
 
     def inside(p: tuple[float, float, float]) -> bool:
         return any(
