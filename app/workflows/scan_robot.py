@@ -96,9 +96,7 @@ class RobotScanPlan:
     fixed_frames: int = 3  # frames from each calibrated fixed camera
     camera: str | None = None  # None: the first camera with a nominal mount pose
     speed_rad_s: float = 1.2  # joint-space speed of the moves
-    # settled = at rest near the target: joint friction can hold a joint a few mrad off
-    # its target for good (the camera pose comes from the measured joints anyway)
-    settle_tol_rad: float = 0.01
+    settle_tol_rad: float = 3e-3
     settle_vel_rad_s: float = 0.02
     settle_timeout_s: float = 4.0
 
@@ -226,16 +224,21 @@ class ConnectedArm:
                 return st.t, ok
             time.sleep(0.01)
 
-    def grab(self, t_after: float, window_s: float = 0.3) -> tuple[RGBDFrame, NDArray[np.float64]]:
-        """A frame taken after robot time `t_after`, with the joint positions interpolated
-        at its timestamp from the states recorded while it was taken."""
+    def grab(
+        self, t_after: float, window_s: float = 0.3, still_rad: float = 1e-3, tries: int = 8
+    ) -> tuple[RGBDFrame, NDArray[np.float64]]:
+        """A frame taken after robot time `t_after` while the arm is still (no joint moves
+        more than `still_rad` over the window; else the stillest of `tries` windows), with
+        the joint positions at its timestamp: a line through the window's states, per joint,
+        read at the frame's time (averages the encoder noise, follows a slow creep)."""
         frames = self.frames()
         if self._primer is not None:
             self._primer.join(timeout=20.0)
             self._primer = None
             if self._prime_error is not None:
                 raise self._prime_error
-        for _ in range(5):
+        found: tuple[float, RGBDFrame, NDArray[np.float64]] | None = None
+        for _ in range(tries):
             traj = self.client.stream(window_s)
             t, q = traj.t, traj.channels["robot/joint_pos"]
             best = None
@@ -250,23 +253,20 @@ class ConnectedArm:
                 if f.timestamp > t[-1]:
                     break
                 best = f
-            if best is not None:
-                # a line through the window's states, per joint, read at the frame's time:
-                # averages the encoder noise of an arm at rest and follows a slow drift
-                dt = t - best.timestamp
-                coef = np.polyfit(dt, q, 1) if len(t) >= 3 else None
-                qf = (
-                    coef[1]
-                    if coef is not None
-                    else np.array(
-                        [np.interp(best.timestamp, t, q[:, j]) for j in range(q.shape[1])]
-                    )
-                )
-                return best, np.asarray(qf, float)
-        raise RobotScanError(
-            f"robot {self.info.name}: camera '{self.camera}' frame timestamps "
-            f"never fall inside the state stream (different clocks?)"
-        )
+            if best is None or len(t) < 3:
+                continue
+            slope, qf = np.polyfit(t - best.timestamp, q, 1)
+            motion = float(np.max(np.abs(slope)) * (t[-1] - t[0]))
+            if found is None or motion < found[0]:
+                found = (motion, best, np.asarray(qf, float))
+            if motion <= still_rad:
+                break
+        if found is None:
+            raise RobotScanError(
+                f"robot {self.info.name}: camera '{self.camera}' frame timestamps "
+                f"never fall inside the state stream (different clocks?)"
+            )
+        return found[1], found[2]
 
     def grab_fixed(self, camera: str, n: int) -> list[RGBDFrame]:
         """`n` consecutive frames of fixed camera `camera` (the first one skipped: it may
@@ -605,7 +605,7 @@ def scan_lab(
         lab, client = yield from _lab_robot("panda_calib", calibration_config, "calibration")
         try:
             calibration = yield from sub_job(
-                calibrate_robot(client, views=8 if quick else 12, plan=plan),
+                calibrate_robot(client, plan=plan),  # 12 views even when quick: ~30 s
                 0.0,
                 0.25,
                 "calibrating: ",

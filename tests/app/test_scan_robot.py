@@ -94,7 +94,7 @@ def test_hand_eye_over_the_protocol_recovers_the_true_mount() -> None:
         start_lab_process("panda_calib", camera_size="424x240", camera_fps=15) as calib_lab,
         RobotClient(calib_lab.host, calib_lab.port, calib_lab.token) as robot,
     ):
-        cal = run_to_end(calibrate_robot(robot, views=6, plan=RobotScanPlan()))
+        cal = run_to_end(calibrate_robot(robot))
         assert _status_after_stop(robot)["mode"] == "stopped"
     X, Xt = cal["T_hand_camera"], _true_hand_camera()
     d_mm = np.linalg.norm(X[:3, 3] - Xt[:3, 3]) * 1000
