@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from app import workflows
 from app.project import Project
@@ -101,6 +101,32 @@ class EmptyState(QtWidgets.QFrame):
     def text(self) -> str:
         """All visible text (for tests and accessibility)."""
         return "\n".join(w.text() for w in (self.title, self.does, self.needs, self.hint, self.cli))
+
+
+class StatusLine(QtWidgets.QLabel):
+    """One line of status text that never pushes the page wider or taller: too long for the
+    room it has, it ends in "…" and the whole text is its tooltip (and in the log)."""
+
+    def __init__(self, text: str = "", parent: QtWidgets.QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.setSizePolicy(
+            QtWidgets.QSizePolicy.Policy.Ignored, QtWidgets.QSizePolicy.Policy.Preferred
+        )
+        self.setToolTip(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt name)
+        super().setText(text)
+        self.setToolTip(text)
+
+    def minimumSizeHint(self) -> QtCore.QSize:  # noqa: N802 (Qt name)
+        return QtCore.QSize(0, super().minimumSizeHint().height())
+
+    def paintEvent(self, event: QtGui.QPaintEvent) -> None:  # noqa: N802 (Qt name)
+        painter = QtGui.QPainter(self)
+        text = self.fontMetrics().elidedText(
+            self.text(), QtCore.Qt.TextElideMode.ElideRight, self.contentsRect().width()
+        )
+        painter.drawText(self.contentsRect(), int(self.alignment()), text)
 
 
 class WorkflowPage(QtWidgets.QWidget):

@@ -22,7 +22,7 @@ from app.workflows import scan as wf
 from app.workflows.scan_robot import scan_lab
 from resources.errors import TwinbenchError
 from resources.text import count
-from widgets.pages import WorkflowPage, preview
+from widgets.pages import StatusLine, WorkflowPage, preview
 from widgets.scene_view import SceneView
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class ScanPage(WorkflowPage):
         self.pause_btn.setCheckable(True)
         self.stop_btn = QtWidgets.QPushButton("Stop && reconstruct")
         self.accept_btn = QtWidgets.QPushButton("Accept → save scan to project")
-        self.status = QtWidgets.QLabel("Choose a camera source and press Start.")
+        self.status = StatusLine("Choose a camera source and press Start.")
         for w in (
             QtWidgets.QLabel("Source:"),
             self.source,
@@ -132,8 +132,7 @@ class ScanPage(WorkflowPage):
         self.saved.activated.connect(lambda _i: self.open_saved(self.saved.currentData()))
         saved_row.addWidget(self.saved, 1)
         layout.addLayout(saved_row)
-        self.status.setWordWrap(True)  # its own row: long messages wrap, never cut
-        layout.addWidget(self.status)
+        layout.addWidget(self.status)  # its own row, full width
         split = QtWidgets.QSplitter()
         left = QtWidgets.QWidget()
         ll = QtWidgets.QVBoxLayout(left)
