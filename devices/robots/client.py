@@ -7,6 +7,10 @@
         robot.upload_policy(onnx_bytes, spec); robot.run_policy(ramp_s=1.0)
         robot.stop()
 
+The handshake is a challenge-response (the token never travels). TLS: pass
+`tls_fingerprint="sha256:…"` (pinned) or `tls=True` (trusted on first use, recorded in
+~/.config/twinbench/known_robots). After a watchdog stop, `take_control()` before moving.
+
 A reader thread receives states, replies, events and camera frames; a heartbeat thread keeps
 the robot's watchdog fed. If the connection breaks, or the state stream goes silent for
 `stale_timeout_s`, every later call raises DeviceError naming host:port.

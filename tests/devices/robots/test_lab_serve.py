@@ -130,3 +130,11 @@ def test_lab_limits_hold_on_the_measured_state() -> None:
             assert np.max(np.abs(v) / vmax) < 1.3, np.max(np.abs(v) / vmax, axis=0)
             assert np.max(np.maximum(q - hi, lo - q)) < 0.02
             assert abs(q[-1, 4] - lo[4]) < 0.05  # it did get to the limit
+
+
+def test_lab_serve_tls_with_the_printed_fingerprint() -> None:
+    with start_lab_process("panda_table", extra_args=["--no-cameras"], tls=True) as lab:
+        assert lab.fingerprint is not None and lab.fingerprint.startswith("sha256:")
+        with RobotClient(lab.host, lab.port, lab.token, tls_fingerprint=lab.fingerprint) as c:
+            assert c.server_fingerprint == lab.fingerprint
+            assert c.latest_state().joint_pos.shape == (7,)
