@@ -63,6 +63,22 @@ def _primitive(kind: str, size: tuple[float, ...]) -> trimesh.Trimesh:
     return trimesh.creation.icosphere(2, size[0])
 
 
+COLLISION_RGBA = (0.2, 0.9, 0.4, 0.35)
+
+
+def _drawable(
+    name: str,
+    body: str,
+    mesh: trimesh.Trimesh,
+    rgba: tuple[float, float, float, float],
+    T_body_mesh: np.ndarray,
+    collision: bool = False,
+) -> Drawable:
+    return Drawable(
+        name, body, np.asarray(mesh.vertices), np.asarray(mesh.faces), rgba, T_body_mesh, collision
+    )
+
+
 def _object_drawables(spec: TwinSpec, o: ObjectSpec, body: str) -> list[Drawable]:
     out = []
     vis = None
@@ -71,55 +87,24 @@ def _object_drawables(spec: TwinSpec, o: ObjectSpec, body: str) -> list[Drawable
         if vis is None:
             log.warning("object '%s': drawn from its collision shape instead", o.name)
     T_col = pose_to_matrix(o.shape.collision_pose)
+    T_vis = np.eye(4)
     if vis is None and o.shape.kind == "mesh":  # fall back to the hulls, shown solid
         hulls = [_load(str(spec.resolve(h)), (1.0, 1.0, 1.0)) for h in o.shape.hulls]
         parts = [h for h in hulls if h is not None]
         vis = trimesh.util.concatenate(parts) if parts else None  # type: ignore[assignment]
-        T_vis = np.eye(4)
     elif vis is None:
-        vis = _primitive(o.shape.kind, o.shape.size)
-        T_vis = T_col
-    else:
-        T_vis = np.eye(4)
+        vis, T_vis = _primitive(o.shape.kind, o.shape.size), T_col
     if vis is not None:
-        out.append(
-            Drawable(
-                f"{body}/visual",
-                body,
-                np.asarray(vis.vertices),
-                np.asarray(vis.faces),
-                (o.rgba[0], o.rgba[1], o.rgba[2], o.rgba[3]),
-                T_vis,
-            )
-        )  # type: ignore[arg-type]
+        rgba = (o.rgba[0], o.rgba[1], o.rgba[2], o.rgba[3])
+        out.append(_drawable(f"{body}/visual", body, vis, rgba, T_vis))
     if o.shape.kind == "mesh":
         for i, h in enumerate(o.shape.hulls):
             m = _load(str(spec.resolve(h)), (1.0, 1.0, 1.0))
             if m is not None:
-                out.append(
-                    Drawable(
-                        f"{body}/hull{i}",
-                        body,
-                        np.asarray(m.vertices),
-                        np.asarray(m.faces),
-                        (0.2, 0.9, 0.4, 0.35),
-                        np.eye(4),
-                        True,
-                    )
-                )
+                out.append(_drawable(f"{body}/hull{i}", body, m, COLLISION_RGBA, np.eye(4), True))
     else:
         m = _primitive(o.shape.kind, o.shape.size)
-        out.append(
-            Drawable(
-                f"{body}/collision",
-                body,
-                np.asarray(m.vertices),
-                np.asarray(m.faces),
-                (0.2, 0.9, 0.4, 0.35),
-                T_col,
-                True,
-            )
-        )
+        out.append(_drawable(f"{body}/collision", body, m, COLLISION_RGBA, T_col, True))
     return out
 
 
@@ -147,16 +132,7 @@ def drawables(world: TwinWorld) -> list[Drawable]:
                 continue
             rgba = v.rgba if v.rgba and v.rgba[3] > 0 else (0.85, 0.85, 0.88, 1.0)
             body = f"robot/{v.link}"
-            out.append(
-                Drawable(
-                    f"{body}/visual{k}",
-                    body,
-                    np.asarray(m.vertices),
-                    np.asarray(m.faces),
-                    rgba,
-                    v.origin,
-                )
-            )  # type: ignore[arg-type]
+            out.append(_drawable(f"{body}/visual{k}", body, m, rgba, v.origin))  # type: ignore[arg-type]
     return out
 
 
