@@ -318,24 +318,11 @@ if __name__ == "__main__":  # preview: a box, a point cloud, frames
 
     qapp = QtWidgets.QApplication(sys.argv)
     view = SceneView()
-    box_v = np.array([[x, y, z] for x in (0, 1) for y in (0, 1) for z in (0, 1)], float)
-    box_v = box_v * [0.8, 0.6, 0.05] + [0.1, -0.3, 0.0]
-    box_f = np.array(
-        [
-            [0, 1, 3],
-            [0, 3, 2],
-            [4, 6, 7],
-            [4, 7, 5],
-            [0, 4, 5],
-            [0, 5, 1],
-            [2, 3, 7],
-            [2, 7, 6],
-            [0, 2, 6],
-            [0, 6, 4],
-            [1, 5, 7],
-            [1, 7, 3],
-        ]
-    )
+    import trimesh
+
+    table = trimesh.creation.box(extents=(0.8, 0.6, 0.05))
+    table.apply_translation((0.5, 0.0, 0.025))
+    box_v, box_f = np.asarray(table.vertices), np.asarray(table.faces)
     view.set_mesh("table", box_v, box_f, (0.55, 0.45, 0.35, 1))
     rng = np.random.default_rng(0)
     pts = rng.normal([0.5, 0.0, 0.2], 0.05, (2000, 3))

@@ -5,26 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import trimesh
 
 pytestmark = pytest.mark.gui
 
-BOX_V = np.array([[x, y, z] for x in (0, 1) for y in (0, 1) for z in (0, 1)], float) * 0.2
-BOX_F = np.array(
-    [
-        [0, 1, 3],
-        [0, 3, 2],
-        [4, 6, 7],
-        [4, 7, 5],
-        [0, 4, 5],
-        [0, 5, 1],
-        [2, 3, 7],
-        [2, 7, 6],
-        [0, 2, 6],
-        [0, 6, 4],
-        [1, 5, 7],
-        [1, 7, 3],
-    ]
-)
+_BOX = trimesh.creation.box(extents=(0.2, 0.2, 0.2))  # a cube of 0.2 m from the origin
+BOX_V, BOX_F = np.asarray(_BOX.vertices) + 0.1, np.asarray(_BOX.faces)
 
 
 @pytest.fixture
