@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "safety": "app.benches.safety",
     "scan-real": "app.benches.scan_real",
     "calib-real": "app.benches.calib_real",
+    "fit-real": "app.benches.fit_real",
 }
 
 

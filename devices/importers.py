@@ -6,7 +6,9 @@
 - `load_furuta_npz`: Quanser Qube-Servo 2 rollouts (time, states [theta, alpha, dtheta,
   dalpha], actions_applied [V]).
 
-Every error names the file and what is wrong (DataFileError).
+Every error names the file and what is wrong (DataFileError). The general path for any
+lab's logs is devices/mapping.py (a column-mapping file; resources/mappings/ has the ones
+for these two rigs, and tests check both paths give the same trajectories).
 """
 
 from __future__ import annotations

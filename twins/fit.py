@@ -67,6 +67,7 @@ class FitConfig:
     polish_rounds: int = 4
     validation: float = 0.25
     seed: int = 0
+    bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,6 +80,7 @@ class FitConfig:
             "polish_rounds": self.polish_rounds,
             "validation": self.validation,
             "seed": self.seed,
+            "bounds": {k: list(v) for k, v in self.bounds.items()},
         }
 
 
@@ -93,20 +95,43 @@ class Space:
     log: NDArray[np.bool_]
 
     @classmethod
-    def of(cls, spec: TwinSpec, names: Sequence[str]) -> Space:
+    def of(
+        cls,
+        spec: TwinSpec,
+        names: Sequence[str],
+        bounds: Mapping[str, tuple[float, float]] | None = None,
+    ) -> Space:
+        """The search space of `names`; `bounds` narrow a parameter's search range (it
+        must lie within the parameter's own bounds)."""
         if not names:
             raise TwinError("fit: choose at least one parameter")
         dup = {n for n in names if list(names).count(n) > 1}
         if dup:
             raise TwinError(f"fit: parameters listed twice: {sorted(dup)}")
         ps = [spec.params[n] for n in names]  # TwinError names an unknown parameter
+        bounds = dict(bounds or {})
+        extra = [n for n in bounds if n not in names]
+        if extra:
+            raise TwinError(f"fit: bounds given for parameters not being fitted: {extra}")
+        lows, highs = [], []
         for p in ps:
-            if p.high <= p.low:
+            lo, hi = bounds.get(p.name, (p.low, p.high))
+            lo, hi = float(lo), float(hi)
+            if lo < p.low or hi > p.high:
+                raise TwinError(
+                    f"fit: search range [{lo:g}, {hi:g}] {p.unit} of '{p.name}' leaves its "
+                    f"bounds [{p.low:g}, {p.high:g}] {p.unit}"
+                )
+            if hi <= lo:
                 raise TwinError(f"fit: parameter '{p.name}' has no range to search")
+            if p.prior in ("loguniform", "lognormal") and lo <= 0:
+                raise TwinError(f"fit: '{p.name}' has a log prior; its search range needs low > 0")
+            lows.append(lo)
+            highs.append(hi)
         return cls(
             tuple(names),
-            np.array([p.low for p in ps]),
-            np.array([p.high for p in ps]),
+            np.array(lows),
+            np.array(highs),
             np.array([p.prior in ("loguniform", "lognormal") for p in ps]),
         )
 
@@ -117,7 +142,7 @@ class Space:
             np.log(np.maximum(self.low, 1e-300))
             + u * (np.log(np.maximum(self.high, 1e-300)) - np.log(np.maximum(self.low, 1e-300)))
         )
-        return np.where(self.log, lg, lin)
+        return np.clip(np.where(self.log, lg, lin), self.low, self.high)
 
     def to_u(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
         x = np.asarray(x, dtype=float)
@@ -529,8 +554,13 @@ def fit_steps(
 ) -> Generator[Step, None, FitResult]:
     """The fit as a job (see the module docstring). Raises TwinError for a bad choice of
     parameters, channels or recordings before any simulation runs."""
-    import cma
+    import warnings
+
     from scipy.optimize import least_squares
+
+    with warnings.catch_warnings():  # cma warns that matplotlib (for its plots) is missing
+        warnings.simplefilter("ignore", UserWarning)
+        import cma
 
     t_start = time.perf_counter()
     ex = executor or SerialExecutor()
@@ -538,7 +568,7 @@ def fit_steps(
         raise TwinError("fit: choose at least one recording")
     for r in (*recordings, *validation):
         check_recording(spec, r)
-    space = Space.of(spec, config.params)
+    space = Space.of(spec, config.params, config.bounds)
     # the longest delay any candidate can have: windows carry that much command history
     lead = max(
         [spec.params[n].high for n in space.names if n.endswith(".latency")]

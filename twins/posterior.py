@@ -122,8 +122,8 @@ def laplace(
     to the normalised parameters `u_star` in [0, 1]; `to_x` maps normalised to physical.
     `blocks` (one slice of `r` per replayed window) add a cluster-robust (sandwich) check:
     errors within a window are correlated (the initial state's noise runs through it), and
-    when the windows scatter more than the residual variance says, the covariance is scaled
-    up by the largest ratio of variances."""
+    when the windows scatter more than the residual variance says, a parameter's variance
+    is raised to the cluster-robust one (correlations kept from the Laplace part)."""
     n = len(names)
     m = r.size
     ok_cols = np.all(np.isfinite(J), axis=0)
@@ -143,9 +143,9 @@ def laplace(
             B = len(blocks)
             sandwich = Hinv @ (g.T @ g) @ Hinv * (B / (B - 1))
             dl, ds = np.diag(cov_k), np.diag(sandwich)
-            ok = dl > 0
-            if ok.any():
-                cov_k = cov_k * max(1.0, float(np.max(ds[ok] / dl[ok])))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                scale = np.sqrt(np.where(dl > 0, np.maximum(ds / dl, 1.0), 1.0))
+            cov_k = cov_k * np.outer(scale, scale)
         cov_u[np.ix_(idx, idx)] = cov_k
         d = np.sqrt(np.maximum(np.diag(H), 1e-300))
         w, V = np.linalg.eigh(H / np.outer(d, d))

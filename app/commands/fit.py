@@ -1,5 +1,5 @@
 """`python main.py fit --project P --twin T --trajectories ID... --params NAME...
-[--validation ID...] [--channels NAME=W...] [--window S] [--budget N] [--workers N]
+[--validation ID...] [--channels NAME=W...] [--bounds NAME=LO:HI...] [--window S] [--budget N] [--workers N]
 [--backend local|ray] [--address A] [--resume FIT] [--apply]`.
 
 Fits twin parameters to recorded trajectories (CMA-ES + least-squares polish, Laplace
@@ -28,6 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=["robot/joint_pos=1"],
         help="channels and weights, NAME=W (default robot/joint_pos=1)",
     )
+    p.add_argument(
+        "--bounds",
+        nargs="+",
+        default=[],
+        metavar="NAME=LO:HI",
+        help="narrow a parameter's search range (within its own bounds)",
+    )
     p.add_argument("--window", type=float, default=1.0, help="replay window, s (0 = whole)")
     p.add_argument("--budget", type=int, default=200, help="CMA-ES evaluations")
     p.add_argument("--polish", type=int, default=4, help="least-squares rounds")
@@ -51,6 +58,20 @@ def _channels(items: list[str]) -> dict[str, float]:
             out[name] = float(w) if w else 1.0
         except ValueError:
             raise TwinError(f"--channels {it}: weight must be a number") from None
+    return out
+
+
+def _bounds(items: list[str]) -> dict[str, tuple[float, float]]:
+    from twins.errors import TwinError
+
+    out = {}
+    for it in items:
+        name, _, rng = it.partition("=")
+        lo, _, hi = rng.partition(":")
+        try:
+            out[name] = (float(lo), float(hi))
+        except ValueError:
+            raise TwinError(f"--bounds {it}: expected NAME=LO:HI with numbers") from None
     return out
 
 
@@ -78,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     config = FitConfig(
         params=params,
         channels=_channels(args.channels),
+        bounds=_bounds(args.bounds),
         window_s=args.window if args.window > 0 else None,
         budget=args.budget,
         polish_rounds=args.polish,

@@ -79,6 +79,7 @@ def test_import_fit_apply_round_trip(tmp_path: Path, capsys: pytest.CaptureFixtu
             "fit", "--project", str(proj), "--twin", twin, "--trajectories", train,
             "--validation", held, "--params", "robot.actuators.arm.resistance",
             "--window", "0.5", "--budget", "24", "--polish", "2", "--apply", "--quiet",
+            "--bounds", "robot.actuators.arm.resistance=4:20",
         ]
     )  # fmt: skip
     out = capsys.readouterr().out

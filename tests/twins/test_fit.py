@@ -158,6 +158,20 @@ def test_parameter_space_is_log_where_the_prior_is() -> None:
     assert np.allclose(space.to_x(space.to_u(x)), x)
     # resistance bounds 2.1 .. 33.6: the geometric mean sits in the middle
     assert space.to_u(np.array([8.4, 0.0]))[0] == pytest.approx(0.5)
+    narrow = Space.of(
+        qube_twin(), ["robot.joints.arm.damping"], {"robot.joints.arm.damping": (0, 0.01)}
+    )
+    assert narrow.to_x(np.array([1.0]))[0] == 0.01
+    with pytest.raises(
+        TwinError, match="search range .* of 'robot.actuators.arm.resistance' leaves"
+    ):
+        Space.of(
+            qube_twin(),
+            ["robot.actuators.arm.resistance"],
+            {"robot.actuators.arm.resistance": (1.0, 9.0)},
+        )
+    with pytest.raises(TwinError, match="bounds given for parameters not being fitted"):
+        Space.of(qube_twin(), ["robot.joints.arm.damping"], {"robot.joints.arm.friction": (0, 1)})
 
 
 def test_windows_restart_from_a_smoothed_recorded_state() -> None:

@@ -1,0 +1,274 @@
+"""Fit the twins of the two real rigs to some of their recordings, through the import path,
+and measure the error on runs the fit did not see.
+
+Data: ../shared/data/real next to the repository (override with TWINBENCH_SHARED_DATA,
+the folder that holds simple_pendulum/ and furuta_pendulum/). Recordings are read by
+devices.mapping with the mappings in resources/mappings/ (the same path as
+`python main.py import`).
+
+Error metric: RMSE of the joint angles (rad) over windowed replays (`WINDOW_S` seconds,
+each window replayed open loop from the recorded state, commands as recorded), the
+objective the fit minimises; "before" is the twin the fit starts from.
+
+- Simple pendulum: start from the CAD model (URDF mass, no armature, damping, friction or
+  offset); fit link mass, armature, damping, Coulomb friction, torque offset and latency on
+  the authors' identification run; held out: the energy-shaping swing-up and the
+  gravity-compensation run (slices). The authors' identified model (their
+  tau = J qdd + m cx g sin q + Fv qd + Fc atan(100 qd) + offset) is shown beside ours in
+  their terms, with its held-out error in our twin.
+- Qube-Servo 2: start from the published model; fit motor resistance, back-EMF constant,
+  arm damping and friction, pendulum damping and latency on a +1.5 V chirp run and a
+  swing-up run; held out: two -1.5 V chirp runs and two other swing-ups.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DESCRIPTION = (
+    "fit the real pendulum and Qube twins on some recordings (imported through the mapping "
+    "path), held-out joint-angle RMSE before/after, authors' pendulum values side by side"
+)
+WINDOW_S = {"pendulum": 0.25, "qube": 0.5}  # s; the pendulum goes chaotic over the top
+
+
+def data_root() -> Path:
+    env = os.environ.get("TWINBENCH_SHARED_DATA")
+    if env:
+        return Path(env)
+    from resources import shared_data
+
+    return shared_data("real")
+
+
+def _load(path: Path, mapping: str, t0: float = 0.0, t1: float | None = None) -> Any:
+    from devices.mapping import import_table, load_mapping
+    from resources import path as res
+
+    traj = import_table(path, load_mapping(res("mappings", f"{mapping}.json")))
+    if t1 is not None or t0 > 0:
+        traj = traj.slice_time(t0, t1 if t1 is not None else traj.t[-1])
+        traj = traj.with_channels(t=traj.t - traj.t[0])
+    return traj
+
+
+def heldout_rmse(
+    spec: Any, values: dict[str, float], recs: list[Any], lead: float, window_s: float
+) -> float:
+    """Joint-angle RMSE (rad) over windowed replays of `recs` at `values`."""
+    from twins.fit import Problem, Space, evaluate, windows
+
+    ws = [w for r in recs for w in windows(r, window_s, lead)]
+    names = tuple(values)
+    space = Space.of(spec, names)
+    prob = Problem(spec, space, tuple(ws), (("robot/joint_pos", 1.0, 1.0),))
+    out = evaluate((prob, space.to_u(np.array([values[n] for n in names]))))
+    if out.residuals is None:
+        return float("nan")
+    return float(math.sqrt(out.sse["robot/joint_pos"] / out.count["robot/joint_pos"]))
+
+
+def _r(x: float, n: int = 5) -> float | None:
+    return None if not math.isfinite(x) else float(f"{x:.{n}g}")
+
+
+def _fit(
+    spec: Any,
+    train: list[Any],
+    bounds: dict[str, tuple[float, float]],
+    window_s: float,
+    quick: bool,
+    workers: int,
+) -> Any:
+    from twins.executor import LocalExecutor
+    from twins.fit import FitConfig, fit
+
+    cfg = FitConfig(
+        params=tuple(bounds),
+        bounds=bounds,
+        window_s=window_s,
+        budget=60 if quick else 120,
+        polish_rounds=1 if quick else 2,
+        seed=0,
+    )
+    with LocalExecutor(workers) as ex:
+        return fit(spec, train, cfg, ex)
+
+
+def _authors_terms(values: dict[str, float]) -> dict[str, float]:
+    """Our pendulum twin values in the authors' model terms (inverse of pendulum_values)."""
+    from twins.rigs import _CAD_COM_DIST, _CAD_IXX, _CAD_MASS
+
+    m = values["robot.links.Link_1.mass"]
+    j_link = _CAD_IXX * m / _CAD_MASS + m * _CAD_COM_DIST**2
+    return {
+        "J": values["robot.joints.Joint_1.armature"] + j_link,
+        "m_cx": m * _CAD_COM_DIST,
+        "Fv": values["robot.joints.Joint_1.damping"],
+        "Fc": values["robot.joints.Joint_1.friction"] * 2 / math.pi,
+        "offset": -values["robot.actuators.Joint_1.bias"],
+    }
+
+
+def pendulum(quick: bool, workers: int) -> dict[str, Any]:
+    from twins.rigs import _CAD_MASS, PENDULUM_ID, pendulum_values, simple_pendulum_twin
+
+    root = data_root() / "simple_pendulum"
+    pre = "results_control_method_"
+    train = [_load(root / f"{pre}pd_system_identification_data_measured.csv", "simple_pendulum")]
+    held = [
+        _load(
+            root / f"{pre}energy_shaping_data_measured.csv", "simple_pendulum", 0, 4 if quick else 8
+        ),
+        _load(
+            root / f"{pre}gravity_compensation_data_measured.csv",
+            "simple_pendulum",
+            0,
+            2 if quick else 5,
+        ),
+    ]
+    # search ranges: the twin's own bounds, narrowed to physically plausible values
+    bounds = {
+        "robot.links.Link_1.mass": (0.135062, 3.37655),
+        "robot.joints.Joint_1.armature": (0.0, 0.1),
+        "robot.joints.Joint_1.damping": (0.0, 0.5),
+        "robot.joints.Joint_1.friction": (0.0, 0.5),
+        "robot.actuators.Joint_1.bias": (-0.5, 0.5),
+        "robot.actuators.Joint_1.latency": (0.0, 0.03),
+    }
+    params = tuple(bounds)
+    win = WINDOW_S["pendulum"]
+    with tempfile.TemporaryDirectory() as tmp:
+        authors = simple_pendulum_twin(root / "data_urdf_dfki_simple_pendulum.urdf", Path(tmp))
+        cad = {
+            "robot.links.Link_1.mass": _CAD_MASS,
+            "robot.joints.Joint_1.armature": 0.0,
+            "robot.joints.Joint_1.damping": 0.0,
+            "robot.joints.Joint_1.friction": 0.0,
+            "robot.actuators.Joint_1.bias": 0.0,
+            "robot.actuators.Joint_1.latency": 0.0,
+        }
+        spec = authors.with_values(cad)
+        res = _fit(spec, train, bounds, win, quick, workers)
+        lead = 0.04
+        start = {n: spec.params[n].nominal for n in params}
+        before = heldout_rmse(spec, start, held, lead, win)
+        after = heldout_rmse(spec, dict(res.estimate), held, lead, win)
+        auth_vals = {**start, **pendulum_values(), "robot.actuators.Joint_1.latency": 0.0}
+        auth_err = heldout_rmse(spec, auth_vals, held, lead, win)
+        auth_train = heldout_rmse(spec, auth_vals, train, lead, win)
+    ours = _authors_terms(dict(res.estimate))
+    post = res.posterior
+    return {
+        "pendulum_heldout_rmse_before": _r(before),
+        "pendulum_heldout_rmse_after": _r(after),
+        "pendulum_heldout_rmse_authors_params": _r(auth_err),
+        "pendulum_train_rmse_before": _r(res.train_rmse_before["robot/joint_pos"]),
+        "pendulum_train_rmse_after": _r(res.train_rmse_after["robot/joint_pos"]),
+        "pendulum_train_rmse_authors_params": _r(auth_train),
+        "pendulum_validation_rmse_after": _r(
+            res.validation_rmse_after.get("robot/joint_pos", float("nan"))
+        ),
+        "pendulum_authors_vs_ours": {
+            k: {"authors": PENDULUM_ID[k], "ours": _r(ours[k], 4)} for k in PENDULUM_ID
+        },
+        "pendulum_params": _param_table(res, post),
+        "pendulum_evaluations": res.evaluations,
+        "pendulum_failed": res.failed,
+        "pendulum_fit_s": res.wall_s,
+        "pendulum_heldout": "energy_shaping (first 8 s), gravity_compensation (first 5 s)",
+    }
+
+
+def _param_table(res: Any, post: Any) -> dict[str, Any]:
+    return {
+        n: {
+            "start": _r(res.start[n], 4),
+            "fitted": _r(res.estimate[n], 4),
+            "interval90": [_r(v, 4) for v in post.interval90[n]],
+            "identifiable": post.identifiable[n],
+        }
+        for n in post.names
+    }
+
+
+def qube(quick: bool, workers: int) -> dict[str, Any]:
+    from twins.rigs import qube_twin
+
+    root = data_root() / "furuta_pendulum"
+    seconds = 2.0 if quick else 3.0
+    plus = sorted((root / "qq_chrip_10to0Hz_p1.5V_250Hz_10s").glob("*.npz"))
+    minus = sorted((root / "qq_chrip_10to0Hz_-1.5V_250Hz_10s").glob("*.npz"))
+    swing = sorted((root / "qq-su_ectrl_250Hz_5s").glob("*.npz"))
+    # train on both regimes the rig shows (a chirp around hanging, a swing-up), hold out
+    # the opposite-sign chirps and the other swing-ups
+    train = [_load(plus[0], "furuta_pendulum", 0, seconds)]
+    train.append(_load(swing[0], "furuta_pendulum", 0, seconds))
+    held = [_load(f, "furuta_pendulum", 0, seconds) for f in minus[:2]]
+    held += [_load(f, "furuta_pendulum", 0, seconds) for f in swing[1:3]]
+    bounds = {
+        "robot.actuators.arm.resistance": (2.1, 33.6),
+        "robot.actuators.arm.k_emf": (0.0105, 0.168),
+        "robot.joints.arm.damping": (0.0, 0.01),
+        "robot.joints.arm.friction": (0.0, 0.02),
+        "robot.joints.pendulum.damping": (0.0, 0.001),
+        "robot.actuators.arm.latency": (0.0, 0.03),
+    }
+    params = tuple(bounds)
+    win = WINDOW_S["qube"]
+    spec = qube_twin()
+    res = _fit(spec, train, bounds, win, quick, workers)
+    start = {n: spec.params[n].nominal for n in params}
+    fitted = dict(res.estimate)
+    lead = 0.04
+
+    def err(values: dict[str, float], recs: list[Any]) -> float | None:
+        return _r(heldout_rmse(spec, values, recs, lead, win))
+
+    return {
+        "qube_heldout_rmse_before": err(start, held),
+        "qube_heldout_rmse_after": err(fitted, held),
+        "qube_heldout_chirp_rmse_before": err(start, held[:2]),
+        "qube_heldout_chirp_rmse_after": err(fitted, held[:2]),
+        "qube_heldout_swingup_rmse_before": err(start, held[2:]),
+        "qube_heldout_swingup_rmse_after": err(fitted, held[2:]),
+        "qube_train_rmse_before": _r(res.train_rmse_before["robot/joint_pos"]),
+        "qube_train_rmse_after": _r(res.train_rmse_after["robot/joint_pos"]),
+        "qube_params": _param_table(res, res.posterior),
+        "qube_evaluations": res.evaluations,
+        "qube_failed": res.failed,
+        "qube_fit_s": res.wall_s,
+        "qube_train": f"1 run of +1.5 V chirp + 1 swing-up, first {seconds:g} s each",
+        "qube_heldout": f"2 runs of -1.5 V chirp + 2 other swing-ups, first {seconds:g} s each",
+    }
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    root = data_root()
+    if not (root / "simple_pendulum").is_dir():
+        from resources.errors import TwinbenchError
+
+        raise TwinbenchError(
+            f"{root}: no shared real data here (set TWINBENCH_SHARED_DATA to the folder "
+            "holding simple_pendulum/ and furuta_pendulum/)"
+        )
+    workers = min(2, os.cpu_count() or 1)
+    out: dict[str, Any] = {"window_s": dict(WINDOW_S), "workers": workers, "unit": "rad"}
+    p = pendulum(quick, workers)
+    q = qube(quick, workers)
+    out.update(p)
+    out.update(q)
+    # headline: both data sets, mean of the two held-out errors
+    out["heldout_rmse_before"] = _r(
+        (p["pendulum_heldout_rmse_before"] + q["qube_heldout_rmse_before"]) / 2
+    )
+    out["heldout_rmse_after"] = _r(
+        (p["pendulum_heldout_rmse_after"] + q["qube_heldout_rmse_after"]) / 2
+    )
+    return out
