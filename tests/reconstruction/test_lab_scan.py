@@ -99,3 +99,38 @@ def test_recording_replays_through_cli(lab_scan, tmp_path: Path) -> None:  # typ
     assert len(again.objects) == len(res.objects)
     assert again.capture["sdk_version_recorded"]
     assert np.allclose(again.T_base_camera, res.T_base_camera)
+
+
+def test_scanned_objects_become_primitives_when_the_scan_holds(lab_scan, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 9 part 6 on real scan output: a box or cylinder scanned to within 1.5 mm
+    (Chamfer, against the lab's truth) becomes that primitive at its true size, with the
+    fit error in the notes; the U-block never does (it is decomposed). A worse scan (an
+    unobserved lower side closed into a skirt) is left to the decomposition, as it should
+    be: its surface is not within the primitive tolerance of a box."""
+    from devices.lab.scenes import panda_table_config
+    from devices.lab.truth import truth_meshes
+    from reconstruction.metrics import chamfer_fscore, match_objects
+    from twins.make import mesh_object
+
+    res, _, _ = lab_scan
+    truth = {k: v for k, v in truth_meshes(panda_table_config()).items() if k != "table"}
+    found = [o.mesh_in_base() for o in res.objects]
+    checked = []
+    for i, name in match_objects(found, truth):
+        obj, _, notes = mesh_object(name, res.objects[i].mesh, (0, 0, 0, 0, 0, 0, 1), tmp_path)
+        chamfer_mm = chamfer_fscore(found[i], truth[name])[0] * 1000
+        print(f"{name}: Chamfer {chamfer_mm:.2f} mm -> {notes}")
+        assert any("mm RMS" in n or "convex hulls by" in n for n in notes), notes
+        if name == "u_block":
+            assert obj.shape.kind == "mesh" and len(obj.shape.hulls) >= 2, notes
+            checked.append(name)
+        elif chamfer_mm <= 1.5:
+            size = np.asarray(obj.shape.size)
+            if name == "box":
+                assert obj.shape.kind == "box", notes
+                assert sorted(2 * size) == pytest.approx([0.05, 0.05, 0.08], abs=0.004)
+            else:
+                assert obj.shape.kind == "cylinder", notes
+                assert tuple(size) == pytest.approx((0.035, 0.09), abs=0.004)
+            checked.append(name)
+    assert "u_block" in checked
