@@ -170,3 +170,49 @@ def test_bad_input_exits_with_the_file_named(
     tid = _ids(capsys.readouterr().out, "trajectory")[0]
     rc = main(["fit", "--project", str(proj), "--trajectories", tid, "--params", "robot.arm.mass"])
     assert rc == 2 and "robot.arm.mass" in capsys.readouterr().err
+
+
+def test_a_cancelled_fit_is_saved_and_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from app.workflows.fit import fit_job, fit_summary
+    from twins.fit import FitConfig
+
+    proj = tmp_path / "proj"
+    main(["project", "new", str(proj)])
+    main(["import", "--project", str(proj), "--rig", "qube_servo2"])
+    mapping = tmp_path / "lab.json"
+    mapping.write_text(json.dumps(MAPPING))
+    main(
+        [
+            "import",
+            "--project",
+            str(proj),
+            str(_qube_csv(tmp_path, "r.csv", 0.6, 0)),
+            "--mapping",
+            str(mapping),
+        ]
+    )
+    tid = _ids(capsys.readouterr().out, "trajectory")[0]
+    p = Project.open(proj)
+    cfg = FitConfig(
+        params=("robot.actuators.arm.resistance",), window_s=None, budget=18, popsize=6,
+        polish_rounds=1, validation=0.0,
+    )  # fmt: skip
+    job = fit_job(p, None, [tid], cfg)
+    for rec in job:
+        if isinstance(rec.partial, dict) and rec.partial.get("generation") == 1:
+            break
+    job.close()  # what the GUI's stop button and Ctrl-C do
+    cancelled = p.artifacts("fit")[-1]
+    d = fit_summary(p, cancelled.id)
+    assert d["status"] == "cancelled" and d["checkpoint"]["evals"] == 6
+    job = fit_job(p, None, [tid], cfg, resume_from=cancelled.id)
+    try:
+        while True:
+            next(job)
+    except StopIteration as stop:
+        done = stop.value
+    d = fit_summary(p, done)
+    assert d["status"] == "done" and d["evaluations"] >= 18
+    assert d["estimate"]["robot.actuators.arm.resistance"] == pytest.approx(TRUE_R, rel=0.05)
