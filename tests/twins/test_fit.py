@@ -221,3 +221,32 @@ def test_ray_executor_on_a_local_head() -> None:
     import ray
 
     assert not ray.is_initialized()
+
+
+def test_object_only_recording_fits_restitution_from_poses() -> None:
+    from twins.make import assemble, primitive_object, sim_params
+
+    ball = primitive_object("ball", "sphere", (0.05,), (0, 0, 0.5, 0, 0, 0, 1), mass=0.2)
+    spec = assemble("drop", None, [ball], ground=True, sim=sim_params())
+    spec = spec.with_values({"env.ground.restitution": 0.9})
+    t = np.arange(0, 1.2, 0.01)
+    still = np.tile([0, 0, 0.5, 0, 0, 0, 1.0], (len(t), 1))
+    unit = {"objects/ball/pose": "xyz_m+quat_xyzw"}
+    sim = replay(
+        spec, {"objects.ball.restitution": 0.7}, Trajectory(t, {"objects/ball/pose": still}, unit)
+    )
+    pose = sim["objects/ball/pose"].copy()
+    # 1 mm tracking noise after the release; the release pose is known (a drop fixture):
+    # bounce timing makes the loss rough, and a noisy start height alone moves its minimum
+    pose[1:, :3] += 0.001 * np.random.default_rng(3).standard_normal((len(t) - 1, 3))
+    rec = Trajectory(t, {"objects/ball/pose": pose}, unit, "real", {"name": "drop"})
+    cfg = FitConfig(
+        params=("objects.ball.restitution",), channels={"objects/ball/pose": 1.0},
+        window_s=None, budget=20, popsize=6, polish_rounds=1, validation=0.0,
+    )  # fmt: skip
+    res = fit(spec, [rec], cfg)
+    assert res.estimate["objects.ball.restitution"] == pytest.approx(0.7, abs=0.01)
+    assert res.posterior.identifiable["objects.ball.restitution"]
+    # no coverage claim here: a local (Laplace) interval on a loss made rough by contact
+    # timing is too narrow (measured: 0.702 +- 0.0005 for truth 0.7); SBI is to come
+    assert res.train_rmse_after["objects/ball/pose"] < 0.002
