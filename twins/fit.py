@@ -622,8 +622,13 @@ def fit_steps(
     }
     if config.popsize:
         opts["popsize"] = config.popsize
-    # polish budget counts in the progress bar: each round ~ 2n + 2 evaluations
-    total = budget + config.polish_rounds * (2 * n + 2) + 1
+    # the progress bar counts the polish too: a round takes up to 6 (2n + 1) evaluations,
+    # usually about a third of that
+    total = budget + config.polish_rounds * 2 * (2 * n + 1) + 1
+
+    def fraction() -> float:
+        return min((counters["evals"] - done_before - 1) / total, 0.99)
+
     if budget > 0:
         # cma needs two dimensions; a one-parameter fit carries a dummy coordinate that
         # the objective ignores
@@ -661,7 +666,7 @@ def fit_steps(
                 "history": history,
             }
             yield (
-                min((counters["evals"] - 1) / total, 0.99),
+                fraction(),
                 f"CMA-ES gen {gen}: loss {best_loss:.4g} ({counters['failed']} failed)",
                 {**rec, "checkpoint": checkpoint},
             )
@@ -730,7 +735,7 @@ def fit_steps(
         }
         history.append(rec)
         yield (
-            min((counters["evals"] - 1) / total, 0.99),
+            fraction(),
             f"least-squares polish {rnd + 1}: loss {best_loss:.4g}",
             rec,
         )
