@@ -53,3 +53,26 @@ def test_corrupt_visual_mesh_is_named_and_drawn_from_hulls(
     assert str(bad) in text and "u_block" in text
     extent = np.ptp(ds["u_block/visual"].vertices, axis=0)
     assert np.all(extent > 0.02)  # a real shape, not a degenerate stand-in
+
+
+def test_display_meshes_keep_shape_within_budget(demo_twin: TwinSpec) -> None:
+    from twins.view import DISPLAY_MAX_FACES, display_mesh
+
+    world = TwinWorld(demo_twin)
+    try:
+        ds = [d for d in drawables(world) if d.name.startswith("robot/")]
+    finally:
+        world.close()
+    assert ds and all(len(d.faces) <= DISPLAY_MAX_FACES for d in ds)
+    # a detailed mesh keeps its size and place to within a few mm
+    import trimesh
+
+    sphere = trimesh.creation.icosphere(5, radius=0.06)  # 20 k triangles
+    small = display_mesh(sphere, 1500)
+    assert len(small.faces) <= 1500
+    assert np.allclose(small.bounds, sphere.bounds, atol=0.004)
+    r = np.linalg.norm(small.vertices, axis=1)
+    assert np.all(np.abs(r - 0.06) < 0.004)
+    # winding kept: normals still point outwards
+    centers = small.triangles_center
+    assert np.mean(np.sum(small.face_normals * centers, axis=1) > 0) > 0.95
