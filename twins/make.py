@@ -13,7 +13,7 @@ from twins.decompose import decompose, hull, write_hulls
 from twins.errors import TwinError
 from twins.inertia import mesh_mass_props, primitive_mass_props
 from twins.params import Param, ParamSet
-from twins.primitives import fit_primitive
+from twins.primitives import PRIMITIVE_TOL_M, closest_primitive, fit_primitive
 from twins.spec import (
     IDENTITY_POSE,
     ActuatorSpec,
@@ -353,7 +353,14 @@ def mesh_object(
         hull_files = write_hulls(dec.hulls, sub, name)
         shape = Shape("mesh", (), f"objects/{name}.obj", tuple(f"objects/{h}" for h in hull_files))
         if len(dec.hulls) > 1:
-            notes.append(f"object '{name}': no primitive fits; {dec.describe()}")
+            near = closest_primitive(mesh)
+            why = (
+                f"closest is a {near.describe()}, over the {PRIMITIVE_TOL_M * 1000:.0f} mm "
+                "tolerance"
+                if near is not None
+                else "no primitive fits"
+            )
+            notes.append(f"object '{name}': {why}; {dec.describe()}")
         elif not mesh.is_watertight:
             notes.append(
                 f"object '{name}': mesh is open, so it collides as one convex hull "

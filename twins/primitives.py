@@ -125,6 +125,13 @@ def fit_primitive(
     """The box, cylinder or sphere whose surface lies closest to the mesh's, when its RMS
     surface distance (both ways, see the module docstring) is at most `tol` m; else None.
     An open mesh counts its holes against the fit (scans are closed before they get here)."""
+    best = closest_primitive(mesh, seed)
+    return best if best is not None and best.rms_m <= tol else None
+
+
+def closest_primitive(mesh: trimesh.Trimesh, seed: int = 0) -> PrimitiveFit | None:
+    """The best-fitting box, cylinder or sphere whatever its error (None for an empty or
+    degenerate mesh): what `fit_primitive` compares with its tolerance."""
     from scipy.spatial import cKDTree
 
     if len(mesh.faces) < 4 or mesh.area <= 0:
@@ -149,4 +156,4 @@ def fit_primitive(
         )
         if best is None or fit.rms_m < best.rms_m:
             best = fit
-    return best if best is not None and best.rms_m <= tol else None
+    return best
