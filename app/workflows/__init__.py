@@ -68,10 +68,10 @@ STEPS: tuple[Step, ...] = (
                 "a recorded real trajectory (record one from a connected robot)", kind="trajectory"
             ),
         ),
-        None,
+        "python main.py fit …",
         built=False,
-        coming="Automatic fitting of the twin's parameters to recordings is not built yet. "
-        "Today this page plots the project's recordings (real solid, simulated dashed).",
+        coming="Fitting from this page is not built yet; the command line fits today "
+        "(python main.py fit --help). This page plots the project's recordings.",
     ),
     Step(
         "policies",
