@@ -457,6 +457,27 @@ def rmse(out: Outcome) -> dict[str, float]:
     }
 
 
+def replay_rmse(
+    spec: TwinSpec,
+    recordings: Sequence[Trajectory],
+    window_s: float | None = 1.0,
+    values: Mapping[str, float] | None = None,
+    channels: Sequence[str] = ("robot/joint_pos",),
+) -> dict[str, float]:
+    """Per-channel RMSE (channel units) of the twin at `values` (its nominals when None)
+    over windowed replays of `recordings`, the same measure a fit minimises: how twin
+    versions compare on held-out recordings. NaN when a simulation fails."""
+    for r in recordings:
+        check_recording(spec, r)
+    at = spec.with_values(values or {})
+    vals = at.params.nominal()
+    lead = max([v for n, v in vals.items() if n.endswith(".latency")] + [0.0]) + 0.01
+    ws = tuple(w for r in recordings for w in windows(r, window_s, lead))
+    nothing = Space((), np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool))  # all nominal
+    prob = Problem(at, nothing, ws, tuple((c, 1.0, 1.0) for c in channels))
+    return rmse(evaluate((prob, np.zeros(0))))
+
+
 # -- the result -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FitResult:

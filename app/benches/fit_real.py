@@ -29,8 +29,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 DESCRIPTION = (
     "fit the real pendulum and Qube twins on some recordings (imported through the mapping "
     "path), held-out joint-angle RMSE before/after, authors' pendulum values side by side"
@@ -58,20 +56,11 @@ def _load(path: Path, mapping: str, t0: float = 0.0, t1: float | None = None) ->
     return traj
 
 
-def heldout_rmse(
-    spec: Any, values: dict[str, float], recs: list[Any], lead: float, window_s: float
-) -> float:
+def heldout_rmse(spec: Any, values: dict[str, float], recs: list[Any], window_s: float) -> float:
     """Joint-angle RMSE (rad) over windowed replays of `recs` at `values`."""
-    from twins.fit import Problem, Space, evaluate, windows
+    from twins.fit import replay_rmse
 
-    ws = [w for r in recs for w in windows(r, window_s, lead)]
-    names = tuple(values)
-    space = Space.of(spec, names)
-    prob = Problem(spec, space, tuple(ws), (("robot/joint_pos", 1.0, 1.0),))
-    out = evaluate((prob, space.to_u(np.array([values[n] for n in names]))))
-    if out.residuals is None:
-        return float("nan")
-    return float(math.sqrt(out.sse["robot/joint_pos"] / out.count["robot/joint_pos"]))
+    return replay_rmse(spec, recs, window_s, values)["robot/joint_pos"]
 
 
 def _r(x: float, n: int = 5) -> float | None:
@@ -156,13 +145,12 @@ def pendulum(quick: bool, workers: int) -> dict[str, Any]:
         }
         spec = authors.with_values(cad)
         res = _fit(spec, train, bounds, win, quick, workers)
-        lead = 0.04
         start = {n: spec.params[n].nominal for n in params}
-        before = heldout_rmse(spec, start, held, lead, win)
-        after = heldout_rmse(spec, dict(res.estimate), held, lead, win)
+        before = heldout_rmse(spec, start, held, win)
+        after = heldout_rmse(spec, dict(res.estimate), held, win)
         auth_vals = {**start, **pendulum_values(), "robot.actuators.Joint_1.latency": 0.0}
-        auth_err = heldout_rmse(spec, auth_vals, held, lead, win)
-        auth_train = heldout_rmse(spec, auth_vals, train, lead, win)
+        auth_err = heldout_rmse(spec, auth_vals, held, win)
+        auth_train = heldout_rmse(spec, auth_vals, train, win)
     ours = _authors_terms(dict(res.estimate))
     post = res.posterior
     return {
@@ -226,10 +214,9 @@ def qube(quick: bool, workers: int) -> dict[str, Any]:
     res = _fit(spec, train, bounds, win, quick, workers)
     start = {n: spec.params[n].nominal for n in params}
     fitted = dict(res.estimate)
-    lead = 0.04
 
     def err(values: dict[str, float], recs: list[Any]) -> float | None:
-        return _r(heldout_rmse(spec, values, recs, lead, win))
+        return _r(heldout_rmse(spec, values, recs, win))
 
     return {
         "qube_heldout_rmse_before": err(start, held),

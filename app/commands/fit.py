@@ -5,7 +5,8 @@
 Fits twin parameters to recorded trajectories (CMA-ES + least-squares polish, Laplace
 posterior; twins/fit.py) and writes a `fit` artifact; `--apply` then makes a new twin
 version at the estimate (parent: the fitted twin). `fit apply --project P --fit F` applies
-an earlier fit. Ctrl-C leaves a resumable cancelled fit (`--resume` its id)."""
+an earlier fit. Ctrl-C leaves a resumable cancelled fit (`--resume` its id).
+`fit --compare T1 T2 --trajectories ID...` compares twin versions on (held-out) recordings."""
 
 from __future__ import annotations
 
@@ -45,6 +46,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", default=None, help="continue a cancelled fit artifact")
     p.add_argument("--apply", action="store_true", help="make a new twin version at the fit")
     p.add_argument("--fit", default=None, help="apply this earlier fit (no new fit)")
+    p.add_argument(
+        "--compare",
+        nargs="+",
+        default=None,
+        metavar="TWIN",
+        help="no fit: compare these twin versions on --trajectories (windowed replay RMSE)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -87,6 +95,23 @@ def run(args: argparse.Namespace) -> int:
     from twins.fit import FitConfig
 
     project = Project.open(args.project)
+    if args.compare:
+        from app.workflows.fit import compare_twins
+
+        rows = compare_twins(
+            project,
+            args.compare,
+            args.trajectories,
+            args.window if args.window > 0 else None,
+            list(_channels(args.channels)),
+        )
+        for row in rows:
+            parent = f" (parent {row['parent']})" if row["parent"] else ""
+            print(f"twin {row['twin']}{parent}")
+            for key in (*args.trajectories, "all"):
+                errs = ", ".join(f"{c} {_num(v)}" for c, v in row[key].items())
+                print(f"  rmse on {key}: {errs}")
+        return 0
     if args.fit:
         new = apply_fit(project, args.fit)
         print(f"twin {new}: fit {args.fit} applied (parent {project.artifact(new).parent})")

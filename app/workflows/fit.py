@@ -11,6 +11,8 @@
   with status "cancelled" and a checkpoint; `resume_from=` that id continues it.
 - `apply_fit(project, fit_id)`: a new twin version at the fitted values whose parent is the
   fitted twin and whose inputs add the recordings.
+- `compare_twins(project, twin_ids, trajectory_ids)`: twin versions side by side on
+  (held-out) recordings, windowed-replay RMSE per channel.
 """
 
 from __future__ import annotations
@@ -199,6 +201,29 @@ def _summary(res: FitResult) -> str:
 def fit_summary(project: Project, fit_id: str) -> dict[str, Any]:
     """fit.json of a fit artifact."""
     return _load_fit(project, fit_id)
+
+
+def compare_twins(
+    project: Project,
+    twin_ids: Sequence[str],
+    trajectory_ids: Sequence[str],
+    window_s: float | None = 1.0,
+    channels: Sequence[str] = ("robot/joint_pos",),
+) -> list[dict[str, Any]]:
+    """One row per twin version: its windowed-replay RMSE per channel on each recording
+    and over all of them (use recordings no fit saw)."""
+    from twins.fit import replay_rmse
+
+    recs = {i: load_recording(project, i) for i in trajectory_ids}
+    rows = []
+    for tid in twin_ids:
+        _, spec = load_twin(project, tid)
+        row: dict[str, Any] = {"twin": tid, "parent": project.artifact(tid).parent}
+        for rid, rec in recs.items():
+            row[rid] = replay_rmse(spec, [rec], window_s, None, channels)
+        row["all"] = replay_rmse(spec, list(recs.values()), window_s, None, channels)
+        rows.append(row)
+    return rows
 
 
 def apply_fit(project: Project, fit_id: str) -> str:

@@ -103,6 +103,14 @@ def test_import_fit_apply_round_trip(tmp_path: Path, capsys: pytest.CaptureFixtu
     spec = TwinSpec.load(p.path_of(new_twin.id))
     assert spec.params["robot.actuators.arm.resistance"].nominal == pytest.approx(est)
     assert "applied" in out and "validation rmse robot/joint_pos" in out
+    # the two twin versions side by side on the held-out recording
+    rc = main(
+        ["fit", "--project", str(proj), "--compare", twin, new_twin.id, "--trajectories", held]
+    )
+    table = capsys.readouterr().out.splitlines()
+    assert rc == 0 and table[0] == f"twin {twin}" and f"(parent {twin})" in table[3]
+    before, after = (float(table[i].rsplit(" ", 1)[1]) for i in (2, 5))
+    assert after < 0.2 * before
     # export the imported recording and read it back with the bundled LeRobot mapping
     pq = tmp_path / "ep.parquet"
     assert main(["export", "--project", str(proj), "--trajectory", train, "--out", str(pq)]) == 0
