@@ -43,6 +43,7 @@ LEAD_FULL, LEAD_ZERO = 0.95, 1.02  # position lead tapers to 0 between these spe
 TARGET_MARGIN = 0.005  # rad: position targets stay this far inside the limits (tracking overshoot)
 LIMIT_PULLBACK = 4.0  # target correction (rad per rad, or rad/s per rad) past a limit
 VGLOBAL_FULL, VGLOBAL_ZERO = 0.8, 0.95  # velocity mode: the same, for commanded speeds
+NEAR_LIMIT_FLOOR = 0.2  # of the speed limit, added to the braking speed near a limit
 GLOBAL_FULL, GLOBAL_ZERO = 0.7, 0.9  # torque mode: all-joint scaling between these speed ratios
 TORQUE_SOFT = 0.65  # torque mode governs to this fraction of the (soft) speed
 TORQUE_RISE_S = 0.1  # s for a torque that speeds a joint up to rise from 0 to full
@@ -431,8 +432,10 @@ class SafetyEnvelope:
         up = np.where(v > self.v_soft, np.minimum(up, 2 * self.v_soft - v), up)
         down = np.where(-v > self.v_soft, np.minimum(down, 2 * self.v_soft + v), down)
         braked = np.clip(out, -np.maximum(down, 0.0), np.maximum(up, 0.0))
-        # joints drag each other: while any joint nears its speed limit, all slow down
-        ratio = float(np.max(np.abs(v) / self.vmax))
+        # joints drag each other: while any joint nears its speed limit (or, near a position
+        # limit, the speed it can still brake from), all slow down
+        room = np.maximum(np.where(v >= 0, up, down), 0.0) + NEAR_LIMIT_FLOOR * self.vmax
+        ratio = float(max(np.max(np.abs(v) / self.vmax), np.max(np.abs(v) / room)))
         braked = braked * float(
             np.clip((VGLOBAL_ZERO - ratio) / (VGLOBAL_ZERO - VGLOBAL_FULL), 0.0, 1.0)
         )
@@ -471,7 +474,10 @@ class SafetyEnvelope:
             out = slewed
         # joints drag each other: while any joint nears its speed limit, torque that speeds
         # joints up is scaled down on ALL joints (braking torque is never reduced)
-        ratio = float(np.max(np.abs(v) / self.vmax))
+        # (near a position limit the speed that counts is the one it can still brake from)
+        up0, down0 = self.braking_speed(q, BRAKE_MARGIN)
+        room = np.where(v >= 0, up0, down0) + NEAR_LIMIT_FLOOR * self.vmax
+        ratio = float(max(np.max(np.abs(v) / self.vmax), np.max(np.abs(v) / room)))
         scale = float(np.clip((GLOBAL_ZERO - ratio) / (GLOBAL_ZERO - GLOBAL_FULL), 0.0, 1.0))
         if scale < 1.0:
             out = np.where(braking, out, out * scale)
