@@ -55,3 +55,24 @@ def match_objects(
     )
     rows, cols = linear_sum_assignment(C)
     return [(int(r), names[c]) for r, c in zip(rows, cols, strict=True) if C[r, c] < max_dist]
+
+
+def absolute_trajectory_error(est: np.ndarray, truth: np.ndarray) -> tuple[float, np.ndarray]:
+    """ATE (TUM): RMS of camera position errors after the rigid alignment (rotation +
+    translation, no scale; Umeyama/Horn) of `est` onto `truth`, both (N, 4, 4) or (N, 3).
+    Returns (RMS m, the 4x4 alignment applied to `est`)."""
+    A = np.asarray(est, float)
+    B = np.asarray(truth, float)
+    A = A[:, :3, 3] if A.ndim == 3 else A
+    B = B[:, :3, 3] if B.ndim == 3 else B
+    if len(A) != len(B) or len(A) < 3:
+        raise ValueError(f"ATE needs >= 3 matching positions, got {len(A)} and {len(B)}")
+    ma, mb = A.mean(axis=0), B.mean(axis=0)
+    U, _, Vt = np.linalg.svd((A - ma).T @ (B - mb))
+    d = np.sign(np.linalg.det(Vt.T @ U.T))
+    R = Vt.T @ np.diag([1.0, 1.0, d]) @ U.T
+    t = mb - R @ ma
+    err = A @ R.T + t - B
+    T = np.eye(4)
+    T[:3, :3], T[:3, 3] = R, t
+    return float(np.sqrt((err**2).sum(axis=1).mean())), T

@@ -1,25 +1,28 @@
 """One scan, frame by frame: poses in, TSDF growing, objects out (`ScanSession`).
 
 Poses come from the caller — robot kinematics x hand-eye for a wrist camera, a calibrated
-`T_base_camera` for a fixed one — or from RGB-D odometry (`track=True`) for a handheld
-recording, where frames that fail to track are skipped and reported.
+`T_base_camera` for a fixed one — or, for a handheld scan (`track=True`), from frame-to-model
+tracking against the growing TSDF (reconstruction/tracking.py), where frames that fail the
+tracking gate are skipped and reported. A handheld scan ends with a keyframe pose-graph
+optimisation (loop closures) and, when that moved the path, the frames are fused again along
+the optimised path. Its support plane follows reconstruction/support.py (never a ceiling).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from devices.frames import RGBDFrame
-from reconstruction.errors import ReconstructionError
+from reconstruction.errors import ReconstructionError, clean_message
 from reconstruction.objects import extract_object
-from reconstruction.scan_result import ScannedObject, ScanResult
-from reconstruction.segment import cluster_objects, fit_table_plane
+from reconstruction.scan_result import CameraPath, ScannedObject, ScanResult
+from reconstruction.segment import Plane, cluster_objects, fit_table_plane
 from reconstruction.tsdf import TSDFIntegrator, TSDFSettings
 
 Box = tuple[NDArray[np.float64], NDArray[np.float64]]
@@ -34,6 +37,9 @@ class SegmentSettings:
     eps: float = 0.012
     triangle_budget: int = 4000
     exclude: list[Box] = field(default_factory=list)  # e.g. the robot's base
+    # handheld scans: "auto" (reconstruction/support.py rule), "none", a candidate number
+    # ("2") or an explicit plane "a,b,c,d" (n.p + d = 0, world frame = first camera)
+    support_plane: str = "auto"
 
 
 @dataclass
@@ -46,14 +52,34 @@ class Preview:
 class ScanSession:
     """Accumulates frames into a TSDF; `finish()` segments and returns a ScanResult."""
 
-    def __init__(self, tsdf: TSDFSettings | None = None, track: bool = False) -> None:
+    def __init__(
+        self,
+        tsdf: TSDFSettings | None = None,
+        track: bool = False,
+        tracking: Any = None,
+        depth_range: tuple[float, float] | str | None = None,
+        keep_frames_mb: float = 1500.0,
+    ) -> None:
+        """`track`: handheld (poses from tracking; `tracking` is a TrackingSettings or None
+        for defaults scaled to the depth range). `depth_range`: None keeps the TSDF
+        settings' range, "auto" chooses it from the first frame, (min, max) in m sets it.
+        Frames are kept for re-fusion after loop closure up to `keep_frames_mb` (then only
+        keyframes)."""
         self.tsdf = TSDFIntegrator(tsdf)
         self.track = track
         self.skipped: dict[int, str] = {}  # frame index -> why
         self.integrate_s: list[float] = []
-        self._odo: Any = None
+        self.track_s: list[float] = []
+        self._tracker: Any = None
+        self._tracking = tracking
+        self._depth_range = depth_range
+        self._keep_bytes = keep_frames_mb * 1e6
+        self._kept: dict[int, RGBDFrame] = {}
+        self._kept_bytes = 0
+        self.frames_seen = 0
         self.last_pose: NDArray[np.float64] | None = None
         self.capture: dict[str, Any] = {}
+        self.gravity_sum = np.zeros(3)  # world-frame accelerometer sum (up), when frames have it
 
     def add(self, frame: RGBDFrame, T_base_camera: NDArray[np.float64] | None = None) -> bool:
         """Integrate one frame. Without a pose (and with `track`), RGB-D odometry supplies one.
@@ -64,9 +90,12 @@ class ScanSession:
                 "depth_scale": frame.depth_scale,
                 **frame.meta.get("capture", {}),
             }
+            self._set_depth_range(frame)
+        self.frames_seen += 1
         nz = frame.depth[frame.depth > 0]
         if nz.size == 0:
             self.skipped[frame.index] = "all-zero depth"
+            self._note_untracked(frame, "all-zero depth")
             return False
         med = float(np.median(nz[:: max(1, nz.size // 5000)])) * frame.depth_scale
         st = self.tsdf.settings
@@ -75,6 +104,7 @@ class ScanSession:
                 f"median depth {med:.3f} m is implausible (depth scale "
                 f"{frame.depth_scale} m/unit wrong?)"
             )
+            self._note_untracked(frame, self.skipped[frame.index])
             return False
         if T_base_camera is None:
             if not self.track:
@@ -82,14 +112,17 @@ class ScanSession:
                     f"frame {frame.index}: no camera pose (calibrate the "
                     "camera, connect the robot, or scan handheld)"
                 )
-            if self._odo is None:
-                from reconstruction.odometry import Odometry
-
-                self._odo = Odometry()
-            T_base_camera, why = self._odo.track(frame)
-            if T_base_camera is None:
-                self.skipped[frame.index] = why
+            t0 = time.perf_counter()
+            ft = self.tracker.track(frame, self._model_view)
+            self.track_s.append(time.perf_counter() - t0)
+            if ft.pose is None:
+                self.skipped[frame.index] = ft.reason
                 return False
+            T_base_camera = ft.pose
+            self._keep(frame, self._is_keyframe(ft))
+            accel = frame.meta.get("accel")
+            if accel is not None:
+                self.gravity_sum += T_base_camera[:3, :3] @ np.asarray(accel, float)
         t0 = time.perf_counter()
         ok = self.tsdf.integrate(frame, np.asarray(T_base_camera, float))
         self.integrate_s.append(time.perf_counter() - t0)
@@ -98,6 +131,88 @@ class ScanSession:
             return False
         self.last_pose = np.asarray(T_base_camera, float)
         return True
+
+    # --- handheld tracking ---------------------------------------------------------------------
+    @property
+    def tracker(self) -> Any:
+        """The HandheldTracker of a handheld scan (created at the first frame)."""
+        if self._tracker is None:
+            from reconstruction.tracking import HandheldTracker, TrackingSettings
+
+            st = self.tsdf.settings
+            ts = self._tracking or TrackingSettings(
+                voxel=float(np.clip(st.depth_max / 300, 0.005, 0.015))
+            )
+            ts = replace(ts, depth_min=st.depth_min, depth_max=st.depth_max)
+            self._tracker = HandheldTracker(ts)
+        return self._tracker
+
+    def _set_depth_range(self, frame: RGBDFrame) -> None:
+        rng = self._depth_range
+        if rng is None:
+            return
+        if isinstance(rng, str):
+            if rng != "auto":
+                raise ReconstructionError(f"depth range {rng!r}: use 'auto' or (min, max) in m")
+            from reconstruction.tracking import choose_depth_range
+
+            rng = choose_depth_range([frame])
+        lo, hi = float(rng[0]), float(rng[1])
+        if not 0 <= lo < hi:
+            raise ReconstructionError(f"depth range {lo}..{hi} m: need 0 <= min < max")
+        self.tsdf = TSDFIntegrator(replace(self.tsdf.settings, depth_min=lo, depth_max=hi))
+        self.capture["depth_range_m"] = [lo, hi]
+        self.capture["depth_range_from"] = "data" if self._depth_range == "auto" else "user"
+
+    def _model_view(self, T_world_camera: NDArray[np.float64], frame: RGBDFrame) -> Any:
+        r = self.tsdf.render_depth(frame, T_world_camera, self.tracker.s.raycast_down)
+        return None if r is None else self.tracker.view_of_depth(*r)
+
+    def _is_keyframe(self, ft: Any) -> bool:
+        kfs = self.tracker.keyframes
+        return bool(kfs) and kfs[-1].frame_index == ft.index
+
+    def _keep(self, frame: RGBDFrame, keyframe: bool) -> None:
+        size = frame.depth.nbytes + frame.color.nbytes
+        if self._kept_bytes + size <= self._keep_bytes or keyframe:
+            self._kept[frame.index] = frame
+            self._kept_bytes += size
+
+    def _note_untracked(self, frame: RGBDFrame, why: str) -> None:
+        if self.track:
+            from reconstruction.tracking import FrameTrack
+
+            self.tracker.tracks.append(
+                FrameTrack(frame.index, frame.timestamp, None, 0.0, "", clean_message(why))
+            )
+
+    def _close_path(self, quality: dict[str, Any], warnings: list[str]) -> CameraPath | None:
+        """Pose graph over keyframes, re-fusion along the optimised path; the camera path."""
+        if not self.track or self._tracker is None:
+            return None
+        tr = self._tracker
+        opt = tr.optimise()
+        quality["pose_graph"] = opt
+        moved = float(opt.get("max_correction_m", 0.0))
+        if opt.get("optimised") and moved > 0.5 * self.tsdf.settings.voxel_size:
+            poses = {t.index: t.pose for t in tr.tracks if t.pose is not None}
+            refused = [i for i in poses if i in self._kept]
+            ig = TSDFIntegrator(self.tsdf.settings)
+            for i in sorted(refused):
+                ig.integrate(self._kept[i], poses[i])
+            if len(refused) < len(poses):
+                warnings.append(
+                    f"after loop closure only {len(refused)} of {len(poses)} tracked frames "
+                    "were kept in memory to fuse again (raise keep_frames_mb)"
+                )
+            self.tsdf = ig
+            if poses:
+                self.last_pose = poses[max(poses)]
+        quality["tracking"] = tr.summary()
+        quality["track_ms_mean"] = (
+            round(float(np.mean(self.track_s)) * 1000, 2) if self.track_s else None
+        )
+        return CameraPath.from_tracks(tr.tracks)
 
     def preview(self, max_points: int = 60000) -> Preview:
         p, c = self.tsdf.points()
@@ -113,59 +228,58 @@ class ScanSession:
         calibration: dict[str, Any] | None = None,
         progress: Callable[[float, str], None] | None = None,
     ) -> ScanResult:
-        """Mesh, table plane, objects. Keeps what it has: no plane -> no objects, a warning."""
+        """Mesh, table plane, objects. Keeps what it has: no plane -> no objects, a warning.
+        A handheld scan first closes its loops (pose graph) and keeps its camera path."""
         seg = seg or SegmentSettings()
         warnings: list[str] = []
+        quality: dict[str, Any] = {}
         if progress:
-            progress(0.0, "extracting mesh")
+            progress(0.0, "closing loops" if self.track else "extracting mesh")
+        path = self._close_path(quality, warnings)
         mesh = self.tsdf.mesh()
-        quality: dict[str, Any] = {
-            "frames_integrated": self.tsdf.frames_integrated,
-            "frames_skipped": {str(k): v for k, v in sorted(self.skipped.items())},
-            "integrate_ms_mean": float(np.mean(self.integrate_s) * 1000)
-            if self.integrate_s
-            else None,
-            "mesh_vertices": int(len(mesh.vertices)),
-            "mesh_triangles": int(len(mesh.faces)),
-            "voxel_size_m": self.tsdf.settings.voxel_size,
-        }
+        quality.update(
+            {
+                "frames_integrated": self.tsdf.frames_integrated,
+                "frames_skipped": {str(k): v for k, v in sorted(self.skipped.items())},
+                "integrate_ms_mean": float(np.mean(self.integrate_s) * 1000)
+                if self.integrate_s
+                else None,
+                "mesh_vertices": int(len(mesh.vertices)),
+                "mesh_triangles": int(len(mesh.faces)),
+                "voxel_size_m": self.tsdf.settings.voxel_size,
+                "depth_range_m": [self.tsdf.settings.depth_min, self.tsdf.settings.depth_max],
+            }
+        )
         if self.skipped:
             warnings.append(
                 f"{len(self.skipped)} frames skipped: "
                 + ", ".join(f"{k} ({v})" for k, v in list(sorted(self.skipped.items()))[:8])
             )
+
+        def result(
+            plane: NDArray[np.float64] | None, objects: tuple[ScannedObject, ...]
+        ) -> ScanResult:
+            return ScanResult(
+                mesh,
+                plane,
+                objects,
+                T_base_camera,
+                calibration or {},
+                quality,
+                tuple(warnings),
+                self.capture,
+                path,
+            )
+
         if len(mesh.faces) == 0:
             warnings.append(
                 "the fused mesh is empty: check the depth scale and that the "
                 "surfaces are within the depth range"
             )
-            return ScanResult(
-                mesh,
-                None,
-                (),
-                T_base_camera,
-                calibration or {},
-                quality,
-                tuple(warnings),
-                self.capture,
-            )
-        try:
-            plane, frac = fit_table_plane(
-                mesh.vertices, seed=seg.seed, up=None if seg.up is None else np.asarray(seg.up)
-            )
-        except ReconstructionError as exc:
-            warnings.append(f"no table found: {exc}")
-            return ScanResult(
-                mesh,
-                None,
-                (),
-                T_base_camera,
-                calibration or {},
-                quality,
-                tuple(warnings),
-                self.capture,
-            )
-        quality["table_inlier_fraction"] = frac
+            return result(None, ())
+        plane = self._support_plane(mesh.vertices, seg, path, quality, warnings)
+        if plane is None:
+            return result(None, ())
         from reconstruction.calibration import workspace_frame
 
         calibration = {
@@ -212,13 +326,85 @@ class ScanSession:
             )
         if not objects:
             warnings.append("no objects found on the table")
-        return ScanResult(
-            mesh,
-            np.array(plane.to_list()),
-            tuple(objects),
-            T_base_camera,
-            calibration or {},
-            quality,
-            tuple(warnings),
-            self.capture,
+        return result(np.array(plane.to_list()), tuple(objects))
+
+    def _support_plane(
+        self,
+        vertices: NDArray[np.float64],
+        seg: SegmentSettings,
+        path: CameraPath | None,
+        quality: dict[str, Any],
+        warnings: list[str],
+    ) -> Plane | None:
+        """The table: for posed scans the largest plane facing `seg.up`; for handheld scans
+        the support-plane rule of reconstruction/support.py, or the user's choice."""
+        if not self.track and seg.support_plane == "auto":
+            try:
+                plane, frac = fit_table_plane(
+                    vertices, seed=seg.seed, up=None if seg.up is None else np.asarray(seg.up)
+                )
+            except ReconstructionError as exc:
+                warnings.append(f"no table found: {exc}")
+                return None
+            quality["table_inlier_fraction"] = frac
+            return plane
+        from reconstruction.support import choose_support_plane, up_direction
+
+        centres = (
+            path.poses[path.tracked][:, :3, 3] if path is not None and path.tracked.any() else None
+        )
+        up, up_from = up_direction(
+            path.poses[path.tracked] if path is not None else None,
+            self.gravity_sum if np.linalg.norm(self.gravity_sum) > 0 else None,
+            None if seg.up is None else np.asarray(seg.up, float),
+        )
+        # the image-up guess is only as good as the camera is level: a looser tilt limit
+        tilt = 25.0 if up_from in ("given", "accelerometer") else 45.0
+        choice = choose_support_plane(
+            vertices, up, centres, seg.support_plane, seed=seg.seed, max_tilt_deg=tilt
+        )
+        quality["support_plane"] = {
+            "rule": choice.rule,
+            "up": [round(float(v), 4) for v in up],
+            "up_from": up_from,
+            "candidates": choice.candidates,
+            "chosen": choice.chosen,
+        }
+        if choice.plane is None:
+            warnings.append(choice.message)
+            return None
+        quality["table_inlier_fraction"] = choice.inlier_fraction
+        return choice.plane
+
+
+def require_usable(result: ScanResult, min_tracked_ratio: float = 0.5) -> None:
+    """Raise ReconstructionError, naming what failed and what to try, when a scan is not worth
+    saving: an empty mesh, or (handheld) fewer than `min_tracked_ratio` of the frames tracked."""
+    q = result.quality
+    skipped = q.get("frames_skipped", {})
+    reasons: dict[str, int] = {}
+    for why in skipped.values():
+        key = clean_message(why).split(" (")[0]
+        reasons[key] = reasons.get(key, 0) + 1
+    top = ", ".join(f"{n} x {k}" for k, n in sorted(reasons.items(), key=lambda x: -x[1])[:3])
+    rng = q.get("depth_range_m")
+    rng_s = f"{rng[0]:.2f}..{rng[1]:.2f} m" if rng else "the default range"
+    path = result.camera_path
+    if path is not None and len(path.tracked) and path.tracked_ratio < min_tracked_ratio:
+        lost = [i for i, ok in enumerate(path.tracked) if not ok]
+        first = int(path.index[lost[0]]) if lost else -1
+        raise ReconstructionError(
+            f"only {int(path.tracked.sum())} of {len(path.tracked)} frames tracked "
+            f"({path.tracked_ratio:.0%}, need {min_tracked_ratio:.0%}); first lost at frame "
+            f"{first}; skipped: {top or 'none'}. Try: move the camera more slowly and keep "
+            f"surfaces with shape in view, check the depth range ({rng_s}; set it with "
+            "--depth-range MIN:MAX), or check the depth scale. Nothing was saved."
+        )
+    if len(result.scene_mesh.faces) == 0:
+        seen = q.get("frames_seen", q.get("frames_integrated", 0) + len(skipped))
+        raise ReconstructionError(
+            f"the scan is empty: no surface was fused from {seen} frames "
+            f"({q.get('frames_integrated', 0)} integrated; skipped: {top or 'none'}). Try: "
+            f"check the depth scale and that the surfaces lie within the depth range ({rng_s}; "
+            "--depth-range MIN:MAX), or a larger --voxel. Nothing was saved."
         )

@@ -6,7 +6,9 @@ scans/<id>/
                      calibration residuals, quality stats, capture info
   mesh.ply           the fused scene mesh (base frame)
   objects/<name>.obj each object's mesh in its own frame (pose in scan.json)
-  recording.db3      (when the scan was recorded; written by the workflow)
+  camera_path.txt    handheld scans: each tracked frame's estimated camera pose, TUM trajectory
+                     format (t tx ty tz qx qy qz qw); scan.json lists every frame, tracked or not
+  recording.db3      (when the scan was recorded or copied; else scan.json names the recording)
 ```
 
 Values at the boundary are numpy arrays and trimesh meshes; Open3D stays inside this package.
@@ -48,6 +50,84 @@ class ScannedObject:
 
 
 @dataclass(frozen=True)
+class CameraPath:
+    """The estimated camera path of a handheld scan: one entry per frame seen."""
+
+    index: NDArray[np.int64]  # (N,) source frame numbers
+    t: NDArray[np.float64]  # (N,) timestamps, s
+    poses: NDArray[np.float64]  # (N, 4, 4) T_world_camera, NaN where not tracked
+    tracked: NDArray[np.bool_]  # (N,)
+    inlier_ratio: NDArray[np.float64]  # (N,) valid-pixel inlier ratio of the accepted pose
+    method: tuple[str, ...] = ()  # per frame: first | model | global | relocalised | ""
+    reason: tuple[str, ...] = ()  # per frame: why it was not tracked ("" if it was)
+
+    @classmethod
+    def from_tracks(cls, tracks: list[Any]) -> CameraPath:
+        """From reconstruction.tracking.FrameTrack records."""
+        nan = np.full((4, 4), np.nan)
+        return cls(
+            np.array([t.index for t in tracks], np.int64),
+            np.array([t.timestamp for t in tracks], float),
+            np.stack([nan if t.pose is None else t.pose for t in tracks])
+            if tracks
+            else np.zeros((0, 4, 4)),
+            np.array([t.pose is not None for t in tracks], bool),
+            np.array([t.inlier_ratio for t in tracks], float),
+            tuple(t.method for t in tracks),
+            tuple(t.reason for t in tracks),
+        )
+
+    @property
+    def tracked_ratio(self) -> float:
+        return float(self.tracked.mean()) if len(self.tracked) else 0.0
+
+    def tum_text(self) -> str:
+        from devices.cameras.tum import format_tum_trajectory
+
+        k = self.tracked
+        return format_tum_trajectory(
+            self.t[k], self.poses[k], "Twinbench handheld scan: tracked frames only"
+        )
+
+    def frames_json(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "index": int(self.index[i]),
+                "t": float(self.t[i]),
+                "tracked": bool(self.tracked[i]),
+                "inlier_ratio": round(float(self.inlier_ratio[i]), 4),
+                "method": self.method[i] if i < len(self.method) else "",
+                "reason": self.reason[i] if i < len(self.reason) else "",
+            }
+            for i in range(len(self.t))
+        ]
+
+    @classmethod
+    def load(cls, folder: Path, frames: list[dict[str, Any]]) -> CameraPath:
+        from devices.cameras.tum import read_tum_trajectory
+
+        f = folder / "camera_path.txt"
+        poses = np.full((len(frames), 4, 4), np.nan)
+        tracked = np.array([bool(x.get("tracked")) for x in frames], bool)
+        if tracked.any():
+            _, T = read_tum_trajectory(f)
+            if len(T) != int(tracked.sum()):
+                raise DataFileError(
+                    f"{f}: {len(T)} poses but scan.json lists {int(tracked.sum())} tracked frames"
+                )
+            poses[tracked] = T
+        return cls(
+            np.array([int(x["index"]) for x in frames], np.int64),
+            np.array([float(x["t"]) for x in frames], float),
+            poses,
+            tracked,
+            np.array([float(x.get("inlier_ratio", 0.0)) for x in frames], float),
+            tuple(str(x.get("method", "")) for x in frames),
+            tuple(str(x.get("reason", "")) for x in frames),
+        )
+
+
+@dataclass(frozen=True)
 class ScanResult:
     """A reconstructed workspace in the robot base frame."""
 
@@ -59,6 +139,7 @@ class ScanResult:
     quality: dict[str, Any] = field(default_factory=dict)  # frames, skipped, timings
     warnings: tuple[str, ...] = ()
     capture: dict[str, Any] = field(default_factory=dict)  # sdk version, intrinsics, ...
+    camera_path: CameraPath | None = None  # handheld scans: the estimated path
 
     def object(self, name: str) -> ScannedObject:
         for o in self.objects:
@@ -112,6 +193,14 @@ class ScanResult:
             "quality": self.quality,
             "warnings": list(self.warnings),
             "capture": self.capture,
+            "camera_path": None
+            if self.camera_path is None
+            else {
+                "file": "camera_path.txt",
+                "format": "TUM trajectory (t tx ty tz qx qy qz qw), tracked frames only",
+                "tracked_ratio": round(self.camera_path.tracked_ratio, 4),
+                "frames": self.camera_path.frames_json(),
+            },
         }
 
     def save(self, folder: Path) -> None:
@@ -125,6 +214,8 @@ class ScanResult:
                 folder / "objects" / f"{o.name}.obj",
                 data if isinstance(data, str) else data.decode(),
             )
+        if self.camera_path is not None:
+            atomic.write_text(folder / "camera_path.txt", self.camera_path.tum_text())
         atomic.write_json(folder / "scan.json", atomic.jsonable(self.to_json()))
 
     @classmethod
@@ -158,6 +249,8 @@ class ScanResult:
             )
         T = d.get("T_base_camera")
         plane = d.get("table_plane")
+        cp = d.get("camera_path")
+        path = None if not cp else CameraPath.load(folder, list(cp.get("frames", [])))
         return cls(
             scene,
             None if plane is None else np.asarray(plane, float),
@@ -167,6 +260,7 @@ class ScanResult:
             dict(d.get("quality", {})),
             tuple(d.get("warnings", [])),
             dict(d.get("capture", {})),
+            path,
         )
 
 

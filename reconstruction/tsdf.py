@@ -152,6 +152,66 @@ class TSDFIntegrator:
         self.frames_integrated += 1
         return True
 
+    def render_depth(
+        self,
+        frame: RGBDFrame,
+        T_world_camera: NDArray[np.float64],
+        down: int = 2,
+        all_blocks: bool = False,
+    ) -> tuple[NDArray[np.float32], NDArray[np.float64]] | None:
+        """Raycast the fused surface seen from `T_world_camera` with the frame's intrinsics at
+        1/`down` resolution: (depth in m, 0 = no surface; its 3x3 K), or None if the model is
+        empty there. `all_blocks`: march through every allocated block (else only those the
+        frame's own depth touches from that pose, as Open3D's dense SLAM does; all blocks
+        can stall Open3D 0.20's range-map estimation on large volumes — measured)."""
+        s = self.settings
+        if self.frames_integrated == 0:
+            return None
+        scale = 1.0 / frame.depth_scale
+        T = np.array(T_world_camera, dtype=np.float64)
+        T[2, 3] += self._shift
+        extr = o3c.Tensor(invert(T), o3c.float64)
+        depth = np.ascontiguousarray(frame.depth, dtype=np.uint16)
+        d_img = o3d.t.geometry.Image(o3c.Tensor.from_numpy(depth))
+        K = frame.intrinsics.K
+        Kd = K.copy()
+        Kd[:2] /= down
+        # Open3D 0.20's raycast stalls when the size is not a multiple of its range-map
+        # factor (8; measured at 212x120): crop the right/bottom edge instead
+        w, h = (frame.intrinsics.width // down) // 8 * 8, (frame.intrinsics.height // down) // 8 * 8
+        try:
+            if all_blocks:
+                hm = self.vbg.hashmap()
+                coords = hm.key_tensor()[hm.active_buf_indices().to(o3c.int64)]
+            else:
+                coords = self.vbg.compute_unique_block_coordinates(
+                    d_img,
+                    o3c.Tensor(K, o3c.float64),
+                    extr,
+                    scale,
+                    s.depth_max,
+                    float(s.trunc_voxels),
+                )
+            out = self.vbg.ray_cast(
+                coords,
+                o3c.Tensor(Kd, o3c.float64),
+                extr,
+                w,
+                h,
+                ["depth"],
+                scale,
+                s.depth_min,
+                s.depth_max,
+                float(min(self._weight_threshold(), 1.0)),
+                float(s.trunc_voxels),
+                8,
+            )
+        except RuntimeError:
+            return None
+        z = out["depth"].numpy().reshape(h, w).astype(np.float32) * np.float32(frame.depth_scale)
+        z[~np.isfinite(z)] = 0
+        return z, Kd
+
     def _in_workspace(self, coords: o3c.Tensor) -> o3c.Tensor | None:
         assert self._ws_blocks is not None
         b = coords.numpy()

@@ -202,7 +202,7 @@ class TumFolderSource:
             self.frames_read += 1
             yield RGBDFrame(
                 np.ascontiguousarray(color[:, :, ::-1]),
-                depth,
+                np.asarray(depth, np.uint16),
                 self.depth_scale,
                 K,
                 e.t,
