@@ -1,0 +1,127 @@
+"""Handheld scanning on real data and on a ground-truthed lab path (`bench scan-real`).
+
+Both run through the same code path as `scan --source` (app/commands/scan.py
+`scan_handheld`: frame-to-model tracking, keyframes, relocalisation, loop closure, fusion,
+support plane), with the default options a user gets.
+
+- Shared sequence: the real TUM fr3 "cabinet" keyframes (shared/data/real/
+  rgbd_tum_fr3_cabinet; found beside the repository or under $TWINBENCH_SHARED_DATA/real):
+  `frames`, `tracked_ratio`, `ate_cm` (against motion capture after a rigid alignment),
+  `fps_end_to_end` (reading, tracking, fusion, loop closure, meshing, plane), `mesh_triangles`,
+  `plane_found`.
+- Lab handheld path: a free D435-like camera in the virtual lab (424x240 at 30 fps, the
+  lab's depth noise) along `devices.lab.handheld.hand_path` (tremor, a fast turn, a glance
+  away and back); truth read from the lab here only. `lab_fps` is the scan's throughput on the
+  rendered frames (rendering, the camera's own work, is timed apart: `lab_render_fps`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DESCRIPTION = (
+    "handheld scanning: real TUM keyframes (tracked ratio, ATE vs mocap, fps, mesh, plane) "
+    "and a lab hand-held path (ATE vs truth, fps, longest lost stretch)"
+)
+SEQUENCE = "rgbd_tum_fr3_cabinet"
+
+
+def shared_data() -> Path:
+    """shared/data: $TWINBENCH_SHARED_DATA, else beside the repository (../shared/data)."""
+    env = os.environ.get("TWINBENCH_SHARED_DATA")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    for up in here.parents:
+        cand = up / "shared" / "data"
+        if (cand / "real").is_dir():
+            return cand
+    return here.parents[3] / "shared" / "data"
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    out.update(_shared(quick))
+    out.update(_lab(quick))
+    return out
+
+
+def _shared(quick: bool) -> dict[str, Any]:
+    from app.commands.scan import HandheldOptions, scan_source
+    from app.jobs import run_to_end
+    from devices.cameras.tum import TumFolderSource
+    from reconstruction.metrics import absolute_trajectory_error
+
+    folder = shared_data() / "real" / SEQUENCE
+    if not folder.is_dir():
+        return {"shared_error": f"{folder}: not found (set TWINBENCH_SHARED_DATA)"}
+    n = 20 if quick else None
+    t0 = time.perf_counter()
+    res = run_to_end(scan_source(str(folder), HandheldOptions(max_frames=n)))
+    dt = time.perf_counter() - t0
+    path = res.camera_path
+    assert path is not None
+    gt = TumFolderSource(folder, max_frames=n).groundtruth()
+    out: dict[str, Any] = {
+        "frames": int(len(path.tracked)),
+        "tracked_ratio": round(path.tracked_ratio, 4),
+        "fps_end_to_end": round(len(path.tracked) / dt, 3),
+        "mesh_triangles": int(len(res.scene_mesh.faces)),
+        "plane_found": res.table_plane is not None,
+    }
+    if gt is not None:
+        ok = path.tracked & np.isfinite(gt[1]).all(axis=(1, 2))
+        ate, _ = absolute_trajectory_error(path.poses[ok], gt[1][ok])
+        out["ate_cm"] = round(ate * 100, 2)
+    tr = res.quality.get("tracking", {})
+    out["keyframes"] = tr.get("keyframes")
+    out["loop_edges"] = tr.get("loop_edges")
+    out["pose_graph_correction_cm"] = round(
+        100 * float(res.quality.get("pose_graph", {}).get("max_correction_m", 0.0)), 2
+    )
+    out["depth_range_m"] = res.quality.get("depth_range_m")
+    return out
+
+
+def _lab(quick: bool) -> dict[str, Any]:
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    from app.commands.scan import HandheldOptions, scan_handheld
+    from app.jobs import run_to_end
+    from devices.lab.camera import LabCamera
+    from devices.lab.handheld import hand_path, handheld_frames
+    from devices.lab.sim import LabSim
+    from reconstruction.metrics import absolute_trajectory_error
+
+    duration = 4.0 if quick else 8.0
+    t, T = hand_path(duration_s=duration, fps=30.0)
+    sim = LabSim("panda_table")
+    cam = LabCamera(sim, "fixed", 424, 240)
+    t0 = time.perf_counter()
+    pairs = list(handheld_frames(cam, t, T))
+    render_s = time.perf_counter() - t0
+    frames = [f for f, _ in pairs]
+    truth = np.stack([x for _, x in pairs])
+    t0 = time.perf_counter()
+    res = run_to_end(scan_handheld(iter(frames), HandheldOptions(), len(frames)))
+    dt = time.perf_counter() - t0
+    path = res.camera_path
+    assert path is not None
+    out: dict[str, Any] = {
+        "lab_frames": len(frames),
+        "lab_tracked_ratio": round(path.tracked_ratio, 4),
+        "lab_fps": round(len(frames) / dt, 2),
+        "lab_render_fps": round(len(frames) / render_s, 2),
+        "lab_lost_segments_s": float(res.quality.get("tracking", {}).get("longest_lost_s", 0.0)),
+        "lab_mesh_triangles": int(len(res.scene_mesh.faces)),
+        "lab_plane_found": res.table_plane is not None,
+    }
+    ok = path.tracked
+    if ok.sum() >= 3:
+        ate, _ = absolute_trajectory_error(path.poses[ok], truth[ok])
+        out["lab_ate_cm"] = round(ate * 100, 3)
+    return out
