@@ -79,7 +79,11 @@ class ScanSession:
         self.frames_seen = 0
         self.last_pose: NDArray[np.float64] | None = None
         self.capture: dict[str, Any] = {}
-        self.gravity_sum = np.zeros(3)  # world-frame accelerometer sum (up), when frames have it
+        self.gravity_sum = np.zeros(3)
+        self._first: tuple[RGBDFrame, NDArray[np.float64]] | None = None
+        self._ray_offset: NDArray[np.float64] | None = (
+            None  # world-frame accelerometer sum (up), when frames have it
+        )
 
     def add(self, frame: RGBDFrame, T_base_camera: NDArray[np.float64] | None = None) -> bool:
         """Integrate one frame. Without a pose (and with `track`), RGB-D odometry supplies one.
@@ -130,6 +134,8 @@ class ScanSession:
             self.skipped[frame.index] = "no depth in range"
             return False
         self.last_pose = np.asarray(T_base_camera, float)
+        if self._first is None and self.track:
+            self._first = (frame, self.last_pose)
         return True
 
     # --- handheld tracking ---------------------------------------------------------------------
@@ -166,7 +172,36 @@ class ScanSession:
 
     def _model_view(self, T_world_camera: NDArray[np.float64], frame: RGBDFrame) -> Any:
         r = self.tsdf.render_depth(frame, T_world_camera, self.tracker.s.raycast_down)
-        return None if r is None else self.tracker.view_of_depth(*r)
+        if r is None:
+            return None
+        if self._ray_offset is None:
+            self._ray_offset = self._measure_ray_offset()
+        view = self.tracker.view_of_depth(*r)
+        # the raycast surface sits at a fixed offset in the grid (world) frame: seen from this
+        # camera it is a translation, undone on the registration's result
+        C = np.eye(4)
+        C[:3, 3] = -np.asarray(T_world_camera)[:3, :3].T @ self._ray_offset
+        view.correction = C
+        return view
+
+    def _measure_ray_offset(self) -> NDArray[np.float64]:
+        """Open3D 0.20's raycast of a VoxelBlockGrid renders the fused surface shifted by
+        about half a voxel (measured: 3-4 mm at 5 mm voxels, and ~7 mm along the view axis in
+        its depth), which frame-to-model ICP would add to every pose and fuse again —
+        a drift of that much per frame. Measured once, on the first fused frame: ICP of its
+        own points onto the model rendered from its own pose gives the offset (world frame)."""
+        first = self._first
+        if first is None:
+            return np.zeros(3)
+        f, T = first
+        r = self.tsdf.render_depth(f, T, self.tracker.s.raycast_down)
+        if r is None:
+            return np.zeros(3)
+        tr = self.tracker
+        D = tr._icp(tr.view_of_frame(f), tr.view_of_depth(*r), np.eye(4))
+        if D is None or np.linalg.norm(D[:3, 3]) > 3 * self.tsdf.settings.voxel_size:
+            return np.zeros(3)
+        return np.asarray(T[:3, :3] @ D[:3, 3], float)
 
     def _is_keyframe(self, ft: Any) -> bool:
         kfs = self.tracker.keyframes
@@ -208,7 +243,12 @@ class ScanSession:
             self.tsdf = ig
             if poses:
                 self.last_pose = poses[max(poses)]
-        quality["tracking"] = tr.summary()
+        quality["tracking"] = {
+            **tr.summary(),
+            "raycast_offset_m": None
+            if self._ray_offset is None
+            else [round(float(v), 5) for v in self._ray_offset],
+        }
         quality["track_ms_mean"] = (
             round(float(np.mean(self.track_s)) * 1000, 2) if self.track_s else None
         )

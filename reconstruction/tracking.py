@@ -52,7 +52,8 @@ class TrackingSettings:
     loop_radius_m: float = 1.0
     loop_max_deg: float = 60.0
     loop_candidates: int = 5
-    raycast_down: int = 2  # model view at 1/raycast_down of the frame's resolution
+    raycast_down: int = 1  # model view at 1/raycast_down of the frame's resolution (2 tilts
+    # Open3D's raycast by ~0.7 deg against its own input, measured)
     video_dt_s: float = 0.1  # frames closer than this take the one-ICP fast path first
     fast_accept_ratio: float = 0.9
     max_speed_mps: float = 2.0  # a pose jump faster than this is a failure
@@ -75,6 +76,8 @@ class View:
     depth: NDArray[np.float32]  # (h, w) metres, 0 = none
     K: NDArray[np.float64]  # intrinsics of `depth`
     sample: NDArray[np.float64]  # (n, 3) camera-frame points for the gate
+    # T_true_rendered: applied to registrations against this view (a model raycast's offset)
+    correction: NDArray[np.float64] | None = None
     _levels: dict[float, Any] = dataclass_field(default_factory=dict)
     _fpfh: Any = None
     _down: Any = None
@@ -317,11 +320,14 @@ class HandheldTracker:
         if not self.lost and self._last is not None and self._last.pose is not None:
             T_world_ref = self._last.pose
             tgt = model_view(T_world_ref, f)
+            C = np.eye(4) if tgt is None or tgt.correction is None else tgt.correction
+            Ci = invert(C)
+            vel = Ci @ self._velocity
             video = abs(f.timestamp - self._last.timestamp) <= self.s.video_dt_s
             if tgt is not None and video:
                 # small motion between video frames: one ICP from constant velocity is
                 # enough when it passes the gate clearly
-                T = self._icp(src, tgt, self._velocity)
+                T = self._icp(src, tgt, vel)
                 if T is not None:
                     ratio, ov, tight = self._gate(src, tgt, T)
                     if ratio >= self.s.fast_accept_ratio and ov >= self.s.min_overlap:
@@ -332,12 +338,12 @@ class HandheldTracker:
                     # frame-to-frame as one more start: where the model view is poor
                     Tf = self._icp(src, self._last_view, self._velocity)
                     if Tf is not None:
-                        extra.append((Tf, "model"))
-                hyp = self._best(
-                    src, tgt, [(self._velocity, "model"), (np.eye(4), "model")], glob, extra
-                )
+                        extra.append((Ci @ Tf, "model"))
+                hyp = self._best(src, tgt, [(vel, "model"), (Ci, "model")], glob, extra)
                 if hyp.ratio < self.s.min_inlier_ratio or hyp.overlap < self.s.min_overlap:
                     hyp = None
+            if hyp is not None:
+                hyp.T = C @ hyp.T
         if hyp is None and self.s.relocalise and (self.lost or self._last is None):
             hyp, T_world_ref = self._relocalise(src, glob)
         elif hyp is None:
