@@ -325,13 +325,19 @@ class HandheldTracker:
             vel = Ci @ self._velocity
             video = abs(f.timestamp - self._last.timestamp) <= self.s.video_dt_s
             if tgt is not None and video:
-                # small motion between video frames: one ICP from constant velocity is
-                # enough when it passes the gate clearly
-                T = self._icp(src, tgt, vel)
-                if T is not None:
+                # small motion between video frames: one ICP is enough when it passes the
+                # gate clearly. From "no motion" first: hand tremor flips the velocity every
+                # few frames, and a constant-velocity start that ICP only half corrects along
+                # a dominant plane feeds back into the next start (measured: diverged in 5
+                # frames on the lab table)
+                for init in (Ci, vel):
+                    T = self._icp(src, tgt, init)
+                    if T is None:
+                        continue
                     ratio, ov, tight = self._gate(src, tgt, T)
                     if ratio >= self.s.fast_accept_ratio and ov >= self.s.min_overlap:
                         hyp = Hypothesis(T, ratio, ov, "model", tight)
+                        break
             if tgt is not None and hyp is None:
                 extra = []
                 if self._last_view is not None:
