@@ -33,6 +33,14 @@ class ObjectMesh:
     method: str = "hole filling"  # or "voxel remesh" (the watertight last resort)
 
 
+def _vertex_colors(mesh: trimesh.Trimesh) -> np.ndarray | None:
+    """The mesh's per-vertex colours, or None when it has none (texture or no visual)."""
+    visual = mesh.visual
+    if isinstance(visual, trimesh.visual.ColorVisuals) and visual.kind == "vertex":
+        return np.asarray(visual.vertex_colors)
+    return None
+
+
 def object_frame(points: NDArray[np.float64], plane: Plane) -> NDArray[np.float64]:
     """Origin: footprint centre on the plane; z: plane normal; x: the footprint's main axis."""
     B = plane.basis()
@@ -67,7 +75,7 @@ def cut_object(
     sub = trimesh.Trimesh(
         v,
         faces,
-        vertex_colors=scene.visual.vertex_colors if scene.visual.kind == "vertex" else None,
+        vertex_colors=_vertex_colors(scene),
         process=False,
     )
     sub.remove_unreferenced_vertices()

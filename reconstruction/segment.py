@@ -120,7 +120,7 @@ def fit_table_plane(
         if up_v is not None and n @ up_v < 0 or up_v is None and d < 0:
             n, d = -n, -d  # without `up`, orient towards the origin of the world (camera side)
         if up_v is None or np.degrees(np.arccos(np.clip(n @ up_v, -1, 1))) <= max_tilt_deg:
-            return Plane(n, d), len(inliers) / len(p)
+            return Plane(n, float(d)), len(inliers) / len(p)
         remaining = np.delete(remaining, inliers, axis=0)
     raise ReconstructionError(
         "no table plane facing up found (tilt limit "

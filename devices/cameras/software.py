@@ -15,6 +15,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+
 from devices.cameras.convert import frames_to_rgbd, to_rs_intrinsics
 from devices.cameras.source import CameraError, CaptureInfo, sdk_version
 from devices.frames import Intrinsics, RGBDFrame
@@ -94,7 +96,7 @@ class SoftwareCamera:
                 f"from the stream's {self.depth_scale}"
             )
         t_ms = frame.timestamp * 1000.0
-        pixels = (frame.depth, frame.color)
+        pixels: tuple[np.ndarray, np.ndarray] = (frame.depth, frame.color)
         for sensor, prof, px, bpp in zip(
             self._soft_sensors, self._profiles, pixels, (2, 3), strict=True
         ):
