@@ -302,7 +302,13 @@ class HandheldTracker:
     # --- tracking ----------------------------------------------------------------------------
     def track(self, f: RGBDFrame, model_view: Any) -> FrameTrack:
         """Track one frame. `model_view(T_world_camera, frame) -> View | None` renders the fused
-        model (camera frame of T_world_camera). Returns the FrameTrack (pose None if lost)."""
+        model (camera frame of T_world_camera). Returns the FrameTrack (pose None if lost).
+        Open3D's own console chatter (range-map reallocations, empty KD-trees on hopeless
+        hypotheses) is silenced: the outcome is in the FrameTrack."""
+        with o3d.utility.VerbosityContextManager(o3d.utility.VerbosityLevel.Error):
+            return self._track(f, model_view)
+
+    def _track(self, f: RGBDFrame, model_view: Any) -> FrameTrack:
         src = self.view_of_frame(f)
         npts = src.size()
         if not self.keyframes:
