@@ -617,7 +617,10 @@ def _backproject(
 def choose_depth_range(frames: list[RGBDFrame], sensor_max_m: float = 4.0) -> tuple[float, float]:
     """Depth range (m) for tracking and fusion from the data: from a little under the nearest
     surfaces to a little past the 90th percentile of the measured depth, capped at
-    `sensor_max_m` (depth noise grows with the square of the distance)."""
+    `sensor_max_m`. Measured trade-off: on the real TUM cabinet the far structure holds the
+    track (ATE 7.8 cm with 0.7-2.8 m, 34 cm with 0.7-2.1 m); on the lab table at 424x240 the
+    far walls' noise hurts (ATE 6.3 cm with 0.5-2.4 m, 0.4 cm with 0.3-1.4 m): for a tabletop,
+    set the working range (`scan --depth-range 0.3:1.4`)."""
     z = np.concatenate([f.depth_m[f.depth > 0][::37] for f in frames]) if frames else np.zeros(0)
     z = z[np.isfinite(z) & (z > 0.05)]
     if len(z) < 100:
