@@ -90,7 +90,9 @@ def test_recording_replays_through_cli(lab_scan, tmp_path: Path) -> None:  # typ
     assert pb.dropped in ([], [1])
     proj = tmp_path / "proj"
     assert main(["project", "new", str(proj)]) == 0
-    assert main(["scan", "--source", str(rec), "--project", str(proj), "--quiet"]) == 0
+    # recordings are kept by reference unless asked (issue 9 part 3): ask here
+    cmd = ["scan", "--source", str(rec), "--project", str(proj), "--quiet", "--copy-recording"]
+    assert main(cmd) == 0
     art = Project.open(proj).latest("scan")
     assert art is not None
     folder = proj / "scans" / art.id
