@@ -363,7 +363,8 @@ def run(args: argparse.Namespace) -> int:
                 scan_recording(src, ScanOptions(voxel_size=args.voxel or 0.004)), args.quiet
             )
             require_usable(res, 0.0)
-            res = replace(res, capture={**res.capture, "recording": recording_reference(src)})
+            ref = {**recording_reference(src), "copied": bool(args.copy_recording)}
+            res = replace(res, capture={**res.capture, "recording": ref})
             if args.copy_recording:
                 aid = save_scan(project, res, src, settings=settings)
             else:
