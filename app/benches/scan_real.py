@@ -87,6 +87,8 @@ def _shared(quick: bool) -> dict[str, Any]:
     out["pose_graph_correction_cm"] = round(
         100 * float(res.quality.get("pose_graph", {}).get("max_correction_m", 0.0)), 2
     )
+    pg = res.quality.get("pose_graph", {})
+    out["pose_graph"] = "optimised" if pg.get("optimised") else pg.get("rejected", "not run")
     out["depth_range_m"] = res.quality.get("depth_range_m")
     return out
 
