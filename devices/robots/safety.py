@@ -4,8 +4,10 @@ Limits act on two things. On the **command**: NaN/inf (always stops), joint posi
 limits, joint velocity limits, maximum change per control tick, joint effort limits, and the
 end-effector workspace box (via the driver's forward kinematics). On the **measured state**,
 every tick, so that the limits hold on what the robot does and not only on what it is told:
-position targets may lead the measured joints by at most `lead_s` of full speed and not at
-all while a joint is at its speed limit; every mode approaches a position limit no faster
+position targets move at most at SOFT_SPEED x the limit (the measured joint overshoots its
+target's speed) and may lead the measured joints by at most `lead_s` of full speed and not at
+all while a joint is at its speed limit, the lead shrinking at a bounded deceleration (a
+target snapped back brakes the big joints so hard that they fling the wrist); every mode approaches a position limit no faster
 than it can brake there (`brake_decel`); torque commands get a velocity-dependent torque
 limit (damping injection near the speed limit); and a measured speed above
 `measured_velocity_factor` x its limit, a joint moving further past its position limit, or
@@ -39,13 +41,14 @@ LIMIT_NAMES = ("nonfinite", "position", "velocity", "max_step", "effort", "works
 SOFT_SPEED = 0.9  # governors on the measured state aim at this fraction of the speed limit
 DAMPING_BAND = 1.0  # torque falls from full to zero over this fraction of the speed limit
 BRAKE_MARGIN = 0.02  # rad: velocity and torque motion brakes to a stop this far inside a limit
-LEAD_FULL, LEAD_ZERO = 0.95, 1.02  # position lead tapers to 0 between these speed fractions
+LEAD_FULL, LEAD_ZERO = 0.9, 1.02  # position lead tapers to 0 between these speed fractions
+LEAD_BRAKE = 3.0  # x max_accel: how hard the lead governor may decelerate a position target
 TARGET_MARGIN = 0.005  # rad: position targets stay this far inside the limits (tracking overshoot)
 LIMIT_PULLBACK = 4.0  # target correction (rad per rad, or rad/s per rad) past a limit
 VGLOBAL_FULL, VGLOBAL_ZERO = 0.8, 0.95  # velocity mode: the same, for commanded speeds
 NEAR_LIMIT_FLOOR = 0.2  # of the speed limit, added to the braking speed near a limit
 GLOBAL_FULL, GLOBAL_ZERO = 0.7, 0.9  # torque mode: all-joint scaling between these speed ratios
-TORQUE_SOFT = 0.65  # torque mode governs to this fraction of the (soft) speed
+TORQUE_SOFT = 0.55  # torque mode governs to this fraction of the (soft) speed
 TORQUE_RISE_S = 0.1  # s for a torque that speeds a joint up to rise from 0 to full
 BRAKE_BAND = 0.5  # above the governed speed, full braking torque is reached this far over it
 PREDICT_S = 0.008  # s: command latency + one control period, typical of the lab and arms
@@ -218,7 +221,9 @@ class SafetyEnvelope:
         self.vmax = np.asarray(lim.velocity, float) * config.velocity_scale
         self.effmax = np.asarray(lim.effort, float) * config.effort_scale
         self.step_pos = self.vmax * self.dt
-        self.step_vel = self.vmax * self.dt / max(config.velocity_ramp_s, self.dt)
+        self.step_vel = np.minimum(
+            self.vmax * self.dt / max(config.velocity_ramp_s, self.dt), config.max_accel * self.dt
+        )
         self.step_is_config = False
         if config.max_step is not None:
             ms = np.asarray(config.max_step, float)
@@ -358,8 +363,10 @@ class SafetyEnvelope:
         out = np.clip(cmd, lower, upper)
         if np.any(out != cmd):
             acted.append("position")
-        # towards a limit no faster than the joint can brake before it
-        up, down = self.braking_speed(prev, TARGET_MARGIN, cap=self.vmax)
+        # towards a limit no faster than the joint can brake before it, and at most at the
+        # soft speed: the measured joint overshoots its target's speed (PD lag, latency,
+        # the other joints' pull), so targets keep a margin below the hard limit
+        up, down = self.braking_speed(prev, TARGET_MARGIN)
         step_hi = np.minimum(self.step_pos, up * self.dt)
         step_lo = np.minimum(self.step_pos, down * self.dt)
         want = out - prev
@@ -395,6 +402,10 @@ class SafetyEnvelope:
         led = np.clip(out, lo, hi)
         # ... but the target itself still moves no more than the step limit per tick
         led = np.clip(led, prev - self.step_pos, prev + self.step_pos)
+        # ... and slows down at a bounded rate: a target snapped back onto its joint brakes the
+        # big joints so hard that the wrist, dragged along, overshoots its own speed limit
+        kd = LEAD_BRAKE * dstep
+        led = prev + np.clip(led - prev, self._last_step - kd, self._last_step + kd)
         if np.any(led != out):
             if "velocity" not in acted:
                 acted.append("velocity")

@@ -10,7 +10,7 @@ from devices.errors import DeviceError
 from devices.robots.agent import Agent
 from devices.robots.agent_log import MODES
 from devices.robots.drivers.ideal import HOME, IdealDriver
-from devices.robots.safety import LIMIT_NAMES, SafetyConfig
+from devices.robots.safety import LIMIT_NAMES, SOFT_SPEED, SafetyConfig
 from devices.robots.watchdog import WatchdogConfig
 from tests.devices.robots.helpers import constant_policy, linear_policy, wait_for
 
@@ -56,7 +56,8 @@ def test_position_command_is_tracked_at_the_velocity_limit(agent: Agent) -> None
     sent = log["sent"][~np.isnan(log["sent"][:, 6])]
     steps = np.abs(np.diff(sent[:, 6]))
     assert steps.max() <= 2.61 * DT + 1e-9  # rate limited by the envelope
-    assert steps.max() > 0.9 * 2.61 * DT  # and actually moving at that rate
+    # and actually moving at the soft speed (0.9 x the limit: a margin for tracking overshoot)
+    assert steps.max() > 0.99 * SOFT_SPEED * 2.61 * DT
     assert agent.mode == "command"
 
 

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from devices.errors import DeviceError
 from devices.robots.driver import RobotState
 from devices.robots.drivers.ideal import HOME, IdealDriver, panda_like_info
-from devices.robots.safety import SafetyConfig, SafetyEnvelope
+from devices.robots.safety import LEAD_BRAKE, SOFT_SPEED, SafetyConfig, SafetyEnvelope
 
 INFO = panda_like_info(250.0)
 FK = IdealDriver(INFO).forward_kinematics
@@ -20,7 +22,7 @@ def _state(q=HOME, effort=None) -> RobotState:
 
 
 def _env(**cfg) -> SafetyEnvelope:
-    base = dict(workspace_lower=(-0.6, -0.6, 0.0), workspace_upper=(0.6, 0.6, 0.9))
+    base: dict[str, Any] = dict(workspace_lower=(-0.6, -0.6, 0.0), workspace_upper=(0.6, 0.6, 0.9))
     base.update(cfg)
     return SafetyEnvelope(INFO, SafetyConfig(**base), fk=FK)
 
@@ -35,14 +37,16 @@ def test_position_limit_clamps_and_reports() -> None:
     assert np.all(res.command <= LIM.upper + 1e-12)
 
 
-def test_step_is_capped_at_velocity_limit_times_dt() -> None:
+def test_step_is_capped_at_the_soft_speed_times_dt() -> None:
+    """Position targets move at most at SOFT_SPEED x the limit: the measured joint overshoots
+    its target's speed (tracking lag, latency, the other joints' pull), so there is a margin."""
     env = _env(max_accel=1e9)  # the speed cap alone (acceleration: the next test)
     prev = np.asarray(HOME, float)
     cmd = prev.copy()
     cmd[0] += 0.5
     res = env.apply("position", cmd, _state(), prev)
     assert res.acted == ("velocity",)
-    assert res.command[0] - prev[0] == pytest.approx(LIM.velocity[0] * DT, rel=1e-9)
+    assert res.command[0] - prev[0] == pytest.approx(SOFT_SPEED * LIM.velocity[0] * DT, rel=1e-9)
     narrow = _env(max_step=tuple([0.001] * 7), max_accel=1e9).apply("position", cmd, _state(), prev)
     assert narrow.acted == ("max_step",) and narrow.command[0] - prev[0] == pytest.approx(0.001)
 
@@ -61,7 +65,8 @@ def test_position_target_accelerates_and_stops_at_its_limits() -> None:
     x = np.array(path)[:, 0]
     v = np.diff(x) / DT
     a = np.diff(v) / DT
-    assert np.max(np.abs(v)) <= LIM.velocity[0] + 1e-9 and np.max(v) > 0.95 * LIM.velocity[0]
+    soft = SOFT_SPEED * LIM.velocity[0]
+    assert np.max(np.abs(v)) <= soft + 1e-9 and np.max(v) > 0.99 * soft
     # max_accel, give or take one tick's worth where braking starts and on landing
     assert np.max(np.abs(a)) <= 2 * 10.0 + 1e-6 and np.median(np.abs(a[np.abs(a) > 0])) <= 10.0
     assert x[-1] == pytest.approx(goal[0]) and np.all(x <= goal[0] + 1e-12)
@@ -99,15 +104,16 @@ def test_velocity_mode_limits() -> None:
     prev = np.zeros(7)
     res = env.apply("velocity", np.full(7, 100.0), _state(), prev)
     assert "velocity" in res.acted and "max_step" in res.acted
-    np.testing.assert_allclose(res.command, LIM.velocity * DT / 0.1)
+    # speed changes are ramped over velocity_ramp_s, at most at max_accel (10 rad/s^2)
+    np.testing.assert_allclose(res.command, np.minimum(LIM.velocity * DT / 0.1, 10.0 * DT))
     # at the upper limit a velocity pushing outwards becomes zero, inwards passes
     q = np.asarray(LIM.upper) - 1e-4
     q[3] = -0.5
-    v = np.where(np.arange(7) == 0, 0.05, 0.0)
+    v = np.where(np.arange(7) == 0, 0.03, 0.0)  # within one ramp step of zero
     res = env.apply("velocity", v, _state(q), v)
     assert "position" in res.acted and res.command[0] == 0.0
     res = env.apply("velocity", -v, _state(q), -v)
-    assert res.command[0] == pytest.approx(-0.05)
+    assert res.command[0] == pytest.approx(-0.03)
 
 
 def test_effort_limits() -> None:
@@ -176,6 +182,7 @@ def test_fuzzed_position_commands_never_leave_the_envelope() -> None:
         assert np.all(out >= lo - 1e-12) and np.all(out <= hi + 1e-12)
         assert np.all(np.abs(out - prev) <= step + 1e-12)
         p = FK(out)
+        assert env.box is not None
         assert np.all(p >= env.box[0]) and np.all(p <= env.box[1])
         prev = out
         passed += 1
@@ -268,3 +275,29 @@ def test_outside_the_box_a_command_back_is_allowed_and_further_out_is_not() -> N
     res_v = env.apply("velocity", v, _state(q), np.zeros(7))
     further = env.box_distance(q + v * 0.25) > env.box_distance(q)
     assert (np.all(res_v.command == 0.0)) == further
+
+
+def test_lead_governor_slows_a_target_down_at_a_bounded_rate() -> None:
+    """A joint at its speed limit gets no lead in its direction of motion, but its target is
+    not snapped back onto it in one tick: that braked the big joints so hard that the wrist,
+    dragged along, reached 1.1x its own limit. The target's speed falls by at most
+    LEAD_BRAKE x max_accel per second, tick by tick, until the lead is gone."""
+    env = _env(workspace_lower=None, workspace_upper=None)
+    q = np.asarray(HOME, float)
+    v = np.zeros(7)
+    v[0] = 1.02 * LIM.velocity[0]  # at the limit: no lead allowed
+    prev = q.copy()
+    prev[0] += 0.15  # the target runs 0.15 rad ahead of the joint ...
+    env._last_step[0] = SOFT_SPEED * LIM.velocity[0] * DT  # ... at the soft speed
+    goal = q + 1.0
+    kd = LEAD_BRAKE * 10.0 * DT * DT
+    steps = []
+    for _ in range(100):
+        res = env.apply("position", goal, _moving(q, v), prev)
+        assert res.stop is None and "velocity" in res.acted
+        steps.append(res.command[0] - prev[0])
+        prev = res.command
+    d = np.diff([SOFT_SPEED * LIM.velocity[0] * DT, *steps])
+    assert np.all(d >= -kd - 1e-12)  # bounded deceleration of the target
+    assert steps[0] < SOFT_SPEED * LIM.velocity[0] * DT  # but it does slow down at once
+    assert prev[0] <= q[0] + 1e-9  # and the lead is gone in the end
