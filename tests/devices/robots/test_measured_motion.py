@@ -1,8 +1,9 @@
-"""The envelope's limits on what the lab robot DOES, over real TCP against `lab serve`:
-bench safety's random position sequences (seed 10), which drove the measured wrist to
-1.10-1.14x its speed limit when the governors snapped targets back onto the joints (the
-big joints braked at full force and flung the wrist). Judged on the measured state stream,
-with bench safety's own targets."""
+"""The envelope's limits on what the lab robot DOES: bench safety's random position
+sequences (seed 10), which drove the measured wrist to 1.10-1.14x its speed limit when the
+governors snapped targets back onto the joints (the big joints braked at full force and
+flung the wrist). Judged on the measured state, with bench safety's own targets: over real
+TCP against `lab serve`, and replayed deterministically (agent and MuJoCo lab stepped by
+hand, no threads), where the old envelope reproducibly reached 1.08x."""
 
 from __future__ import annotations
 
@@ -11,8 +12,14 @@ import time
 import numpy as np
 import pytest
 
+from app.commands.lab import LAB_WORKSPACE
+from devices.lab.driver import LabDriver
+from devices.lab.sim import LabSim
+from devices.robots.agent import Agent
 from devices.robots.client import RobotClient
 from devices.robots.launch import start_lab_process
+from devices.robots.safety import SafetyConfig
+from devices.robots.watchdog import WatchdogConfig
 from tests.devices.robots.helpers import wait_for
 
 pytestmark = pytest.mark.slow
@@ -73,3 +80,56 @@ def test_random_position_sequences_keep_measured_speed_and_position_limits() -> 
                 assert np.max(np.maximum(q - hi, lo - q)) <= 0.005
                 # and it still moves: the joints reach most of their governed speed
                 assert ratio.max() > 0.8
+
+
+class _SteppedDriver(LabDriver):
+    """The lab driver without its physics thread: the test steps the sim itself."""
+
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_random_position_sequence_replayed_deterministically() -> None:
+    """Agent ticks and lab physics interleaved by hand (one tick per 4 ms control period,
+    two 2 ms physics steps), so the outcome does not depend on the machine's load."""
+    sim = LabSim("panda_table")
+    safety = SafetyConfig(
+        workspace_lower=LAB_WORKSPACE["lower"], workspace_upper=LAB_WORKSPACE["upper"]
+    )
+    agent = Agent(
+        _SteppedDriver(sim),
+        safety=safety,
+        watchdog=WatchdogConfig(heartbeat_timeout_s=1e3, command_timeout_s=1e3),
+    )
+    agent.start(thread=False)
+    lim = agent.info.limits
+    vmax, lo, hi = (np.asarray(x, float) for x in (lim.velocity, lim.lower, lim.upper))
+    per_tick = int(round(agent.dt / sim.dt))
+
+    def tick(target: np.ndarray) -> None:
+        agent.heartbeat()
+        agent.command("position", target)
+        agent.tick()
+        sim.step(per_tick)
+
+    for _ in range(int(6.0 / agent.dt)):
+        tick(READY)
+        s = sim.read_state()
+        if np.abs(s.joint_pos - READY).max() < 0.02 and np.abs(s.joint_vel).max() < 0.05:
+            break
+    qs, vs = [], []
+    for x in _bench_position_sequences(lo, hi, vmax)[1]:  # sequence 9
+        for _ in range(int(0.3 / agent.dt)):
+            tick(x)
+            s = sim.read_state()
+            qs.append(s.joint_pos)
+            vs.append(s.joint_vel)
+    q, v = np.array(qs), np.array(vs)
+    ratio = np.abs(v) / vmax
+    assert agent.stop_reason is None
+    assert ratio.max() <= 1.05, ratio.max(axis=0)
+    assert np.max(np.maximum(q - hi, lo - q)) <= 0.005
+    assert ratio.max() > 0.8  # it still moves
