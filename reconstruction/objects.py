@@ -33,7 +33,7 @@ class ObjectMesh:
     method: str = "hole filling"  # or "voxel remesh" (the watertight last resort)
 
 
-def _vertex_colors(mesh: trimesh.Trimesh) -> np.ndarray | None:
+def vertex_colors(mesh: trimesh.Trimesh) -> np.ndarray | None:
     """The mesh's per-vertex colours, or None when it has none (texture or no visual)."""
     visual = mesh.visual
     if isinstance(visual, trimesh.visual.ColorVisuals) and visual.kind == "vertex":
@@ -75,7 +75,7 @@ def cut_object(
     sub = trimesh.Trimesh(
         v,
         faces,
-        vertex_colors=_vertex_colors(scene),
+        vertex_colors=vertex_colors(scene),
         process=False,
     )
     sub.remove_unreferenced_vertices()

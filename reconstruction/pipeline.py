@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from devices.frames import RGBDFrame
 from reconstruction.errors import ReconstructionError, clean_message
-from reconstruction.objects import extract_object
+from reconstruction.objects import extract_object, vertex_colors
 from reconstruction.scan_result import CameraPath, ScannedObject, ScanResult
 from reconstruction.segment import Plane, cluster_objects, fit_table_plane
 from reconstruction.tsdf import TSDFIntegrator, TSDFSettings
@@ -330,11 +330,8 @@ class ScanSession:
         }
         if progress:
             progress(0.4, "clustering objects")
-        colors = (
-            mesh.visual.vertex_colors[:, :3]
-            if mesh.visual.kind == "vertex"
-            else np.full((len(mesh.vertices), 3), 180, np.uint8)
-        )
+        vc = vertex_colors(mesh)
+        colors = vc[:, :3] if vc is not None else np.full((len(mesh.vertices), 3), 180, np.uint8)
         clusters = cluster_objects(
             mesh.vertices,
             colors,
@@ -350,7 +347,8 @@ class ScanSession:
                 progress(0.5 + 0.5 * i / max(len(clusters), 1), f"cleaning object {i + 1}")
             om = extract_object(mesh, cl, plane, seg.triangle_budget, self.tsdf.settings.voxel_size)
             name = f"object_{i + 1}"
-            col = tuple(int(v) for v in np.median(cl.colors, axis=0))
+            r, g, b = (int(v) for v in np.median(cl.colors, axis=0)[:3])
+            col = (r, g, b)
             stats = {
                 "points": int(len(cl.points)),
                 "holes_filled": om.holes_filled,

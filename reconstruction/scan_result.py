@@ -160,7 +160,7 @@ class ScanResult:
 
     def recolored(self, name: str, color: tuple[int, int, int]) -> ScanResult:
         objs = tuple(
-            replace(o, color=tuple(int(c) for c in color)) if o.name == name else o
+            replace(o, color=(int(color[0]), int(color[1]), int(color[2]))) if o.name == name else o
             for o in self.objects
         )
         return replace(self, objects=objs)
@@ -207,9 +207,12 @@ class ScanResult:
         """Write scan.json, mesh.ply and objects/*.obj into `folder` (atomic per file)."""
         folder = Path(folder)
         (folder / "objects").mkdir(parents=True, exist_ok=True)
-        atomic.write_bytes(folder / "mesh.ply", self.scene_mesh.export(file_type="ply"))
+        ply = self.scene_mesh.export(file_type="ply")
+        assert isinstance(ply, bytes), "trimesh exports PLY as bytes"
+        atomic.write_bytes(folder / "mesh.ply", ply)
         for o in self.objects:
             data = o.mesh.export(file_type="obj")
+            assert isinstance(data, str | bytes), "trimesh exports OBJ as text"
             atomic.write_text(
                 folder / "objects" / f"{o.name}.obj",
                 data if isinstance(data, str) else data.decode(),

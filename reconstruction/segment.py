@@ -7,7 +7,9 @@ is `n . p + d = 0` with `n` pointing up, out of the table; a point's height is `
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import open3d as o3d
@@ -152,7 +154,7 @@ def cluster_objects(
     eps: float = 0.012,
     min_points: int = 10,
     min_cluster: int = 60,
-    exclude: list[tuple[NDArray[np.floating], NDArray[np.floating]]] | None = None,
+    exclude: Sequence[tuple[NDArray[Any], NDArray[Any]]] | None = None,
     split_by_color: bool = True,
 ) -> list[Cluster]:
     """Objects standing on the table, as clusters of points above the plane.

@@ -66,7 +66,7 @@ class TSDFIntegrator:
             attr_dtypes=(o3c.float32, o3c.uint16, o3c.uint16)
             if s.compact
             else (o3c.float32, o3c.float32, o3c.float32),
-            attr_channels=((1,), (1,), (3,)),
+            attr_channels=((1,), (1,), (3,)),  # type: ignore[arg-type]  # stubs want SizeVector
             voxel_size=s.voxel_size,
             block_resolution=s.block_resolution,
             block_count=s.block_count,

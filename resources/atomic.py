@@ -45,6 +45,7 @@ def write_with(path: Path, writer: Callable[[Path], None]) -> None:
 
 def write_bytes(path: Path, data: bytes) -> None:
     """Atomically replace `path` with `data`."""
+
     def write(p: Path) -> None:
         p.write_bytes(data)
 

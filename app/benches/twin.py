@@ -20,9 +20,9 @@ DESCRIPTION = (
 
 def run(quick: bool = False) -> dict[str, Any]:
     from devices.trajectory import Trajectory
+    from twins.baseline import BareWorld, step_rate
     from twins.builder import TwinWorld
     from twins.from_scan import build_twin
-    from twins.baseline import BareWorld, step_rate
     from twins.scan_input import procedural_scan_result
     from twins.simulate import replay_in
 

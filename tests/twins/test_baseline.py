@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from devices.trajectory import Trajectory
-from twins.builder import TwinWorld
 from twins.baseline import BareWorld
+from twins.builder import TwinWorld
 from twins.simulate import replay_in
 from twins.spec import TwinSpec
 
