@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from devices.cameras.convert import frameset_to_rgbd
 from devices.cameras.source import CaptureInfo, OpenCloseSource, sdk_version
@@ -134,6 +137,15 @@ class PlaybackSource(OpenCloseSource):
         last: int | None = None
         first: int | None = None
         idle_ms = 0
+        # SDK 2.59's playback syncer can hand depth N together with colour N-1 (both streams
+        # carry frame numbers and equal timestamps); colour N then arrives with a repeated
+        # depth. Frames whose colour lags wait here until their own colour shows up.
+        colours: dict[int, np.ndarray] = {}
+        waiting: dict[int, RGBDFrame] = {}
+
+        def matched(frame: RGBDFrame) -> RGBDFrame:
+            return replace(frame, color=colours[frame.index])
+
         try:
             while True:
                 try:
@@ -156,6 +168,15 @@ class PlaybackSource(OpenCloseSource):
                 idle_ms = 0
                 if self._align is not None:
                     fs = self._align.process(fs)
+                c = fs.get_color_frame()
+                if c:
+                    colours[int(c.get_frame_number())] = np.asanyarray(c.get_data()).copy()
+                for n in [n for n in waiting if n in colours]:
+                    self.frames_read += 1
+                    out = matched(waiting.pop(n))
+                    if writer is not None:
+                        writer.write(out)
+                    yield out
                 d = fs.get_depth_frame()
                 if not d:
                     continue
@@ -170,10 +191,23 @@ class PlaybackSource(OpenCloseSource):
                 frame = frameset_to_rgbd(fs, self.depth_scale, num, pose, aligned=True)
                 if frame is None:
                     continue
+                if c and int(c.get_frame_number()) < num and num not in colours:
+                    waiting[num] = frame  # its colour comes with a later frameset
+                    continue
+                if num in colours:
+                    frame = matched(frame)
+                for old in [n for n in colours if n < num - 2]:
+                    del colours[old]
                 self.frames_read += 1
                 if writer is not None:
                     writer.write(frame)
                 yield frame
+            for n in sorted(waiting):  # colour never came: keep the nearest earlier one
+                self.frames_read += 1
+                self.warnings.append(
+                    f"frame {n}: its colour image is missing; the previous one is used"
+                )
+                yield waiting.pop(n)
         finally:
             if writer is not None:
                 writer.close()
