@@ -19,10 +19,12 @@ def path(*parts: str) -> Path:
 def shared_data(*parts: str) -> Path:
     """Return a path in the shared real-hardware data folder (../shared/data next to the repo).
 
-    The folder lives beside the repository, never inside it; `TWINBENCH_SHARED` overrides.
+    The folder lives beside the repository, never inside it; `$TWINBENCH_SHARED_DATA` (the
+    folder that holds `real/`) overrides. The one place that knows where it is: benchmarks and
+    tests all ask here.
     """
     import os
 
-    base = os.environ.get("TWINBENCH_SHARED")
-    root = Path(base) if base else _ROOT.parent.parent / "shared"
-    return root.joinpath("data", *parts)
+    base = os.environ.get("TWINBENCH_SHARED_DATA")
+    root = Path(base) if base else _ROOT.parent.parent / "shared" / "data"
+    return root.joinpath(*parts)

@@ -13,7 +13,6 @@ The data is looked up in `$TWINBENCH_SHARED_DATA/real/handeye_abb_charuco`, else
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +20,16 @@ DESCRIPTION = (
     "real eye-to-hand capture (ABB + ChArUco, 16 views): views used, reprojection, "
     "leave-one-out spread of base->camera, rejected views"
 )
-CAPTURE = "real/handeye_abb_charuco"
+CAPTURE = ("real", "handeye_abb_charuco")
 BOARD = "charuco:5x7:0.036195:0.018256:DICT_6X6_250"
 
 
 def capture_folder() -> Path:
     """The shared capture's folder; raises BenchDataError (a TwinbenchError) if absent."""
+    from resources import shared_data
     from resources.errors import TwinbenchError
 
-    env = os.environ.get("TWINBENCH_SHARED_DATA")
-    root = Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data"
-    folder = root / CAPTURE
+    folder = shared_data(*CAPTURE)
     if not (folder / "images").is_dir() or not (folder / "poses").is_dir():
         raise TwinbenchError(
             f"{folder}: the shared capture handeye_abb_charuco (images/, poses/) is not there; "

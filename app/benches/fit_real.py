@@ -37,9 +37,6 @@ WINDOW_S = {"pendulum": 0.25, "qube": 0.5}  # s; the pendulum goes chaotic over 
 
 
 def data_root() -> Path:
-    env = os.environ.get("TWINBENCH_SHARED_DATA")
-    if env:
-        return Path(env)
     from resources import shared_data
 
     return shared_data("real")

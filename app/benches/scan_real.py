@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,19 +31,6 @@ DESCRIPTION = (
 )
 SEQUENCE = "rgbd_tum_fr3_cabinet"
 LAB_DEPTH_RANGE = (0.3, 1.4)  # m: a tabletop scanned from arm's length
-
-
-def shared_data() -> Path:
-    """shared/data: $TWINBENCH_SHARED_DATA, else beside the repository (../shared/data)."""
-    env = os.environ.get("TWINBENCH_SHARED_DATA")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve()
-    for up in here.parents:
-        cand = up / "shared" / "data"
-        if (cand / "real").is_dir():
-            return cand
-    return here.parents[3] / "shared" / "data"
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -59,8 +45,9 @@ def _shared(quick: bool) -> dict[str, Any]:
     from app.jobs import run_to_end
     from devices.cameras.tum import TumFolderSource
     from reconstruction.metrics import absolute_trajectory_error
+    from resources import shared_data
 
-    folder = shared_data() / "real" / SEQUENCE
+    folder = shared_data("real", SEQUENCE)
     if not folder.is_dir():
         return {"shared_error": f"{folder}: not found (set TWINBENCH_SHARED_DATA)"}
     n = 20 if quick else None

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-import pytest
+
+from tests.shared import real_data
 
 REPO = Path(__file__).resolve().parents[2]
 BOARD = "charuco:5x7:0.036195:0.018256:DICT_6X6_250"
@@ -29,12 +30,7 @@ def _calibrate(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _shared_capture() -> Path:
-    root = os.environ.get("TWINBENCH_SHARED_DATA")
-    data = Path(root) if root else REPO.parent / "shared" / "data"
-    folder = data / "real" / "handeye_abb_charuco"
-    if not (folder / "images").is_dir():
-        pytest.skip(f"shared capture not found at {folder} (set TWINBENCH_SHARED_DATA)")
-    return folder
+    return real_data("handeye_abb_charuco", "images")
 
 
 def test_calibrate_shared_capture_json(tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ import cv2
 import numpy as np
 import pytest
 
+from tests.shared import real_data
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -29,12 +31,7 @@ def _main(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _tum_folder() -> Path:
-    root = os.environ.get("TWINBENCH_SHARED_DATA")
-    data = Path(root) if root else REPO.parent / "shared" / "data"
-    folder = data / "real" / "rgbd_tum_fr3_cabinet"
-    if not (folder / "associations.txt").is_file():
-        pytest.skip(f"shared TUM sequence not found at {folder} (set TWINBENCH_SHARED_DATA)")
-    return folder
+    return real_data("rgbd_tum_fr3_cabinet", "associations.txt")
 
 
 def _project(tmp_path: Path) -> Path:

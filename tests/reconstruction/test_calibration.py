@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import cv2
@@ -24,6 +23,7 @@ from reconstruction.calibration import (
     workspace_frame,
 )
 from tests.reconstruction.synth import INTR, look_at, paint_board
+from tests.shared import real_data
 
 
 def _T(rv: list[float] | np.ndarray, t: list[float] | np.ndarray) -> np.ndarray:
@@ -88,14 +88,7 @@ def test_board_png_and_workspace_frame(tmp_path: Path) -> None:
 
 
 def _shared_capture() -> Path:
-    """The real eye-to-hand capture (shared data, next to the repository or at
-    $TWINBENCH_SHARED_DATA); the test is skipped only when it is absent."""
-    root = os.environ.get("TWINBENCH_SHARED_DATA")
-    data = Path(root) if root else Path(__file__).resolve().parents[3] / "shared" / "data"
-    folder = data / "real" / "handeye_abb_charuco"
-    if not (folder / "images").is_dir():
-        pytest.skip(f"shared capture not found at {folder} (set TWINBENCH_SHARED_DATA)")
-    return folder
+    return real_data("handeye_abb_charuco", "images")
 
 
 def test_real_eye_to_hand_capture() -> None:

@@ -3,7 +3,6 @@ ground truth), rgb.txt + depth.txt association, and errors that name the file.""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import cv2
@@ -17,17 +16,13 @@ from devices.cameras.tum import (
     read_tum_trajectory,
 )
 from devices.errors import DataFileError
+from tests.shared import real_data
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 def _shared() -> Path:
-    root = os.environ.get("TWINBENCH_SHARED_DATA")
-    folder = (Path(root) if root else REPO.parent / "shared" / "data") / "real"
-    folder = folder / "rgbd_tum_fr3_cabinet"
-    if not folder.is_dir():
-        pytest.skip(f"{folder} not found (set TWINBENCH_SHARED_DATA)")
-    return folder
+    return real_data("rgbd_tum_fr3_cabinet", "")
 
 
 def test_shared_keyframes_read_in_metres_with_truth() -> None:
