@@ -24,6 +24,9 @@ yield's `partial["checkpoint"]` lets `fit_steps(..., resume=checkpoint)` continu
   optimiser never sees; RMSE per channel before and after is reported.
 - **Posterior**: Laplace approximation at the optimum (twins/posterior.py). SBI (NPE on
   summary statistics) and SMC-ABC are to come.
+
+The objective itself (parameter space, windows, replay, residuals) is twins/objective.py;
+its public names are re-exported here for callers of the fit.
 """
 
 from __future__ import annotations
@@ -40,12 +43,23 @@ from numpy.typing import NDArray
 from devices.trajectory import Trajectory
 from twins.errors import TwinError
 from twins.executor import Executor, SerialExecutor
+from twins.objective import (
+    FAILED_RESIDUAL,
+    POSE_UNIT,
+    Outcome,
+    Problem,
+    Space,
+    check_recording,
+    evaluate,
+    replay_rmse,
+    residual_blocks,
+    residual_size,
+    rmse,
+    windows,
+)
 from twins.posterior import ParamPosterior, laplace
 from twins.spec import TwinSpec
 
-POSE_UNIT = "xyz_m+quat_xyzw"
-PENALTY = 1e6  # loss of a failed simulation (normalised losses are O(1))
-FAILED_RESIDUAL = 1e3  # residual value standing in for a failed window in least squares
 FD_STEP = 0.01  # central-difference step in normalised units (1 % of the range)
 
 Step = tuple[float | None, str, Any]
@@ -85,400 +99,8 @@ class FitConfig:
 
 
 # -- the normalised parameter space ------------------------------------------------------------
-@dataclass(frozen=True)
-class Space:
-    """u in [0, 1]^n <-> physical values, log where the prior is log."""
-
-    names: tuple[str, ...]
-    low: NDArray[np.float64]
-    high: NDArray[np.float64]
-    log: NDArray[np.bool_]
-
-    @classmethod
-    def of(
-        cls,
-        spec: TwinSpec,
-        names: Sequence[str],
-        bounds: Mapping[str, tuple[float, float]] | None = None,
-    ) -> Space:
-        """The search space of `names`; `bounds` narrow a parameter's search range (it
-        must lie within the parameter's own bounds)."""
-        if not names:
-            raise TwinError("fit: choose at least one parameter")
-        dup = {n for n in names if list(names).count(n) > 1}
-        if dup:
-            raise TwinError(f"fit: parameters listed twice: {sorted(dup)}")
-        ps = [spec.params[n] for n in names]  # TwinError names an unknown parameter
-        bounds = dict(bounds or {})
-        extra = [n for n in bounds if n not in names]
-        if extra:
-            raise TwinError(f"fit: bounds given for parameters not being fitted: {extra}")
-        lows, highs = [], []
-        for p in ps:
-            lo, hi = bounds.get(p.name, (p.low, p.high))
-            lo, hi = float(lo), float(hi)
-            if lo < p.low or hi > p.high:
-                raise TwinError(
-                    f"fit: search range [{lo:g}, {hi:g}] {p.unit} of '{p.name}' leaves its "
-                    f"bounds [{p.low:g}, {p.high:g}] {p.unit}"
-                )
-            if hi <= lo:
-                raise TwinError(f"fit: parameter '{p.name}' has no range to search")
-            if p.prior in ("loguniform", "lognormal") and lo <= 0:
-                raise TwinError(f"fit: '{p.name}' has a log prior; its search range needs low > 0")
-            lows.append(lo)
-            highs.append(hi)
-        return cls(
-            tuple(names),
-            np.array(lows),
-            np.array(highs),
-            np.array([p.prior in ("loguniform", "lognormal") for p in ps]),
-        )
-
-    def to_x(self, u: NDArray[np.float64]) -> NDArray[np.float64]:
-        u = np.clip(np.asarray(u, dtype=float), 0.0, 1.0)
-        lin = self.low + u * (self.high - self.low)
-        lg = np.exp(
-            np.log(np.maximum(self.low, 1e-300))
-            + u * (np.log(np.maximum(self.high, 1e-300)) - np.log(np.maximum(self.low, 1e-300)))
-        )
-        return np.clip(np.where(self.log, lg, lin), self.low, self.high)
-
-    def to_u(self, x: NDArray[np.float64]) -> NDArray[np.float64]:
-        x = np.asarray(x, dtype=float)
-        lin = (x - self.low) / (self.high - self.low)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lg = (np.log(x) - np.log(self.low)) / (np.log(self.high) - np.log(self.low))
-        return np.clip(np.where(self.log, lg, lin), 0.0, 1.0)
-
-    def values(self, u: NDArray[np.float64]) -> dict[str, float]:
-        return dict(zip(self.names, (float(v) for v in self.to_x(u)), strict=True))
 
 
-# -- recordings: checks and windows -------------------------------------------------------------
-def check_recording(spec: TwinSpec, traj: Trajectory, label: str = "") -> None:
-    """TwinError when `traj` is from another robot than the twin (joint names or count)."""
-    name = label or str(traj.meta.get("name", "recording"))
-    if spec.robot is None:
-        if any(c.startswith("robot/") for c in traj.channels):
-            raise TwinError(
-                f"recording '{name}' has robot channels but twin '{spec.name}' has no robot"
-            )
-        return
-    twin_joints = [j.name for j in spec.robot.joints]
-    names = traj.meta.get("joint_names")
-    if names is not None:
-        other = [str(j) for j in names if str(j) not in twin_joints]
-        if other:
-            raise TwinError(
-                f"recording '{name}' is from another robot than twin '{spec.name}': its joints "
-                f"{list(names)} are not the twin's {twin_joints} (unknown: {other})"
-            )
-    if "robot/joint_pos" in traj.channels:
-        n = traj["robot/joint_pos"].shape[1]
-        if n > len(twin_joints) or (names is not None and n != len(names)):
-            raise TwinError(
-                f"recording '{name}' is from another robot than twin '{spec.name}': it has "
-                f"{n} joint columns, the twin {len(twin_joints)} joints {twin_joints}"
-            )
-    for cmd in traj.meta.get("command_joints", []) or []:
-        acted = [a.joint for a in spec.robot.actuators]
-        if str(cmd) not in acted:
-            raise TwinError(
-                f"recording '{name}' commands joint '{cmd}', which twin '{spec.name}' does "
-                f"not actuate (actuated: {acted})"
-            )
-
-
-def windows(traj: Trajectory, window_s: float | None, lead_s: float = 0.0) -> list[Trajectory]:
-    """`traj` cut into consecutive windows of `window_s` seconds, each with time from 0
-    (windows with fewer than 5 samples are dropped); the whole recording when None. Each
-    window keeps the commands of the `lead_s` seconds before it in its meta
-    (`command_before_t` relative to the window start, `command_before_u`), so a delayed
-    actuator sees the commands it would have seen on the real robot."""
-    if window_s is None or window_s <= 0 or window_s >= traj.duration:
-        return [traj]
-    out = []
-    t0 = float(traj.t[0])
-    starts = np.arange(t0, float(traj.t[-1]), window_s)
-    has_cmd = "robot/command" in traj.channels
-    for a in starts:
-        m = (traj.t >= a) & (traj.t < a + window_s + 1e-9)
-        if m.sum() < 5:
-            continue
-        ta = float(traj.t[m][0])
-        meta = {**dict(traj.meta), "window_start_s": ta - t0}
-        if has_cmd and lead_s > 0:
-            before = (traj.t >= ta - lead_s - 1e-9) & (traj.t < ta)
-            meta["command_before_t"] = (traj.t[before] - ta).tolist()
-            meta["command_before_u"] = traj["robot/command"][before].tolist()
-        chans = {k: v[m] for k, v in traj.channels.items()}
-        i0 = int(np.flatnonzero(m)[0])
-        for name in ("robot/joint_pos", "robot/joint_vel"):
-            if name in chans and i0 > 0:
-                chans[name] = chans[name].copy()
-                chans[name][0] = _local_fit(traj.t, traj[name], i0)
-        seg = Trajectory(
-            traj.t[m] - ta,
-            chans,
-            dict(traj.units),
-            traj.source,
-            meta,
-        )
-        out.append(seg)
-    return out
-
-
-class _Worlds:
-    """The twin built once per evaluation (every replay resets it), plus a zero-latency
-    copy built on first need for the delayed-command windows."""
-
-    def __init__(self, spec: TwinSpec, values: dict[str, float]) -> None:
-        from twins.builder import TwinWorld
-
-        self.spec, self.values = spec, values
-        self.world = TwinWorld(spec, values)
-        self._zero: Any = None
-
-    @property
-    def zero_latency(self) -> Any:
-        from twins.builder import TwinWorld
-
-        if self._zero is None:
-            lat = {n: 0.0 for n in self.values if n.endswith(".latency")}
-            self._zero = TwinWorld(self.spec, {**self.values, **lat})
-        return self._zero
-
-    def __enter__(self) -> _Worlds:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.world.close()
-        if self._zero is not None:
-            self._zero.close()
-
-
-def _local_fit(t: NDArray[np.float64], x: NDArray[np.float64], i0: int, k: int = 5) -> Any:
-    """Value at t[i0] of a quadratic fitted to the 2k + 1 samples around it: a window's
-    initial state with the sensor noise averaged out (noise in the initial state would
-    otherwise propagate through the whole window and bias the fit)."""
-    lo, hi = max(i0 - k, 0), min(i0 + k + 1, len(t))
-    if hi - lo < 4:
-        return x[i0]
-    dt = t[lo:hi] - t[i0]
-    A = np.stack([np.ones_like(dt), dt, dt * dt], axis=1)
-    coef, *_ = np.linalg.lstsq(A, x[lo:hi], rcond=None)
-    return coef[0]
-
-
-def _latencies(spec: TwinSpec, values: Mapping[str, float], w: Trajectory) -> list[float]:
-    from twins.simulate import command_joints
-
-    if spec.robot is None or "robot/command" not in w.channels:
-        return []
-    return [values.get(f"robot.actuators.{j}.latency", 0.0) for j in command_joints(spec, w)]
-
-
-def _replay_window(worlds: _Worlds, values: dict[str, float], w: Trajectory) -> Trajectory:
-    """Replay one window; with latency, the delayed commands come from the recording
-    (including the commands before the window) on the physics-step grid, and the twin runs
-    with zero latency, so a window does not start with `latency` seconds of hold command."""
-    from twins.simulate import command_joints, replay_in
-
-    spec = worlds.spec
-    lats = _latencies(spec, values, w)
-    if not any(v > 0 for v in lats):
-        return replay_in(worlds.world, w)
-    dt = values["sim.time_step"]
-    steps = int(round(w.duration / dt))
-    ts: NDArray[np.float64] = np.arange(steps + 1, dtype=np.float64) * dt
-    U = w["robot/command"]
-    bt = np.asarray(w.meta.get("command_before_t", []), dtype=float).reshape(-1)
-    bu = np.asarray(w.meta.get("command_before_u", []), dtype=float).reshape(-1, U.shape[1])
-    hist_t = np.concatenate([bt, w.t])
-    hist_u = np.vstack([bu, U])
-    fine_u = np.empty((len(ts), U.shape[1]))
-    for j, lat in enumerate(lats):
-        idx = np.searchsorted(hist_t + lat, ts + 1e-9, side="right") - 1
-        fine_u[:, j] = hist_u[np.clip(idx, 0, None), j]
-    chans = {"robot/command": fine_u}
-    units = {"robot/command": w.units.get("robot/command", "")}
-    for name in ("robot/joint_pos", "robot/joint_vel"):
-        if name in w.channels:
-            chans[name] = np.repeat(w[name][:1], len(ts), axis=0)
-            units[name] = w.units.get(name, "")
-    for name in w.channels:
-        if name.startswith("objects/") and name.endswith("/pose"):
-            chans[name] = np.repeat(w[name][:1], len(ts), axis=0)
-            units[name] = w.units.get(name, "")
-    cj = command_joints(spec, w)
-    fine = Trajectory(ts, chans, units, w.source, {**dict(w.meta), "command_joints": cj})
-    sim = replay_in(worlds.zero_latency, fine)
-    at = np.clip(np.rint(w.t / dt).astype(int), 0, steps)
-    return Trajectory(
-        w.t,
-        {k: v[at] for k, v in sim.channels.items()},
-        dict(sim.units),
-        "sim",
-        {**dict(sim.meta), "params": dict(values)},
-    )
-
-
-# -- one evaluation (runs in a worker) ----------------------------------------------------------
-@dataclass(frozen=True)
-class Problem:
-    """Everything a worker needs to score one candidate (picklable)."""
-
-    spec: TwinSpec
-    space: Space
-    windows: tuple[Trajectory, ...]
-    channels: tuple[tuple[str, float, float], ...]  # name, weight, scale
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Trajectory holds read-only mapping proxies, which do not pickle: send plain parts
-        plain = tuple(
-            (w.t, dict(w.channels), dict(w.units), w.source, dict(w.meta)) for w in self.windows
-        )
-        return (_problem, (self.spec, self.space, plain, self.channels))
-
-
-def _problem(
-    spec: TwinSpec,
-    space: Space,
-    plain: tuple[tuple[Any, ...], ...],
-    channels: tuple[tuple[str, float, float], ...],
-) -> Problem:
-    return Problem(spec, space, tuple(Trajectory(*w) for w in plain), channels)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """Residuals (normalised, weighted) or None when a simulation failed; per-channel sum
-    of squared errors in the channel's own units and sample counts; the failure message."""
-
-    residuals: NDArray[np.float64] | None
-    sse: Mapping[str, float]
-    count: Mapping[str, int]
-    error: str = ""
-
-    @property
-    def loss(self) -> float:
-        if self.residuals is None or not np.all(np.isfinite(self.residuals)):
-            return PENALTY
-        return float(np.mean(self.residuals**2)) if self.residuals.size else 0.0
-
-
-def _rotvec_err(qa: NDArray[np.float64], qb: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Rotation vectors (K, 3) of qb^-1 qa for quaternion arrays xyzw."""
-    va, wa = qa[:, :3], qa[:, 3:]
-    vb, wb = -qb[:, :3], qb[:, 3:]
-    w = wb * wa - np.sum(vb * va, axis=1, keepdims=True)
-    v = wb * va + wa * vb + np.cross(vb, va)
-    sign = np.where(w < 0, -1.0, 1.0)
-    w, v = w * sign, v * sign
-    nv = np.linalg.norm(v, axis=1, keepdims=True)
-    ang = 2 * np.arctan2(nv, w)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        axis = np.where(nv > 1e-12, v / nv, 0.0)
-    return np.asarray(axis * ang)
-
-
-def _channel_error(real: Trajectory, sim: Trajectory, name: str) -> NDArray[np.float64]:
-    r = real[name]
-    if name not in sim.channels:
-        raise TwinError(
-            f"channel '{name}' is not simulated by this twin (sim has: {', '.join(sim.channels)})"
-        )
-    s = sim[name]
-    if name.startswith("robot/joint") and s.shape[1] != r.shape[1]:
-        jn = [str(j) for j in real.meta.get("joint_names", [])]
-        sim_jn = [str(j) for j in sim.meta.get("joint_names", [])]
-        s = s[:, [sim_jn.index(j) for j in jn]] if jn else s[:, : r.shape[1]]
-    if real.units.get(name) == POSE_UNIT and r.shape[1] == 7:
-        return np.hstack([s[:, :3] - r[:, :3], _rotvec_err(s[:, 3:], r[:, 3:])])
-    return np.asarray(s - r)
-
-
-def evaluate(task: tuple[Problem, NDArray[np.float64]]) -> Outcome:
-    """Replay every window at candidate `u`; never raises (a failure is an Outcome)."""
-    prob, u = task
-    values = prob.spec.params.validate(prob.space.values(u))
-    parts: list[NDArray[np.float64]] = []
-    sse = {c: 0.0 for c, _, _ in prob.channels}
-    count = {c: 0 for c, _, _ in prob.channels}
-    try:
-        with _Worlds(prob.spec, values) as worlds:
-            for w in prob.windows:
-                sim = _replay_window(worlds, values, w)
-                for name, weight, scale in prob.channels:
-                    e = _channel_error(w, sim, name)
-                    if not np.all(np.isfinite(e)):
-                        raise TwinError(f"channel '{name}' is not finite in the simulation")
-                    sse[name] += float(np.sum(e**2))
-                    count[name] += int(e.size)
-                    parts.append((e * (math.sqrt(weight) / scale)).reshape(-1))
-    except Exception as exc:  # an exploded or unbuildable twin is a failed sample
-        return Outcome(None, sse, count, f"{type(exc).__name__}: {exc}")
-    r = np.concatenate(parts) if parts else np.zeros(0)
-    return Outcome(r, sse, count)
-
-
-def residual_size(prob: Problem) -> int:
-    n = 0
-    for w in prob.windows:
-        for name, _, _ in prob.channels:
-            width = w[name].shape[1]
-            n += len(w) * (6 if w.units.get(name) == POSE_UNIT and width == 7 else width)
-    return n
-
-
-def residual_blocks(prob: Problem) -> list[slice]:
-    """The slice of the residual vector each window fills."""
-    out, k = [], 0
-    for w in prob.windows:
-        n = 0
-        for name, _, _ in prob.channels:
-            width = w[name].shape[1]
-            n += len(w) * (6 if w.units.get(name) == POSE_UNIT and width == 7 else width)
-        out.append(slice(k, k + n))
-        k += n
-    return out
-
-
-def rmse(out: Outcome) -> dict[str, float]:
-    """Per-channel RMSE in the channel's own units (NaN when the simulation failed)."""
-    return {
-        c: (
-            math.sqrt(out.sse[c] / out.count[c])
-            if out.residuals is not None and out.count[c]
-            else float("nan")
-        )
-        for c in out.sse
-    }
-
-
-def replay_rmse(
-    spec: TwinSpec,
-    recordings: Sequence[Trajectory],
-    window_s: float | None = 1.0,
-    values: Mapping[str, float] | None = None,
-    channels: Sequence[str] = ("robot/joint_pos",),
-) -> dict[str, float]:
-    """Per-channel RMSE (channel units) of the twin at `values` (its nominals when None)
-    over windowed replays of `recordings`, the same measure a fit minimises: how twin
-    versions compare on held-out recordings. NaN when a simulation fails."""
-    for r in recordings:
-        check_recording(spec, r)
-    at = spec.with_values(values or {})
-    vals = at.params.nominal()
-    lead = max([v for n, v in vals.items() if n.endswith(".latency")] + [0.0]) + 0.01
-    ws = tuple(w for r in recordings for w in windows(r, window_s, lead))
-    nothing = Space((), np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool))  # all nominal
-    prob = Problem(at, nothing, ws, tuple((c, 1.0, 1.0) for c in channels))
-    return rmse(evaluate((prob, np.zeros(0))))
-
-
-# -- the result -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FitResult:
     """A finished fit: estimate and posterior, errors before and after on the training and
@@ -837,3 +459,17 @@ def fit(
             next(gen)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
+
+
+__all__ = [
+    "FitConfig",
+    "FitResult",
+    "Space",
+    "check_recording",
+    "evaluate",
+    "fit",
+    "fit_steps",
+    "replay_rmse",
+    "rmse",
+    "windows",
+]
