@@ -107,9 +107,13 @@ def test_cancel_mid_scan_leaves_robot_stopped(lab: LabProcess) -> None:
     with RobotClient(lab.host, lab.port, lab.token) as robot:
         q_start = robot.latest_state().joint_pos
         job = scan_robot(robot, ScanOptions(), plan=RobotScanPlan.quick(views=6, object_views=0))
-        for _ in range(3):  # start message + two integrated views
+        moved = 0.0
+        for _ in range(60):  # progress until the arm is on its way (views may be skipped)
             next(job)
-        assert np.max(np.abs(robot.latest_state().joint_pos - q_start)) > 0.05  # it moved
+            moved = float(np.max(np.abs(robot.latest_state().joint_pos - q_start)))
+            if moved > 0.05:
+                break
+        assert moved > 0.05  # it moved
         job.close()
         st = _status_after_stop(robot)
         assert st["mode"] == "stopped" and st["stop_reason"] == "scan finished"
