@@ -74,7 +74,10 @@ def test_plane_ransac_is_seeded(synth_frames: list[RGBDFrame]) -> None:
     pts = ig.mesh().vertices
     a, fa = fit_table_plane(pts, seed=3)
     b, fb = fit_table_plane(pts, seed=3)
-    assert np.array_equal(a.normal, b.normal) and a.d == b.d and fa == fb
+    # Open3D runs RANSAC on several threads, so a seed fixes the plane, not every bit of it:
+    # the same plane to 1e-4 in the normal and 0.1 mm in offset (seen: 4e-6 apart).
+    assert np.allclose(a.normal, b.normal, atol=1e-4) and abs(a.d - b.d) < 1e-4
+    assert fa == pytest.approx(fb, abs=0.01)
     assert abs(a.normal[2]) > 0.999  # no `up`: oriented towards the world origin
 
 
