@@ -1,0 +1,139 @@
+"""Dynamixel X-series arms (Koch-style) on `dynamixel-sdk`, Protocol 2.0.
+
+`DynamixelSdkBus` is the `ServoBus` adapter (devices/robots/drivers/servo_bus.py): one
+GroupSyncRead of present current, velocity and position (addresses 126-135), one
+GroupSyncWrite of goal positions (116), torque by sync write (64), the calibrated range
+written to Min/Max Position Limit (52/48, EEPROM, torque off) and the servo's own Bus
+Watchdog (98, 20 ms units) so the servos stop by themselves if the agent goes quiet.
+The SDK is imported at first use.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from devices.errors import DeviceError
+from devices.robots.drivers.calibration import ArmCalibration
+from devices.robots.drivers.servo_bus import BusError, Reading, ServoArmDriver
+
+OPERATING_MODE, MAX_POS, MIN_POS, TORQUE_ENABLE, BUS_WATCHDOG = 11, 48, 52, 64, 98
+GOAL_POSITION, PRESENT_CURRENT, READ_LEN = 116, 126, 10  # current(2) velocity(4) position(4)
+VEL_UNIT_TICKS_S = 0.229 * 4096 / 60.0  # 0.229 rpm
+CURRENT_UNIT_A, STALL_CURRENT_A = 2.69e-3, 2.3  # XM430-W350
+
+
+class DynamixelSdkBus:
+    vendor = "dynamixel"
+
+    def __init__(self, port: str, baud: int = 1_000_000) -> None:
+        self.port, self.baud = port, baud
+        self._ph: Any = None
+        self._pk: Any = None
+        self._reads: dict[tuple[int, ...], Any] = {}
+
+    def open(self) -> None:
+        import dynamixel_sdk as sdk
+        import serial
+
+        self._sdk = sdk
+        self._ph = sdk.PortHandler(self.port)
+        self._pk = sdk.PacketHandler(2.0)
+        self._ph.baudrate = self.baud
+        try:
+            ok = self._ph.openPort()
+        except (serial.SerialException, OSError) as exc:
+            raise DeviceError(f"dynamixel bus {self.port}: cannot open the port ({exc})") from None
+        if not ok:
+            raise DeviceError(f"dynamixel bus {self.port}: baud rate {self.baud} not supported")
+
+    def close(self) -> None:
+        if self._ph is not None and self._ph.is_open:
+            self._ph.closePort()
+
+    def _result(self, what: str, sid: int, res: int, err: int) -> None:
+        if res != self._sdk.COMM_SUCCESS:
+            raise DeviceError(
+                f"dynamixel bus {self.port}: {what} servo {sid}: {self._pk.getTxRxResult(res)}"
+            )
+        if err:
+            raise DeviceError(
+                f"dynamixel bus {self.port}: {what} servo {sid}: {self._pk.getRxPacketError(err)}"
+            )
+
+    def ping(self, sid: int) -> bool:
+        _, res, _ = self._pk.ping(self._ph, sid)
+        return bool(res == self._sdk.COMM_SUCCESS)
+
+    def sync_read(self, ids: list[int]) -> Reading:
+        key = tuple(ids)
+        group = self._reads.get(key)
+        if group is None:
+            group = self._sdk.GroupSyncRead(self._ph, self._pk, PRESENT_CURRENT, READ_LEN)
+            for i in ids:
+                group.addParam(i)
+            self._reads[key] = group
+        for i in ids:
+            group.data_dict[i] = []
+        res = group.txRxPacket()
+        if res != self._sdk.COMM_SUCCESS:
+            bad = next((i for i in ids if len(group.data_dict[i]) != READ_LEN), None)
+            kind = "timeout" if res == self._sdk.COMM_RX_TIMEOUT else "corrupt"
+            raise BusError(kind, bad, self._pk.getTxRxResult(res))
+        raw = [struct.unpack("<hii", bytes(group.data_dict[i])) for i in ids]
+        cur, vel, pos = (np.array(c, dtype=float) for c in zip(*raw, strict=True))
+        return Reading(pos, vel * VEL_UNIT_TICKS_S, cur * CURRENT_UNIT_A / STALL_CURRENT_A)
+
+    def _sync_write(self, addr: int, size: int, ids: list[int], values: list[int]) -> None:
+        group = self._sdk.GroupSyncWrite(self._ph, self._pk, addr, size)
+        for i, v in zip(ids, values, strict=True):
+            group.addParam(i, list(int(v).to_bytes(size, "little", signed=True)))
+        res = group.txPacket()
+        if res != self._sdk.COMM_SUCCESS:
+            raise OSError(
+                f"dynamixel bus {self.port}: sync write failed: {self._pk.getTxRxResult(res)}"
+            )
+
+    def sync_write_goal(self, ids: list[int], ticks: NDArray[np.int64]) -> None:
+        self._sync_write(GOAL_POSITION, 4, ids, [int(t) for t in ticks])
+
+    def set_torque(self, ids: list[int], on: bool) -> None:
+        self._sync_write(TORQUE_ENABLE, 1, ids, [int(on)] * len(ids))
+
+    def set_position_limits(self, sid: int, low: int, high: int) -> None:
+        for addr, v in ((OPERATING_MODE, 3), (MAX_POS, high), (MIN_POS, low)):
+            write = self._pk.write1ByteTxRx if addr == OPERATING_MODE else self._pk.write4ByteTxRx
+            res, err = write(self._ph, sid, addr, v)
+            self._result(f"writing register {addr} of", sid, res, err)
+
+    def set_watchdog(self, ids: list[int], timeout_s: float) -> bool:
+        units = max(1, min(127, math.ceil(timeout_s / 0.020)))
+        for sid in ids:
+            for v in (0, units):  # 0 first: clears a watchdog that tripped earlier
+                res, err = self._pk.write1ByteTxRx(self._ph, sid, BUS_WATCHDOG, v)
+                self._result("setting the bus watchdog of", sid, res, err)
+        return True
+
+
+def make_driver(
+    port: str,
+    calibration: ArmCalibration | Path,
+    rate_hz: float = 100.0,
+    baud: int = 1_000_000,
+    urdf: Path | None = None,
+    retries: int = 2,
+) -> ServoArmDriver:
+    """A Koch-style Dynamixel arm on `port` with its calibration (object or JSON file)."""
+    from devices.robots.drivers.arm_description import bundle
+
+    cal = (
+        calibration if isinstance(calibration, ArmCalibration) else ArmCalibration.load(calibration)
+    )
+    return ServoArmDriver(
+        DynamixelSdkBus(port, baud), cal, rate_hz, retries=retries, bundle=bundle(cal, urdf)
+    )
