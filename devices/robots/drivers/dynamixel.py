@@ -66,9 +66,11 @@ class DynamixelSdkBus:
                 f"dynamixel bus {self.port}: {what} servo {sid}: {self._pk.getRxPacketError(err)}"
             )
 
-    def ping(self, sid: int) -> bool:
+    def ping(self, sid: int) -> str:
         _, res, _ = self._pk.ping(self._ph, sid)
-        return bool(res == self._sdk.COMM_SUCCESS)
+        if res == self._sdk.COMM_SUCCESS:
+            return "ok"
+        return "timeout" if res == self._sdk.COMM_RX_TIMEOUT else "corrupt"
 
     def sync_read(self, ids: list[int]) -> Reading:
         key = tuple(ids)

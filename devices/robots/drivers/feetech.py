@@ -56,9 +56,11 @@ class FeetechSdkBus:
         if self._ph is not None and self._ph.is_open:
             self._ph.closePort()
 
-    def ping(self, sid: int) -> bool:
+    def ping(self, sid: int) -> str:
         _, res, _ = self._pk.ping(self._ph, sid)
-        return bool(res == self._sdk.COMM_SUCCESS)
+        if res == self._sdk.COMM_SUCCESS:
+            return "ok"
+        return "timeout" if res == self._sdk.COMM_RX_TIMEOUT else "corrupt"
 
     def sync_read(self, ids: list[int]) -> Reading:
         key = tuple(ids)

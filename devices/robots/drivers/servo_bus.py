@@ -53,7 +53,7 @@ class ServoBus(Protocol):
 
     def open(self) -> None: ...
     def close(self) -> None: ...
-    def ping(self, sid: int) -> bool: ...
+    def ping(self, sid: int) -> str: ...  # 'ok', 'timeout' or 'corrupt'
     def sync_read(self, ids: list[int]) -> Reading: ...
     def sync_write_goal(self, ids: list[int], ticks: NDArray[np.int64]) -> None: ...
     def set_torque(self, ids: list[int], on: bool) -> None: ...
@@ -127,7 +127,7 @@ class ServoArmDriver:
                 return
             self.bus.open()
             try:
-                missing = [j for j in self.cal.joints if not self.bus.ping(j.id)]
+                missing = [j for j in self.cal.joints if self._ping(j.id) != "ok"]
                 if missing:
                     names = ", ".join(self._joint(j.id) for j in missing)
                     raise DeviceError(
@@ -213,6 +213,15 @@ class ServoArmDriver:
         if self.fault is not None:
             raise DeviceError(self.fault)
 
+    def _ping(self, sid: int) -> str:
+        """'ok', or how the last of `retries` + 1 pings failed."""
+        res = "timeout"
+        for _ in range(self.retries + 1):
+            res = self.bus.ping(sid)
+            if res == "ok":
+                break
+        return res
+
     def _read_retrying(self) -> Reading:
         last: BusError | None = None
         for attempt in range(self.retries + 1):
@@ -246,14 +255,19 @@ class ServoArmDriver:
         fault message."""
         self._held_ticks = None
         self.hold()
-        silent = [j for j in self.cal.joints if not self.bus.ping(j.id)]
+        probe = {j.id: self._ping(j.id) for j in self.cal.joints}
+        silent = [i for i, r in probe.items() if r == "timeout"]
+        garbled = [i for i, r in probe.items() if r == "corrupt"]
         where = f"{self.bus.vendor} bus {self.bus.port}"
         tries = self.retries + 1
         if silent and len(silent) == len(self.ids):
             msg = f"{where}: no servo answers (bus timeout after {tries} tries): cable or power"
         elif silent:
-            names = ", ".join(self._joint(j.id) for j in silent)
+            names = ", ".join(self._joint(i) for i in silent)
             msg = f"{where}: {names} stopped answering ({exc.kind} after {tries} tries)"
+        elif garbled:
+            names = ", ".join(self._joint(i) for i in garbled)
+            msg = f"{where}: corrupt status packets from {names} {tries} times in a row"
         else:
             msg = (
                 f"{where}: {exc.kind} status packets from {self._joint(exc.sid)} "
