@@ -25,6 +25,7 @@ import time
 import tty
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Self
 
 from devices.errors import DeviceError
 
@@ -90,7 +91,7 @@ class PtyServoBus:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
-    def start(self) -> PtyServoBus:
+    def start(self) -> Self:
         if not self._running:
             self._running = True
             self._thread = threading.Thread(target=self._run, name=f"emu-{self.port}", daemon=True)
@@ -109,7 +110,7 @@ class PtyServoBus:
                 pass
         self._master = self._slave = -1
 
-    def __enter__(self) -> PtyServoBus:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
