@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "import": "app.commands.import_",
     "export": "app.commands.export",
     "fit": "app.commands.fit",
+    "record": "app.commands.record",
     "bench": "app.bench",
 }
 GUI_COMMANDS: dict[str, str] = {
@@ -41,6 +42,7 @@ SUMMARIES: dict[str, str] = {
     "import": "recordings (CSV/Parquet/NPZ + column mapping) into a project, or a rig twin",
     "export": "a trajectory artifact to LeRobot-style Parquet",
     "fit": "fit twin parameters to recorded trajectories; --apply makes a new twin version",
+    "record": "play an excitation motion on a connected robot and record it into a project",
     "bench": "run a benchmark; --json prints one JSON object on the last line",
 }
 

@@ -19,13 +19,14 @@ the robot's watchdog fed. If the connection breaks, or the state stream goes sil
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import queue
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -329,17 +330,24 @@ class RobotClient:
         msg = self._latest or {}
         return {k: msg.get(k) for k in ("mode", "estop", "acted", "stop_reason", "seq", "t")}
 
-    def stream(self, duration_s: float) -> Trajectory:
-        """Record the state stream for `duration_s` seconds into a Trajectory (source real)."""
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[list[dict[str, Any]]]:
+        """Collect every state message while the block runs (for `states_to_trajectory`);
+        lets a caller command the robot while its state is recorded."""
         rec: list[dict[str, Any]] = []
         self._recorders.append(rec)
         try:
+            yield rec
+        finally:
+            self._recorders.remove(rec)
+
+    def stream(self, duration_s: float) -> Trajectory:
+        """Record the state stream for `duration_s` seconds into a Trajectory (source real)."""
+        with self.recording() as rec:
             end = time.monotonic() + duration_s
             while time.monotonic() < end:
                 self.check()
                 time.sleep(min(0.02, max(0.0, end - time.monotonic())))
-        finally:
-            self._recorders.remove(rec)
         self.check()
         return self.states_to_trajectory(rec)
 

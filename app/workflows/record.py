@@ -1,0 +1,258 @@
+"""Record: play a library motion on a connected robot and keep what happened.
+
+    motion = plan_motion(client, "chirp", amplitude=0.1, duration=6)   # preview: motion.t/.command
+    traj = run_to_end(play_motion(client, motion))                      # the robot moves
+    tid = run_to_end(record_job(project, client, motion))               # ... into the project
+
+Works on any robot reached through the protocol (`RobotClient`): the virtual lab or a
+hardware agent. The plan is checked against the limits the robot reports before anything
+moves; the robot's own envelope still guards every command. While the motion plays, the
+state stream is recorded; afterwards the agent's log adds the commands as the workbench
+requested them (`robot/command_requested`), next to `robot/command` (what the envelope let
+through to the actuators, which a twin replays), and the plan itself at the robot's sample
+times (`robot/command_planned`). Cancel (closing the job) and errors leave the robot
+stopped (held).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from app.jobs import Job, Progress
+from app.project import Project
+from devices.errors import DeviceError
+from devices.robots import excitation
+from devices.robots.client import RobotClient
+from devices.robots.excitation import Motion, MotionError
+from devices.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+START_TOL_RAD = 0.02  # the robot must still be this close to the pose the motion starts at
+PRE_S, POST_S = 0.3, 0.6  # hold before / after the motion, recorded
+MAX_SEND_HZ = 250.0
+
+
+def motion_names() -> list[str]:
+    """Every motion the library can plan (joint motions, then pushes)."""
+    return [*excitation.EXCITATIONS, "push"]
+
+
+def plan_motion(client: RobotClient, name: str, **params: Any) -> Motion:
+    """Plan library motion `name` from the robot's current pose, inside the limits and
+    envelope settings it reports. `push` needs `target_xy` (m, base frame) and uses the
+    robot's kinematics (twins/pushes.py). Raises MotionError naming what does not fit."""
+    info = client.info
+    if info is None:
+        raise DeviceError(f"robot at {client.address}: not connected")
+    q0 = client.latest_state().joint_pos
+    try:
+        safety = client.status().get("safety")
+    except DeviceError as exc:  # an agent that does not report it: the robot's own limits
+        log.info(
+            "robot %s reports no envelope settings (%s); planning on its limits", info.name, exc
+        )
+        safety = None
+    if name == "push":
+        from twins.pushes import plan_push
+
+        return plan_push(info, q0, safety, **params)
+    return excitation.plan(name, info, q0, safety, **params)
+
+
+def play_motion(
+    client: RobotClient,
+    motion: Motion,
+    pre_s: float = PRE_S,
+    post_s: float = POST_S,
+    send_hz: float | None = None,
+) -> Job[Trajectory]:
+    """Job: play `motion` through the protocol while recording the state stream; returns
+    the recording (source real). The robot is stopped at the end, on error and on cancel."""
+    info = client.info
+    if info is None:
+        raise DeviceError(f"robot at {client.address}: not connected")
+    if tuple(info.joint_names) != tuple(motion.joint_names):
+        raise MotionError(
+            f"motion '{motion.name}' was planned for joints {list(motion.joint_names)}, robot "
+            f"{info.name} has {list(info.joint_names)}; plan it for this robot"
+        )
+    if motion.mode not in info.command_modes:
+        raise MotionError(
+            f"robot {info.name} does not take {motion.mode} commands ({list(info.command_modes)})"
+        )
+    q_now = client.latest_state().joint_pos
+    if motion.mode == "position":
+        off = np.abs(q_now - motion.start)
+        if float(off.max()) > START_TOL_RAD:
+            j = int(np.argmax(off))
+            raise MotionError(
+                f"robot {info.name} moved since '{motion.name}' was planned (joint "
+                f"{info.joint_names[j]} is {off[j]:.3f} rad from the start pose); plan it again"
+            )
+    rate = min(send_hz or info.control_rate_hz, MAX_SEND_HZ)
+    hold = motion.at(0.0)
+    total = pre_s + motion.duration + post_s
+    yield Progress(0.0, f"{motion.name}: taking control of {info.name}")
+    client.take_control()
+    sent = 0
+    t_robot_start = float("nan")
+    try:
+        with client.recording() as rec:
+            t0 = time.monotonic()
+            while True:
+                now = time.monotonic() - t0
+                if now >= total:
+                    break
+                tm = now - pre_s
+                if tm < 0:
+                    u = hold
+                else:
+                    if not np.isfinite(t_robot_start):
+                        t_robot_start = client.latest_state().t
+                    u = motion.at(min(tm, motion.duration))
+                client.command(motion.mode, u)
+                sent += 1
+                if sent % max(int(rate / 10), 1) == 0:
+                    yield Progress(
+                        min(now / total, 0.99),
+                        f"{motion.name}: {max(tm, 0.0):.1f} / {motion.duration:.1f} s",
+                    )
+                time.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
+            client.check()
+            msgs = list(rec)
+        raw = _agent_commands(client, len(msgs) + int(info.control_rate_hz))
+    finally:
+        _stop(client, f"recording '{motion.name}' ended")
+    traj = _assemble(client, motion, msgs, raw, t_robot_start, sent)
+    yield Progress(1.0, f"{motion.name}: recorded {len(traj)} states")
+    return traj
+
+
+def _stop(client: RobotClient, reason: str) -> None:
+    """Stop (hold) the robot; never raises (used in finally)."""
+    try:
+        if client.connected:
+            client.stop(reason)
+    except DeviceError as exc:
+        log.warning("could not stop the robot after recording: %s", exc)
+
+
+def _agent_commands(client: RobotClient, last: int) -> dict[str, NDArray[Any]] | None:
+    """The agent's log of requested commands (None when the robot does not provide it)."""
+    try:
+        return client.get_log(last=last)
+    except DeviceError as exc:
+        log.info("robot at %s gives no command log (%s)", client.address, exc)
+        return None
+
+
+def _assemble(
+    client: RobotClient,
+    motion: Motion,
+    msgs: list[dict[str, Any]],
+    raw: Mapping[str, NDArray[Any]] | None,
+    t_start_guess: float,
+    sent: int,
+) -> Trajectory:
+    """State messages + agent log -> the recording, from the first commanded state on."""
+    if not msgs:
+        raise DeviceError(f"robot at {client.address}: no state received while recording")
+    traj = client.states_to_trajectory(msgs)
+    cmd = traj["robot/command"]
+    has = np.all(np.isfinite(cmd), axis=1)
+    if not has.any():
+        raise DeviceError(
+            f"robot at {client.address}: no command reached the actuators during "
+            f"'{motion.name}' (events: {[e.get('message') for e in list(client.events)[-3:]]})"
+        )
+    first = int(np.argmax(has))
+    keep = np.zeros(len(traj), dtype=bool)
+    keep[first:] = True
+    keep &= has | (np.arange(len(traj)) < first)  # after a stop the command is gone: cut there
+    last = first + int(np.argmin(keep[first:])) if not keep[first:].all() else len(traj)
+    traj = traj.slice_time(float(traj.t[first]), float(traj.t[last - 1]))
+    t = traj.t
+    chans = dict(traj.channels)
+    units = dict(traj.units)
+    unit = "rad" if motion.mode == "position" else "N*m"
+    units["robot/command"] = unit
+    requested = None
+    if raw is not None and "t" in raw and "raw" in raw:
+        idx = np.searchsorted(raw["t"], t)
+        idx = np.clip(idx, 0, max(len(raw["t"]) - 1, 0))
+        if len(raw["t"]) and np.all(np.abs(raw["t"][idx] - t) < 1e-6):
+            requested = np.asarray(raw["raw"][idx], float)
+            if np.all(np.isfinite(requested)):
+                chans["robot/command_requested"] = requested
+                units["robot/command_requested"] = unit
+    t0 = _align(
+        t, requested if requested is not None else chans["robot/command"], motion, t_start_guess
+    )
+    chans["robot/command_planned"] = motion.at(t - t0)
+    units["robot/command_planned"] = unit
+    acted = [m.get("acted") or [] for m in msgs if traj.t[0] <= m["t"] <= traj.t[-1]]
+    acted_names = sorted({a for lst in acted for a in lst})
+    meta = {
+        **dict(traj.meta),
+        "motion": motion.name,
+        "motion_params": {k: v for k, v in motion.params.items()},
+        "motion_start_t": t0,
+        "motion_duration_s": motion.duration,
+        "command_mode": motion.mode,
+        "command_joints": list(motion.joint_names),
+        "commands_sent": sent,
+        "safety_acted_ticks": int(sum(1 for lst in acted if lst)),
+        "safety_acted": acted_names,
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "robot_info": client.info.to_dict() if client.info is not None else {},
+    }
+    return Trajectory(t, chans, units, "real", meta)
+
+
+def _align(t: NDArray[np.float64], cmd: NDArray[np.float64], motion: Motion, guess: float) -> float:
+    """Robot time at which the plan's t=0 was played: the shift (1 ms grid, +-0.15 s around
+    `guess`) that best matches the recorded commands to the plan."""
+    if not np.isfinite(guess):
+        guess = float(t[0])
+    shifts = guess + np.arange(-0.15, 0.15 + 1e-9, 0.001)
+    moving = np.ptp(motion.command, axis=0) > 0
+    if not moving.any():
+        return float(guess)
+    errs = [float(np.nanmean((cmd[:, moving] - motion.at(t - s)[:, moving]) ** 2)) for s in shifts]
+    return float(shifts[int(np.nanargmin(errs))])
+
+
+def record_job(
+    project: Project,
+    client: RobotClient,
+    motion: Motion,
+    summary: str = "",
+    inputs: tuple[str, ...] = (),
+) -> Job[str]:
+    """Job: `play_motion`, then save the recording as a trajectory artifact; returns its id.
+    A cancelled or failed motion saves nothing (and leaves the robot stopped)."""
+    traj = yield from play_motion(client, motion)
+    info = client.info
+    robot = info.name if info is not None else client.address
+    settings = {
+        "motion": motion.name,
+        "motion_params": dict(motion.params),
+        "robot": robot,
+        "device": client.address,
+        "safety_acted_ticks": traj.meta.get("safety_acted_ticks", 0),
+    }
+    with project.new_artifact(
+        "trajectory",
+        inputs=list(inputs),
+        settings=settings,
+        summary=summary or f"{motion.summary()} on {robot} ({len(traj)} states)",
+    ) as folder:
+        traj.save(folder)
+    return project.artifacts("trajectory")[-1].id
