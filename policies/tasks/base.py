@@ -1,0 +1,387 @@
+"""`TwinEnv`: a Gymnasium environment over a twin that sees and acts exactly like a policy
+on the robot agent (policies/spec.py, devices/robots/PROTOCOL.md).
+
+Per control tick (the robot's rate): the policy gets the observation the agent would build
+(terms of its `PolicySpec`, through the episode's sensor noise, latency and tracking
+dropouts), its action in [-1, 1] is scaled and, for `delta` actions, added to the
+*observed* joint positions (as the agent adds it to the measured state), then passes a
+model of the agent's envelope (joint limits kept 5 mrad inside, target speed at most
+`max_joint_speed`), the twin's per-joint actuator latency, and the twin's actuators.
+Physical parameters come from the episode's `Conditions` (policies/randomization.py); the
+world is rebuilt only when they change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from numpy.typing import NDArray
+
+from policies.errors import PolicyError
+from policies.randomization import Conditions, Randomization, SensorNoise
+from policies.spec import PolicySpec
+from twins.actuators import Actuators
+from twins.builder import TwinWorld
+from twins.errors import TwinError
+from twins.kinematics import RobotKinematics
+from twins.spec import TwinSpec
+
+Vec = NDArray[np.float64]
+LIMIT_MARGIN = 0.005  # rad: the agent keeps position targets this far inside the limits
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Settings every task shares; tasks subclass it with their own fields."""
+
+    control_rate_hz: float = 250.0  # the robot agent's rate (the lab's and the test driver's)
+    episode_s: float = 2.0
+    action_scale: float = 0.05  # rad per unit action (delta position)
+    max_joint_speed: float = 1.9  # rad/s: the agent moves position targets at <= 0.9 x limit
+    joints: tuple[str, ...] = ()  # commanded joints; () = the twin's actuated revolute joints
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(self).items()
+        }
+
+    def replace(self, overrides: Mapping[str, Any]) -> TaskConfig:
+        """Copy with some fields changed; PolicyError naming an unknown field or bad value."""
+        fields = {f.name: f for f in dataclasses.fields(self)}
+        kw: dict[str, Any] = {}
+        for k, v in overrides.items():
+            if k not in fields:
+                raise PolicyError(
+                    f"task config has no setting '{k}' (settings: {', '.join(fields)})"
+                )
+            cur = getattr(self, k)
+            try:
+                if isinstance(cur, tuple):
+                    kw[k] = tuple(v)
+                elif isinstance(cur, bool):
+                    kw[k] = bool(v)
+                elif isinstance(cur, (int, float)):
+                    kw[k] = type(cur)(v)
+                else:
+                    kw[k] = v
+            except (TypeError, ValueError):
+                raise PolicyError(
+                    f"task setting '{k}': {v!r} is not a {type(cur).__name__}"
+                ) from None
+        return dataclasses.replace(self, **kw)
+
+
+def ee_link(spec: TwinSpec) -> str:
+    """The end-effector link: a hand/tool/grasp link if the robot names one, else its last
+    massive link."""
+    assert spec.robot is not None
+    links = list(spec.robot.links)
+    for key in ("hand", "tool", "ee", "grasp"):
+        hit = [n for n in links if key in n and "finger" not in n]
+        if hit:
+            return hit[0]
+    if not links:
+        raise PolicyError(f"twin '{spec.name}': robot lists no links to use as end effector")
+    return links[-1]
+
+
+class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
+    """Base of every task. Subclasses set `observation_terms`, and implement `_task_spec`,
+    `_place(rng)`, `_reward()`, `_success()` and `_goal_spec()`."""
+
+    metadata = {"render_modes": []}  # noqa: RUF012 (gymnasium declares it so)
+    observation_terms: ClassVar[tuple[str, ...]] = ("joint_pos", "joint_vel", "target")
+    task_name: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        spec: TwinSpec,
+        config: TaskConfig,
+        randomization: Randomization | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if spec.robot is None:
+            raise PolicyError(f"task {self.task_name}: twin '{spec.name}' has no robot")
+        self.config = config
+        self.twin: TwinSpec = self._task_spec(spec)
+        self.dr = randomization or Randomization()
+        self.dr.check(self.twin.params)
+        robot = self.twin.robot
+        assert robot is not None
+        acted = {a.joint: a.model for a in robot.actuators}
+        kinds = {j.name: j for j in robot.joints}
+        joints = config.joints or tuple(
+            j.name for j in robot.joints if j.name in acted and j.kind != "prismatic"
+        )
+        for j in joints:
+            if j not in acted:
+                raise PolicyError(f"task {self.task_name}: joint '{j}' has no actuator in the twin")
+            if acted[j] not in ("servo", "pd"):
+                raise PolicyError(
+                    f"task {self.task_name}: joint '{j}' is driven by a '{acted[j]}' actuator; "
+                    "policies command joint positions (servo or pd)"
+                )
+        self.joints = tuple(joints)
+        n = len(joints)
+        self.lower = np.array(
+            [kinds[j].lower if kinds[j].lower is not None else -np.pi for j in joints]
+        )
+        self.upper = np.array(
+            [kinds[j].upper if kinds[j].upper is not None else np.pi for j in joints]
+        )
+        all_names = [j.name for j in robot.joints]
+        q_init = np.asarray(robot.initial_joint_pos or [0.0] * len(all_names), float)
+        self.q_home = q_init[[all_names.index(j) for j in joints]]
+        self.policy_spec = PolicySpec(
+            observation=self.observation_terms,
+            joints=self.joints,
+            action_mode="position",
+            action_type="delta",
+            action_scale=config.action_scale,
+            object=self._object_name(),
+            control_rate_hz=config.control_rate_hz,
+        )
+        dim = self.policy_spec.obs_dim
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (n,), np.float32)
+        self._rng = np.random.default_rng(seed)
+        self._world: TwinWorld | None = None
+        self._world_values: dict[str, float] | None = None
+        self._kin = RobotKinematics(self.twin.resolve(robot.urdf), self.joints)
+        self._ee = ee_link(self.twin)
+        from devices.poses import pose_to_matrix
+
+        self._T_world_base = pose_to_matrix(robot.base_pose)
+        self.conditions = Conditions({})
+        self.t = 0.0
+        self.q = self.q_home.copy()
+        self.qd = np.zeros(n)
+        self.target = self.q_home.copy()
+
+    # -- task hooks ----------------------------------------------------------------------
+    def _task_spec(self, spec: TwinSpec) -> TwinSpec:
+        return dataclasses.replace(spec, objects=())
+
+    def _object_name(self) -> str | None:
+        return None
+
+    def _place(self, rng: np.random.Generator) -> None:
+        raise NotImplementedError
+
+    def _reward(self, action: Vec) -> float:
+        raise NotImplementedError
+
+    def _success(self) -> bool:
+        raise NotImplementedError
+
+    def _goal_spec(self) -> PolicySpec:
+        raise NotImplementedError
+
+    def _true_object_pose(self) -> Vec:
+        return np.zeros(7)
+
+    # -- geometry --------------------------------------------------------------------------
+    def ee_position(self, q: Vec | None = None) -> Vec:
+        """End-effector position (3,) in the world at joint positions `q` (now: measured)."""
+        T = self._T_world_base @ self._kin.link_pose(self._ee, self.q if q is None else q)
+        return np.asarray(T[:3, 3], float)
+
+    @property
+    def world(self) -> TwinWorld:
+        if self._world is None:
+            raise PolicyError(f"task {self.task_name}: call reset() before step()")
+        return self._world
+
+    @property
+    def deploy_spec(self) -> PolicySpec:
+        """The spec this episode's policy would be uploaded with (its target / goal)."""
+        return self._goal_spec()
+
+    # -- gymnasium -------------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[NDArray[np.float32], dict[str, Any]]:
+        super().reset(seed=seed)
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        rng = self._rng
+        self.conditions = self.dr.sample(rng, self.twin.params)
+        if self._world is None or self._world_values != self.conditions.values:
+            if self._world is not None:
+                self._world.close()
+            try:
+                self._world = TwinWorld(self.twin, self.conditions.values)
+            except TwinError as exc:
+                raise PolicyError(f"task {self.task_name}: cannot build the twin ({exc})") from exc
+            self._world_values = dict(self.conditions.values)
+            self._bank = Actuators(self._world, list(self.joints))
+            self._bank.units_ok("rad")
+        world = self.world
+        world.reset()
+        self.per_ctrl = max(1, int(round(1.0 / (self.config.control_rate_hz * world.dt))))
+        self.ctrl_dt = self.per_ctrl * world.dt
+        self.n_steps = int(round(self.config.episode_s / self.ctrl_dt))
+        self.k = 0
+        self.t = 0.0
+        self._place(rng)
+        self.q, self.qd = world.joint_state(list(self.joints))
+        self.cmd = self.q.copy()
+        self._lat = np.asarray(self._bank.latency, float)
+        self._hist: deque[tuple[float, Vec]] = deque()
+        self._hist.append((-1.0, self.cmd.copy()))
+        self._applied = self.cmd.copy()
+        self._bank.apply(self._full_cmd(self.cmd))
+        self._true: deque[tuple[Vec, Vec, Vec]] = deque(maxlen=self.conditions.latency_ticks + 1)
+        self._true.append((self.q.copy(), self.qd.copy(), self._true_object_pose()))
+        self._seen_object = self._true[-1][2].copy()
+        self._dropout_left = 0.0
+        self._stale = 0.0
+        self.stopped = ""
+        obs = self._observe()
+        return obs, {"target": self.target.copy()}
+
+    def _full_cmd(self, cmd: Vec) -> Vec:
+        return cmd
+
+    def step(
+        self, action: NDArray[np.float32]
+    ) -> tuple[NDArray[np.float32], float, bool, bool, dict[str, Any]]:
+        world = self.world
+        a = np.asarray(action, dtype=float).reshape(-1)
+        if a.shape != (len(self.joints),):
+            raise PolicyError(
+                f"task {self.task_name}: action has {a.size} values, the task commands "
+                f"{len(self.joints)} joints"
+            )
+        if not np.all(np.isfinite(a)):  # the agent's envelope stops on NaN: a failure
+            self.stopped = "non-finite action"
+            obs = self._last_obs
+            return obs, -10.0, True, False, self._info()
+        a = np.clip(a, -1.0, 1.0)
+        q_seen = self._last_obs_q
+        cmd = q_seen + self.config.action_scale * a
+        cmd = np.clip(cmd, self.lower + LIMIT_MARGIN, self.upper - LIMIT_MARGIN)
+        step_max = self.config.max_joint_speed * self.ctrl_dt
+        cmd = self.cmd + np.clip(cmd - self.cmd, -step_max, step_max)
+        self.cmd = cmd
+        self._hist.append((self.t, cmd.copy()))
+        for _ in range(self.per_ctrl):
+            eff = self._effective_command()
+            if not np.array_equal(eff, self._applied) or self._bank.needs_per_step:
+                self._bank.apply(self._full_cmd(eff))
+                self._applied = eff
+            if self._bank.needs_per_step:
+                self._bank.before_step()
+            world.step()
+            self.t += world.dt
+        self.k += 1
+        self.q, self.qd = world.joint_state(list(self.joints))
+        if not (np.all(np.isfinite(self.q)) and np.all(np.abs(self.qd) < 1e3)):
+            raise PolicyError(
+                f"task {self.task_name}: twin '{self.twin.name}' exploded at t={self.t:.3f} s"
+            )
+        self._true.append((self.q.copy(), self.qd.copy(), self._true_object_pose()))
+        obs = self._observe()
+        reward = self._reward(a)
+        terminated = bool(self.stopped)
+        truncated = self.k >= self.n_steps
+        info = self._info()
+        if truncated or terminated:
+            info["is_success"] = (not terminated) and self._success()
+        return obs, float(reward), terminated, truncated, info
+
+    def _info(self) -> dict[str, Any]:
+        return {"t": self.t, "stopped": self.stopped}
+
+    def _effective_command(self) -> Vec:
+        """Per joint, the newest command older than that joint's actuator latency."""
+        if not np.any(self._lat):
+            return self._hist[-1][1]
+        now = self.t + 1e-9
+        eff = self._hist[0][1].copy()
+        for tc, c in self._hist:
+            ok = tc + self._lat <= now
+            eff[ok] = c[ok]
+        while len(self._hist) > 2 and self._hist[1][0] + float(self._lat.max()) <= now:
+            self._hist.popleft()
+        return eff
+
+    def _observe(self) -> NDArray[np.float32]:
+        """The agent's observation vector from the (delayed, noisy) measured state."""
+        noise: SensorNoise = self.conditions.noise
+        rng = self._rng
+        q, qd, obj = self._true[0]
+        if noise.joint_pos_std:
+            q = q + rng.normal(0.0, noise.joint_pos_std, q.shape)
+        if noise.joint_vel_std:
+            qd = qd + rng.normal(0.0, noise.joint_vel_std, qd.shape)
+        self._last_obs_q = q
+        parts: list[Vec] = []
+        for term in self.observation_terms:
+            if term == "joint_pos":
+                parts.append(q)
+            elif term == "joint_vel":
+                parts.append(qd)
+            elif term == "target":
+                parts.append(self.target)
+            elif term == "object_pose":
+                parts.append(self._tracked_object(obj, noise))
+            elif term == "object_goal":
+                parts.append(self._object_goal())
+        self._last_obs = np.concatenate(parts).astype(np.float32)
+        return self._last_obs
+
+    def _object_goal(self) -> Vec:
+        return np.zeros(2)
+
+    def _tracked_object(self, true_pose: Vec, noise: SensorNoise) -> Vec:
+        """Object pose as the camera tracker would report it: noisy, and frozen during a
+        dropout; tracking stale past `max_stale_s` stops the policy."""
+        rng = self._rng
+        dt = getattr(self, "ctrl_dt", 0.0)
+        if self._dropout_left > 0:
+            self._dropout_left -= dt
+            self._stale += dt
+            if self._stale > noise.max_stale_s:
+                self.stopped = "object tracking lost"
+            return self._seen_object
+        if noise.dropout_rate_hz and rng.random() < noise.dropout_rate_hz * dt:
+            self._dropout_left = rng.exponential(noise.dropout_mean_s)
+            self._stale += dt
+            return self._seen_object
+        self._stale = 0.0
+        pose = np.asarray(true_pose, float).copy()
+        if noise.object_pos_std:
+            pose[:3] += rng.normal(0.0, noise.object_pos_std, 3)
+        if noise.object_yaw_std:
+            h = 0.5 * rng.normal(0.0, noise.object_yaw_std)
+            qz = np.array([0.0, 0.0, np.sin(h), np.cos(h)])
+            pose[3:] = _quat_mul(qz, pose[3:])
+        self._seen_object = pose
+        return pose
+
+    def close(self) -> None:
+        if self._world is not None:
+            self._world.close()
+            self._world = None
+        self._kin.close()
+
+
+def _quat_mul(a: Vec, b: Vec) -> Vec:
+    """Hamilton product of xyzw quaternions."""
+    ax, ay, az, aw = a
+    bx, by, bz, bw = b
+    return np.array(
+        [
+            aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw,
+            aw * bw - ax * bx - ay * by - az * bz,
+        ]
+    )
