@@ -13,6 +13,7 @@ import inspect
 import json
 import platform
 import time
+from pathlib import Path
 from typing import Any
 
 from resources.errors import TwinbenchError
@@ -29,6 +30,7 @@ BENCHMARKS: dict[str, str] = {
     "scan-real": "app.benches.scan_real",
     "calib-real": "app.benches.calib_real",
     "fit-real": "app.benches.fit_real",
+    "fit": "app.benches.fit",
 }
 
 
@@ -39,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--minutes", type=float, default=None, help="how long a soak runs (gui; default 10)"
     )
+    p.add_argument("--lab-config", type=Path, default=None, help="lab truth to run against (fit)")
 
 
 def run_benchmark(name: str, quick: bool = False, **options: Any) -> dict[str, Any]:
@@ -61,7 +64,9 @@ def run_benchmark(name: str, quick: bool = False, **options: Any) -> dict[str, A
 
 
 def run(args: argparse.Namespace) -> int:
-    result = run_benchmark(args.name, quick=args.quick, minutes=args.minutes)
+    result = run_benchmark(
+        args.name, quick=args.quick, minutes=args.minutes, lab_config=args.lab_config
+    )
     mod = importlib.import_module(BENCHMARKS[args.name])
     print(f"bench {args.name}: {getattr(mod, 'DESCRIPTION', '')}")
     for k, v in result.items():

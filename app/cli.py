@@ -18,6 +18,7 @@ from resources.errors import TwinbenchError
 COMMANDS: dict[str, str] = {
     "project": "app.commands.project",
     "lab": "app.commands.lab",
+    "agent": "app.commands.agent",
     "scan": "app.commands.scan",
     "twin": "app.commands.twin",
     "calibrate": "app.commands.calibrate",
@@ -36,6 +37,7 @@ GUI_COMMANDS: dict[str, str] = {
 SUMMARIES: dict[str, str] = {
     "project": "create a project folder or list its artifacts and lineage",
     "lab": "run the virtual lab as a robot + camera server",
+    "agent": "run the robot agent on a robot's computer (franka, dynamixel, feetech, lab)",
     "scan": "record/reconstruct a workspace from a camera source into a project",
     "twin": "build a digital twin from a scan (+ robot description)",
     "calibrate": "camera-robot (hand-eye) calibration from board images + robot poses",

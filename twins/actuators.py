@@ -7,7 +7,10 @@
   servo joints have no separate joint-friction parameter.
 - "pd": explicit tau = kp (q* - q) - kd qd, clipped to the effort limit, computed every step
   (physical gains; stable only while kd dt / I and kp dt^2 / I stay small — the default
-  gains in twins/make.py are critically damped at wn = 0.3 / dt).
+  gains in twins/make.py are critically damped at wn = 0.3 / dt). Optional
+  `gravity_compensation` (0..1, default 0): that share of the arm's gravity torque at the
+  current pose is added outside the PD and its limit, as a Franka's controller does (the
+  reported effort is the PD's alone, as the robot reports it).
 - "torque": tau = gain * u + bias, clipped; re-applied every step (PyBullet clears torques).
 - "dc_motor": voltage u -> tau = N km (u - N km qd) / R. The back-EMF part is a viscous
   damping N^2 km^2 / R added to the joint damping; the rest is a torque N km u / R.
@@ -118,6 +121,10 @@ class Actuators:
         self.sv_kd = arr(self.sv, "velocity_gain").tolist()
         self.sv_force = arr(self.sv, "effort_limit").tolist()
         self.kp, self.kd = arr(self.pd, "kp"), arr(self.pd, "kd")
+        self.gravity_share = arr(self.pd, "gravity_compensation")
+        self._gc_links: list[int] = []
+        if np.any(self.gravity_share > 0):
+            self._gravity_setup(world)
         self.pd_force = arr(self.pd, "effort_limit")
         # torque-like models: tau = a * clip(u, -ulim, ulim) + b, then clip(tau, -e, e)
         is_dc = np.array([self.models[i] == "dc_motor" for i in self.tq], dtype=bool)
@@ -184,17 +191,60 @@ class Actuators:
             st = pb.getJointStates(self.rid, self.pd_ids, physicsClientId=self.cid)
             q = np.array([s[0] for s in st])
             qd = np.array([s[1] for s in st])
-            tau = (
-                np.clip(
-                    self.kp * (self._pd_target - q) - self.kd * qd, -self.pd_force, self.pd_force
-                ).tolist()
-                + self._tau
+            pd = np.clip(
+                self.kp * (self._pd_target - q) - self.kd * qd, -self.pd_force, self.pd_force
             )
+            if self._gc_links:
+                pd = pd + self.gravity_share * self._gravity()
+            tau = pd.tolist() + self._tau
         else:
             tau = self._tau
         pb.setJointMotorControlArray(
             self.rid, self.step_ids, pb.TORQUE_CONTROL, forces=tau, physicsClientId=self.cid
         )
+
+    def _gravity_setup(self, world: TwinWorld) -> None:
+        """Masses, joint kinds and subtrees for `_gravity` (PyBullet's inverse dynamics
+        refuses the inertia tensors an armature makes, so gravity is summed here)."""
+        rid, cid = self.rid, self.cid
+        n = pb.getNumJoints(rid, physicsClientId=cid)
+        self._gc_links = list(range(n))
+        self._gc_mass = np.array(
+            [pb.getDynamicsInfo(rid, i, physicsClientId=cid)[0] for i in range(n)]
+        )
+        info = [pb.getJointInfo(rid, i, physicsClientId=cid) for i in range(n)]
+        parent = [int(j[16]) for j in info]
+        self._gc_axis = np.array([j[13] for j in info], dtype=float)
+        self._gc_prismatic = np.array([info[i][2] == pb.JOINT_PRISMATIC for i in self.pd_ids])
+        below = np.zeros((len(self.pd_ids), n), dtype=bool)  # link i moves with joint j
+        for row, j in enumerate(self.pd_ids):
+            for i in range(n):
+                k = i
+                while k >= 0 and k != j:
+                    k = parent[k]
+                below[row, i] = k == j
+        self._gc_below = below
+        self._gc_g = np.array([0.0, 0.0, -float(world.values["sim.gravity"])])
+
+    def _gravity(self) -> np.ndarray:
+        """Torques (forces) that cancel gravity at the PD joints at the current pose."""
+        ls = pb.getLinkStates(
+            self.rid, self._gc_links, computeForwardKinematics=True, physicsClientId=self.cid
+        )
+        com = np.array([s[0] for s in ls])
+        weight = self._gc_mass[:, None] * self._gc_g  # (n, 3)
+        ids = self.pd_ids
+        origin = np.array([ls[j][4] for j in ids])
+        quat = np.array([ls[j][5] for j in ids])  # xyzw
+        a = self._gc_axis[ids]
+        qv, qw = quat[:, :3], quat[:, 3:]
+        t = 2 * np.cross(qv, a)
+        axis = a + qw * t + np.cross(qv, t)  # joint axes in the world
+        force = self._gc_below @ weight  # (pd, 3): weight of everything the joint moves
+        moment = self._gc_below @ np.cross(com, weight) - np.cross(origin, force)
+        torque = np.sum(moment * axis, axis=1)
+        lin = np.sum(force * axis, axis=1)
+        return np.asarray(-np.where(self._gc_prismatic, lin, torque), dtype=float)
 
     def effort(self, u: np.ndarray, q: np.ndarray, qd: np.ndarray) -> np.ndarray:
         """Joint torque the models produce for command u at state (q, qd); servo joints

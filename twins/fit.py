@@ -82,6 +82,7 @@ class FitConfig:
     validation: float = 0.25
     seed: int = 0
     bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    tie: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,6 +96,7 @@ class FitConfig:
             "validation": self.validation,
             "seed": self.seed,
             "bounds": {k: list(v) for k, v in self.bounds.items()},
+            "tie": {k: list(v) for k, v in self.tie.items()},
         }
 
 
@@ -211,7 +213,7 @@ def fit_steps(
         raise TwinError("fit: choose at least one recording")
     for r in (*recordings, *validation):
         check_recording(spec, r)
-    space = Space.of(spec, config.params, config.bounds)
+    space = Space.of(spec, config.params, config.bounds, config.tie)
     # the longest delay any candidate can have: windows carry that much command history
     lead = max(
         [spec.params[n].high for n in space.names if n.endswith(".latency")]

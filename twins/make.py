@@ -125,6 +125,14 @@ def actuator_params(
             _log_range(f"{pre}.kp", f"{unit_t}/{ang}", kp, 0.01, 10),
             _log_range(f"{pre}.kd", f"{unit_t}*s/{ang}", 2 * kp / wn, 0.01, 10),
             param(f"{pre}.effort_limit", unit_t, effort, 0.01 * effort, 3 * effort),
+            param(
+                f"{pre}.gravity_compensation",
+                "1",
+                0.0,
+                0.0,
+                1.0,
+                doc="share of the gravity torque the controller adds (1: a Franka)",
+            ),
             lat,
         ]
     if model == "torque":

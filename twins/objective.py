@@ -28,12 +28,14 @@ FAILED_RESIDUAL = 1e3  # residual value standing in for a failed window in least
 
 @dataclass(frozen=True)
 class Space:
-    """u in [0, 1]^n <-> physical values, log where the prior is log."""
+    """u in [0, 1]^n <-> physical values, log where the prior is log. `tied` parameters
+    follow a fitted one (one latency for every actuator of a robot)."""
 
     names: tuple[str, ...]
     low: NDArray[np.float64]
     high: NDArray[np.float64]
     log: NDArray[np.bool_]
+    tied: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @classmethod
     def of(
@@ -41,9 +43,11 @@ class Space:
         spec: TwinSpec,
         names: Sequence[str],
         bounds: Mapping[str, tuple[float, float]] | None = None,
+        tie: Mapping[str, Sequence[str]] | None = None,
     ) -> Space:
         """The search space of `names`; `bounds` narrow a parameter's search range (it
-        must lie within the parameter's own bounds)."""
+        must lie within the parameter's own bounds); `tie` maps a fitted parameter to
+        others that take its value."""
         if not names:
             raise TwinError("fit: choose at least one parameter")
         dup = {n for n in names if list(names).count(n) > 1}
@@ -69,11 +73,21 @@ class Space:
                 raise TwinError(f"fit: '{p.name}' has a log prior; its search range needs low > 0")
             lows.append(lo)
             highs.append(hi)
+        tied = []
+        for src, dsts in (tie or {}).items():
+            if src not in names:
+                raise TwinError(f"fit: '{src}' is tied to others but is not being fitted")
+            for d in dsts:
+                spec.params[d]  # TwinError names an unknown parameter
+                if d in names:
+                    raise TwinError(f"fit: '{d}' is tied to '{src}' and fitted as well")
+            tied.append((src, tuple(dsts)))
         return cls(
             tuple(names),
             np.array(lows),
             np.array(highs),
             np.array([p.prior in ("loguniform", "lognormal") for p in ps]),
+            tuple(tied),
         )
 
     def to_x(self, u: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -93,7 +107,15 @@ class Space:
         return np.clip(np.where(self.log, lg, lin), 0.0, 1.0)
 
     def values(self, u: NDArray[np.float64]) -> dict[str, float]:
+        """Fitted values only (what a fit reports)."""
         return dict(zip(self.names, (float(v) for v in self.to_x(u)), strict=True))
+
+    def all_values(self, u: NDArray[np.float64]) -> dict[str, float]:
+        """Fitted values plus the parameters tied to them (what a simulation needs)."""
+        out = self.values(u)
+        for src, dsts in self.tied:
+            out.update({d: out[src] for d in dsts})
+        return out
 
 
 # -- recordings: checks and windows -------------------------------------------------------------
@@ -343,7 +365,7 @@ def _channel_error(real: Trajectory, sim: Trajectory, name: str) -> NDArray[np.f
 def evaluate(task: tuple[Problem, NDArray[np.float64]]) -> Outcome:
     """Replay every window at candidate `u`; never raises (a failure is an Outcome)."""
     prob, u = task
-    values = prob.spec.params.validate(prob.space.values(u))
+    values = prob.spec.params.validate(prob.space.all_values(u))
     parts: list[NDArray[np.float64]] = []
     sse = {c: 0.0 for c, _, _ in prob.channels}
     count = {c: 0 for c, _, _ in prob.channels}

@@ -236,6 +236,8 @@ def apply_fit(project: Project, fit_id: str) -> str:
     tid = str(d["twin"])
     _, spec = load_twin(project, tid)
     estimate = {str(k): float(v) for k, v in d["estimate"].items()}
+    tie = (d.get("config") or {}).get("tie") or {}  # one fitted latency for every actuator
+    estimate.update({str(o): estimate[str(s)] for s, others in tie.items() for o in others})
     extra = tuple(i for i in (fit_id, *art.inputs) if i != tid)
     return save_twin_edit(
         project, tid, spec, estimate, summary=f"fit {fit_id} applied to {tid}", extra_inputs=extra
