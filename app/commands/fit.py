@@ -87,6 +87,21 @@ def _num(v: float | None) -> str:
     return "failed" if v is None or not math.isfinite(v) else f"{v:.5g}"
 
 
+def _compare_table(rows: list[dict], keys: list[str]) -> str:
+    """Twin versions as rows, windowed-replay RMSE per recording (and over all) as columns,
+    one column per recording and channel."""
+    chans = list(rows[0][keys[0]]) if rows else []
+    head = ["twin", "parent"] + [f"{k}:{c}" for k in keys for c in chans]
+    body = [
+        [r["twin"], r["parent"] or "-"] + [_num(r[k].get(c)) for k in keys for c in chans]
+        for r in rows
+    ]
+    width = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(x[i].ljust(width[i]) for i in range(len(head))) for x in [head, *body]]
+    lines.insert(1, "  ".join("-" * w for w in width))
+    return "\n".join(["rmse (channel units) on held-out recordings, windowed replay", *lines])
+
+
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
     from app.project import Project
@@ -105,12 +120,7 @@ def run(args: argparse.Namespace) -> int:
             args.window if args.window > 0 else None,
             list(_channels(args.channels)),
         )
-        for row in rows:
-            parent = f" (parent {row['parent']})" if row["parent"] else ""
-            print(f"twin {row['twin']}{parent}")
-            for key in (*args.trajectories, "all"):
-                errs = ", ".join(f"{c} {_num(v)}" for c, v in row[key].items())
-                print(f"  rmse on {key}: {errs}")
+        print(_compare_table(rows, [*args.trajectories, "all"]))
         return 0
     if args.fit:
         new = apply_fit(project, args.fit)

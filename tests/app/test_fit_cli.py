@@ -108,9 +108,17 @@ def test_import_fit_apply_round_trip(tmp_path: Path, capsys: pytest.CaptureFixtu
         ["fit", "--project", str(proj), "--compare", twin, new_twin.id, "--trajectories", held]
     )
     table = capsys.readouterr().out.splitlines()
-    assert rc == 0 and table[0] == f"twin {twin}" and f"(parent {twin})" in table[3]
-    before, after = (float(table[i].rsplit(" ", 1)[1]) for i in (2, 5))
-    assert after < 0.2 * before
+    # one table: a row per twin version, a column per recording (and all) and channel
+    assert rc == 0 and table[1].split() == [
+        "twin",
+        "parent",
+        f"{held}:robot/joint_pos",
+        "all:robot/joint_pos",
+    ]
+    old_row, new_row = table[3].split(), table[4].split()
+    assert old_row[:2] == [twin, "-"] and new_row[:2] == [new_twin.id, twin]
+    before, after = float(old_row[2]), float(new_row[2])
+    assert after < 0.2 * before and float(new_row[3]) == pytest.approx(after, rel=1e-3)
     # export the imported recording and read it back with the bundled LeRobot mapping
     pq = tmp_path / "ep.parquet"
     assert main(["export", "--project", str(proj), "--trajectory", train, "--out", str(pq)]) == 0
