@@ -26,6 +26,8 @@ COMMANDS: dict[str, str] = {
     "export": "app.commands.export",
     "fit": "app.commands.fit",
     "record": "app.commands.record",
+    "train": "app.commands.train",
+    "evaluate": "app.commands.evaluate",
     "bench": "app.bench",
 }
 GUI_COMMANDS: dict[str, str] = {
@@ -45,6 +47,8 @@ SUMMARIES: dict[str, str] = {
     "export": "a trajectory artifact to LeRobot-style Parquet",
     "fit": "fit twin parameters to recorded trajectories; --apply makes a new twin version",
     "record": "play an excitation motion on a connected robot and record it into a project",
+    "train": "train a policy (reach, push) in the (randomized) twin into an ONNX policy artifact",
+    "evaluate": "success rate of a policy in a twin, nominal or randomized, with a 95 % interval",
     "bench": "run a benchmark; --json prints one JSON object on the last line",
 }
 

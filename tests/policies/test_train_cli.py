@@ -1,0 +1,154 @@
+"""`train` and `evaluate` from the command line into a project: policy artifacts with their
+lineage (twin, fit), a run artifact per evaluation, posterior randomization from a fit's
+samples, a training subprocess that reports progress and can be interrupted and resumed,
+and bad input named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.cli import main
+from app.jobs import Progress, run_to_end
+from app.project import Project
+from app.workflows.train import (
+    TrainRequest,
+    load_policy,
+    train_job,
+    train_subprocess_job,
+)
+from app.workflows.twin import build_twin
+from policies.primitives import CemSettings
+from policies.train import TrainSettings
+from resources import atomic
+
+pytestmark = pytest.mark.slow
+TINY = ["--budget", "1", "--population", "4", "--episodes", "1", "--set", "episode_s=1.0"]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, str]:
+    root = Path(tmp_path_factory.mktemp("proj")) / "p"
+    proj = Project.create(root)
+    tid = run_to_end(build_twin(proj, None, procedural=True))
+    return proj, tid
+
+
+def _fit_artifact(proj: Project, tid: str) -> str:
+    """A finished fit of the twin with posterior samples (as twins.fit writes them)."""
+    with proj.new_artifact("fit", inputs=[tid], settings={"twin": tid}) as f:
+        atomic.write_json(f / "fit.json", {"status": "done", "twin": tid})
+        x = np.random.default_rng(0).uniform(0.0, 0.2, (50, 1))
+        np.savez(f / "samples.npz", names=np.array(["robot.joints.panda_joint2.damping"]), x=x)
+    return proj.artifacts("fit")[-1].id
+
+
+def test_train_and_evaluate_write_artifacts_with_lineage(
+    project: tuple[Project, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    proj, tid = project
+    root = str(proj.root)
+    fid = _fit_artifact(proj, tid)
+    rc = main(
+        [
+            "train",
+            "--project",
+            root,
+            "--task",
+            "reach",
+            "--dr",
+            "posterior",
+            *TINY,
+            "--eval-episodes",
+            "4",
+            "--quiet",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    proj = Project.open(proj.root)
+    pol_art = proj.artifacts("policy")[-1]
+    assert list(pol_art.inputs) == [tid, fid]
+    assert pol_art.settings["dr"] == "posterior" and pol_art.settings["trainer"] == "cem"
+    pol = load_policy(proj, pol_art.id)
+    rec = pol.record
+    assert rec["randomization"]["mode"] == "posterior" and rec["randomization"]["n_samples"] == 50
+    assert set(rec["evaluation"]) == {"nominal", "posterior"}
+    assert rec["evaluation"]["nominal"]["episodes"] == 4
+    assert (proj.path_of(pol_art.id) / "curve.json").is_file()
+    assert not (proj.root / ".train" / rec["run"]).exists()  # checkpoint cleaned up
+    assert f"policy {pol_art.id}" in out and "twin success (posterior)" in out
+    rc = main(["evaluate", "--project", root, "--policy", pol_art.id, "--episodes", "4", "--json"])
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0
+    run = Project.open(proj.root).artifact(res["run"])
+    assert run.kind == "run" and list(run.inputs) == [pol_art.id, tid]
+    assert (
+        res["episodes"] == 4 and 0 <= res["ci95"][0] <= res["success_rate"] <= res["ci95"][1] <= 1
+    )
+
+
+def test_bad_input_is_named(
+    project: tuple[Project, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    proj, _ = project
+    root = str(proj.root)
+    assert main(["train", "--project", root, "--task", "fly"]) == 2
+    assert "unknown task 'fly'" in capsys.readouterr().err
+    assert main(["train", "--project", root, "--task", "reach", "--dr", "manual"]) == 2
+    assert "--param NAME=DIST" in capsys.readouterr().err
+    assert main(["train", "--project", root, "--task", "reach", "--set", "speed=3"]) == 2
+    assert "no setting 'speed'" in capsys.readouterr().err
+    assert main(["evaluate", "--project", root, "--policy", "policy-nope"]) == 2
+    assert "policy-nope" in capsys.readouterr().err
+    assert main(["train", "--project", root, "--task", "reach", "--resume", "train-nope"]) == 2
+    assert "no training run 'train-nope'" in capsys.readouterr().err
+
+
+def test_subprocess_training_reports_progress_and_resumes_after_interrupt(
+    project: tuple[Project, str],
+) -> None:
+    proj, tid = project
+    n_before = len(Project.open(proj.root).artifacts("policy"))
+    argv = [
+        "--task",
+        "reach",
+        "--budget",
+        "3",
+        "--population",
+        "4",
+        "--episodes",
+        "1",
+        "--set",
+        "episode_s=1.0",
+        "--eval-episodes",
+        "0",
+    ]
+    job = train_subprocess_job(proj.root, argv)
+    recs: list[Progress] = []
+    for rec in job:
+        recs.append(rec)
+        if "generation 1/3" in rec.message:
+            break
+    job.close()  # interrupts the child at its next checkpoint
+    run = recs[0].partial["run"]
+    ckpt = json.loads((proj.root / ".train" / run / "cem.json").read_text())
+    assert ckpt["generation"] >= 1
+    assert len(Project.open(proj.root).artifacts("policy")) == n_before  # nothing half-saved
+    req = TrainRequest(
+        "reach",
+        tid,
+        overrides={"episode_s": 1.0},
+        settings=TrainSettings("cem", cem=CemSettings(population=4, generations=3, episodes=1)),
+        resume=run,
+        eval_episodes=0,
+    )
+    msgs = []
+    pid = run_to_end(train_job(Project.open(proj.root), req), lambda r: msgs.append(r.message))
+    gens = [m for m in msgs if "CEM generation" in m]
+    assert gens and "generation 1/3" not in " ".join(gens)  # continued, not restarted
+    rec = load_policy(Project.open(proj.root), pid).record
+    assert len(rec["curve"]) == 3 and rec["run"] == run
