@@ -1,0 +1,142 @@
+"""Which recording to make next (Qt-free; the CLI and the GUI share it).
+
+`suggest_job(project, twin_id, params, fit_id=..., trajectory_ids=...)` is a job that ranks
+the excitation library's candidate motions by expected information gain at the current
+estimate (twins/design.py): the estimate is the fit's (else the twin's nominal values),
+the information in hand comes from the recordings the fit used (or those named). It
+returns the ranked `Suggestion`s (`only` keeps the named candidates); `record_command` turns one into the `record` command line
+that makes it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from app.jobs import Job, Progress
+from app.project import Project, ProjectError
+from app.workflows.fit import load_recording
+from app.workflows.twin import load_twin
+from twins.design import (
+    Suggestion,
+    default_candidates,
+    information,
+    rank,
+    robot_info_for,
+    start_pose,
+)
+from twins.errors import TwinError
+
+PUSH_DIRECTIONS = (0.0, 90.0)  # deg
+PUSH_SPEEDS = (0.05, 0.15)  # m/s
+
+
+def _fit_json(project: Project, fit_id: str) -> dict[str, Any]:
+    art = project.artifact(fit_id)
+    if art.kind != "fit":
+        raise ProjectError(f"artifact '{fit_id}' is a {art.kind}, not a fit")
+    path = project.path_of(fit_id) / "fit.json"
+    try:
+        d: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ProjectError(f"{path}: unreadable fit ({exc})") from exc
+    if d.get("status", "done") != "done":
+        raise ProjectError(f"fit '{fit_id}' did not finish ({d.get('status')}); resume it first")
+    return d
+
+
+def suggest_job(
+    project: Project,
+    twin_id: str | None,
+    params: Sequence[str] = (),
+    fit_id: str | None = None,
+    trajectory_ids: Sequence[str] | None = None,
+    amplitude: float = 0.1,
+    duration: float = 6.0,
+    sigma: dict[str, float] | None = None,
+    pushes: bool = False,
+    workers: int = 1,
+    only: Sequence[str] = (),
+) -> Job[list[Suggestion]]:
+    """Job: rank candidate motions, best first (see the module docstring)."""
+    from devices.robots.excitation import MotionError
+    from twins.executor import make_executor
+
+    values: dict[str, float] = {}
+    if fit_id is not None:
+        d = _fit_json(project, fit_id)
+        twin_id = twin_id or str(d["twin"])
+        values = {str(k): float(v) for k, v in d["estimate"].items()}
+        params = list(params) or list(values)
+        if trajectory_ids is None:
+            trajectory_ids = list(d.get("trajectories", []))
+    tid, spec = load_twin(project, twin_id)
+    if not params:
+        raise TwinError("design: choose --params NAME ... (or --fit FIT to take its parameters)")
+    unknown = [p for p in params if p not in spec.params]
+    if unknown:
+        raise TwinError(
+            f"design: twin '{tid}' has no parameter(s) {unknown} (see `python main.py twin info`)"
+        )
+    recs = [load_recording(project, i) for i in trajectory_ids or ()]
+    values = {**{p: spec.params[p].nominal for p in params}, **values}
+    info = robot_info_for(spec, recs)
+    q0 = start_pose(spec, info, recs)
+    cands = default_candidates(info, q0, amplitude, duration)
+    if pushes:
+        from twins.pushes import plan_push
+
+        for obj in spec.objects:
+            for direction in PUSH_DIRECTIONS:
+                for speed in PUSH_SPEEDS:
+                    key = f"push:{obj.name}:{direction:g}deg:{speed:g}m/s"
+                    try:
+                        cands[key] = plan_push(
+                            info,
+                            q0,
+                            target_xy=tuple(obj.pose[:2]),
+                            direction=direction,
+                            speed=speed,
+                        )
+                    except MotionError:
+                        continue
+    if only:
+        missing = [k for k in only if k not in cands]
+        if missing:
+            raise TwinError(
+                f"design: no candidate(s) {missing} for robot {info.name} (candidates: "
+                f"{', '.join(cands)})"
+            )
+        cands = {k: cands[k] for k in only}
+    executor = make_executor("local", workers)
+    try:
+        yield Progress(0.0, f"information in {len(recs)} recording(s) at the estimate")
+        current = information(spec, values, params, recs, sigma, executor=executor)
+        ranked: list[Suggestion] = []
+        for i, (key, motion) in enumerate(cands.items()):
+            yield Progress(0.05 + 0.95 * i / len(cands), f"scoring {key} ({i + 1}/{len(cands)})")
+            ranked += rank(spec, values, params, {key: motion}, current, sigma, executor=executor)
+    finally:
+        executor.close()
+    ranked.sort(key=lambda s: s.gain, reverse=True)
+    yield Progress(1.0, f"best next recording: {ranked[0].name}" if ranked else "no candidate")
+    return ranked
+
+
+def record_command(s: Suggestion) -> str:
+    """The `record` command line that makes suggestion `s` (project/robot options to add)."""
+    p = s.motion.params
+    if s.motion.name == "push":
+        x, y = p["target_xy"]
+        return (
+            f"python main.py record --motion push --target {x:.3f} {y:.3f} "
+            f"--direction {p['direction']:g} --speed {p['speed']:g}"
+        )
+    parts = [f"python main.py record --motion {s.motion.name}"]
+    for key in ("amplitude", "velocity", "duration"):
+        if key in p and not (key == "duration" and s.motion.name == "steps"):
+            parts.append(f"--{key} {p[key]:g}")
+    if p.get("joints") not in (None, "all"):
+        parts.append(f"--joints {' '.join(str(p['joints']).split(','))}")
+    return " ".join(parts)
