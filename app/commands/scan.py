@@ -12,13 +12,20 @@ reference (path, size, sha256 in scan.json); `--copy-recording` copies it into t
 from __future__ import annotations
 
 import argparse
-import hashlib
-import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+# the handheld path is shared with the Scan page and `bench scan-real`
+from app.workflows.scan_handheld import (
+    HandheldOptions,
+    is_handheld_recording,
+    recording_reference,
+    save_handheld,
+    scan_handheld,
+    scan_source,
+)
 
 HELP = (
     "Record and reconstruct a workspace from a camera source (the virtual lab, a live "
@@ -81,22 +88,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--views", type=int, default=8, help="robot: orbit views of the guided path")
 
 
-# --- handheld scans (shared with `bench scan-real`) ------------------------------------------
-
-
-@dataclass
-class HandheldOptions:
-    """How a handheld scan is tracked, fused and checked."""
-
-    depth_range: tuple[float, float] | str = "auto"
-    voxel_size: float | None = None  # None: depth_max / 300, within 4..12 mm
-    support_plane: str = "auto"
-    min_tracked_ratio: float = 0.5
-    max_frames: int | None = None
-    seed: int = 0
-    preview_every: int = 10  # frames between progress records
-
-
 def parse_depth_range(text: str) -> tuple[float, float] | str:
     """'auto' or 'MIN:MAX' (m) -> "auto" or (min, max); TwinbenchError names the problem."""
     from resources.errors import TwinbenchError
@@ -113,183 +104,6 @@ def parse_depth_range(text: str) -> tuple[float, float] | str:
     if not 0 <= lo < hi <= 20:
         raise TwinbenchError(f"--depth-range {text!r}: need 0 <= MIN < MAX <= 20 m")
     return lo, hi
-
-
-def scan_handheld(frames: Iterable[Any], options: HandheldOptions, total: int | None = None) -> Any:
-    """Job: track, fuse and segment a handheld frame stream -> ScanResult (not yet checked;
-    see `reconstruction.pipeline.require_usable`)."""
-    import time
-
-    from app.jobs import Progress
-    from devices.errors import DataFileError
-    from reconstruction.pipeline import ScanSession, SegmentSettings
-    from reconstruction.tsdf import TSDFSettings
-
-    opt = options
-    it: Iterator[Any] = iter(frames)
-    sess: ScanSession | None = None
-    n = 0
-    t0 = time.perf_counter()
-    warnings: list[str] = []
-    while True:
-        try:
-            f = next(it)
-        except StopIteration:
-            break
-        except DataFileError as exc:
-            warnings.append(f"recording ended early: {exc}")
-            break
-        if sess is None:
-            sess = _session(f, opt, ScanSession, TSDFSettings)
-        sess.add(f, None)
-        n += 1
-        if n % opt.preview_every == 0 or n == 1:
-            frac = None if not total else min(n / total, 1.0) * 0.9
-            tr = sess.tracker
-            yield Progress(
-                frac,
-                f"frame {f.index}: {tr.tracked_ratio():.0%} tracked, "
-                f"{len(tr.keyframes)} keyframes, {len(tr.loop_edges)} loop edges, "
-                f"{n / max(time.perf_counter() - t0, 1e-9):.1f} fps",
-            )
-        if opt.max_frames and n >= opt.max_frames:
-            break
-    if sess is None:
-        from reconstruction.errors import ReconstructionError
-
-        raise ReconstructionError("the source gave no frames: nothing to scan")
-    yield Progress(0.9, "closing loops, fusing, finding the support plane")
-    seg = SegmentSettings(seed=opt.seed, up=None, support_plane=opt.support_plane)
-    res = sess.finish(seg)
-    res = replace(
-        res,
-        capture={
-            **res.capture,
-            "depth_range_from": "data" if opt.depth_range == "auto" else "user",
-        },
-        quality={
-            **res.quality,
-            "frames_seen": n,
-            "fps_end_to_end": round(n / max(time.perf_counter() - t0, 1e-9), 2),
-        },
-        warnings=tuple(warnings) + res.warnings,
-    )
-    yield Progress(1.0, f"{len(res.objects)} objects, {len(res.scene_mesh.faces)} triangles")
-    return res
-
-
-def _session(first: Any, opt: HandheldOptions, session_cls: Any, settings_cls: Any) -> Any:
-    from reconstruction.tracking import choose_depth_range
-
-    rng = opt.depth_range
-    lo, hi = choose_depth_range([first]) if isinstance(rng, str) else rng
-    voxel = opt.voxel_size or round(min(max(hi / 300, 0.004), 0.012), 4)
-    st = settings_cls(voxel_size=voxel, depth_min=lo, depth_max=hi, table_z=None, block_count=20000)
-    return session_cls(st, track=True)
-
-
-def open_handheld(spec: str, stride: int = 1, max_frames: int | None = None) -> Any:
-    """A handheld source for `spec` (a TUM folder or a recording without poses), opened by
-    the caller as a context manager. DataFileError when it is neither."""
-    from devices.cameras.tum import TumFolderSource, is_tum_folder
-    from devices.errors import DataFileError
-
-    p = Path(spec)
-    if p.is_dir():
-        if not is_tum_folder(p):
-            raise DataFileError(
-                f"{p}: a folder source must be in the TUM RGB-D layout (associations.txt, or "
-                "rgb.txt and depth.txt, beside the rgb/ and depth/ images)"
-            )
-        return TumFolderSource(p, stride=stride, max_frames=max_frames)
-    from devices.cameras.playback import PlaybackSource
-
-    return PlaybackSource(p)
-
-
-def recording_reference(path: Path) -> dict[str, Any]:
-    """Path, size and sha256 of a recording file or frame folder (every file, sorted)."""
-    p = Path(path).resolve()
-    h = hashlib.sha256()
-    files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
-    size = 0
-    for f in files:
-        if p.is_dir():
-            h.update(str(f.relative_to(p)).encode() + b"\0")
-        with f.open("rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-                size += len(chunk)
-    return {
-        "path": str(p),
-        "kind": "folder" if p.is_dir() else p.suffix.lstrip("."),
-        "files": len(files),
-        "bytes": size,
-        "sha256": h.hexdigest(),
-    }
-
-
-def scan_source(spec: str, options: HandheldOptions, stride: int = 1) -> Any:
-    """Job: a handheld scan of a TUM folder or a recording without poses, with the
-    recording's reference in `capture["recording"]`."""
-    from app.jobs import Progress
-
-    src = open_handheld(spec, stride, options.max_frames)
-    with src:
-        total = len(src) if hasattr(src, "__len__") else None
-        yield Progress(0.0, f"reading {spec}")
-        res = yield from scan_handheld(src.frames(), options, total)
-        extra = list(getattr(src, "warnings", []))
-        if getattr(src, "dropped", None):
-            extra.append(f"{len(src.dropped)} frames missing from the recording")
-    ref = recording_reference(Path(spec))
-    return replace(
-        res, capture={**res.capture, "recording": ref}, warnings=tuple(extra) + res.warnings
-    )
-
-
-def _is_handheld_recording(spec: str) -> bool:
-    """A folder, or a .db3/.bag without camera poses in its sidecar."""
-    p = Path(spec)
-    if p.is_dir():
-        return True
-    from devices.cameras.source import CaptureInfo
-
-    try:
-        info = CaptureInfo.load(p)
-    except Exception:  # noqa: BLE001 - a corrupt sidecar is reported by the playback path
-        return False
-    return info is None or not info.poses
-
-
-def save_handheld(
-    project: Any, res: Any, recording: Path | None, copy: bool, settings: dict[str, Any]
-) -> str:
-    """Write the scan artifact; copy the recording into it only when asked."""
-    summary = f"{len(res.objects)} objects, {len(res.scene_mesh.faces)} triangles" + (
-        f", {len(res.warnings)} warnings" if res.warnings else ""
-    )
-    if recording is not None:
-        res = replace(
-            res,
-            capture={
-                **res.capture,
-                "recording": {**res.capture.get("recording", {}), "copied": copy},
-            },
-        )
-    with project.new_artifact("scan", settings=settings, summary=summary) as folder:
-        res.save(folder)
-        if copy and recording is not None:
-            if recording.is_dir():
-                shutil.copytree(recording, folder / "recording")
-            else:
-                from devices.cameras.source import sidecar_path
-
-                dst = folder / f"recording{recording.suffix}"
-                shutil.copy2(recording, dst)
-                if sidecar_path(recording).is_file():
-                    shutil.copy2(sidecar_path(recording), sidecar_path(dst))
-    return str(project.artifacts("scan")[-1].id)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -348,10 +162,11 @@ def run(args: argparse.Namespace) -> int:
             cam.record_to(rec)
             hand.max_frames = args.frames
             with cam:
-                res = run_cli(scan_handheld(cam.frames(), hand, args.frames), args.quiet)
+                job = scan_handheld(cam.frames(), hand, args.frames)
+                res = run_cli(job, args.quiet)
             require_usable(res, hand.min_tracked_ratio)
             aid = save_handheld(project, res, rec, True, settings)
-        elif _is_handheld_recording(args.source):
+        elif is_handheld_recording(args.source):
             src = Path(args.source)
             settings.update({"depth_range": args.depth_range, "support_plane": args.support_plane})
             res = run_cli(scan_source(args.source, hand, args.stride), args.quiet)
@@ -374,11 +189,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _scan_lab(opt: Any, config: Path | None, rec: Path | None, quick: bool) -> Any:
-    """The guided lab scan, wherever the workflows keep it (it is moving to the protocol)."""
-    try:
-        from app.workflows.scan_robot import scan_lab
-    except ImportError:
-        from app.workflows.scan import scan_lab  # type: ignore[attr-defined,no-redef]
+    """The guided lab scan: the lab in its own process, reached through the protocol."""
+    from app.workflows.scan_robot import scan_lab
+
     return scan_lab(opt, config, rec, quick)
 
 

@@ -107,9 +107,15 @@ def reconstruct_frames(
     T_base_camera: NDArray[np.float64] | None = None,
     calibration: dict[str, Any] | None = None,
     total: int | None = None,
+    segment: SegmentSettings | None = None,
+    progress_every: int = 0,
 ) -> Job[ScanResult | None]:
-    """Integrate a frame stream; a stream that breaks (truncated file) keeps what it had."""
+    """Integrate a frame stream; a stream that breaks (truncated file) keeps what it had.
+    Live previews at `options.preview_hz` (0: none); `progress_every` N > 0 also reports
+    progress text every N frames (for a terminal). `segment` overrides how the result is
+    segmented (default: up is +z unless tracking, the options' budget and exclusions)."""
     opt = options or ScanOptions()
+    t0 = time.perf_counter()
     sess = session or ScanSession(
         TSDFSettings(voxel_size=opt.voxel_size, depth_max=opt.depth_max), track=track
     )
@@ -130,7 +136,10 @@ def reconstruct_frames(
         pose = pose_of(f) if pose_of is not None else f.T_world_camera
         sess.add(f, pose)
         n += 1
-        if thr.ready():
+        if progress_every and (n == 1 or n % progress_every == 0):
+            frac = None if not total else min(n / total, 1.0) * 0.9
+            yield Progress(frac, _progress_text(sess, f.index, n, t0))
+        if opt.preview_hz > 0 and thr.ready():
             pts = cols = None
             now = time.perf_counter()
             if now - last_fused >= 5 * fused_cost:  # fused surface: <= 20 % of the time
@@ -140,8 +149,7 @@ def reconstruct_frames(
             frac = None if not total else min(n / total, 1.0) * 0.9
             yield Progress(
                 frac,
-                f"frame {f.index}: {sess.tsdf.frames_integrated} integrated, "
-                f"{len(sess.skipped)} skipped",
+                _progress_text(sess, f.index, n, t0),
                 {
                     "frame": FramePreview(f.color, f.depth_m, f.index),
                     "cloud": CloudPreview(
@@ -160,8 +168,10 @@ def reconstruct_frames(
             break
     if not finish:
         return None
-    yield Progress(0.9, "segmenting table and objects")
-    seg = SegmentSettings(
+    yield Progress(
+        0.9, "closing loops, fusing, finding the support plane" if track else "segmenting"
+    )
+    seg = segment or SegmentSettings(
         seed=opt.seed,
         up=None if track else (0.0, 0.0, 1.0),
         triangle_budget=opt.triangle_budget,
@@ -172,27 +182,56 @@ def reconstruct_frames(
         from dataclasses import replace
 
         res = replace(res, warnings=tuple(warnings) + res.warnings)
-    yield Progress(1.0, f"{len(res.objects)} objects, {len(res.scene_mesh.faces)} triangles")
+    yield Progress(1.0, scan_summary(res))
     return res
 
 
+def _progress_text(sess: ScanSession, index: int, n: int, t0: float) -> str:
+    fps = n / max(time.perf_counter() - t0, 1e-9)
+    if sess.track:
+        tr = sess.tracker
+        return (
+            f"frame {index}: {tr.tracked_ratio():.0%} tracked, {len(tr.keyframes)} keyframes, "
+            f"{len(tr.loop_edges)} loop edges, {fps:.1f} fps"
+        )
+    return (
+        f"frame {index}: {sess.tsdf.frames_integrated} integrated, "
+        f"{len(sess.skipped)} skipped, {fps:.1f} fps"
+    )
+
+
+def scan_summary(result: ScanResult) -> str:
+    """'3 objects, 12,000 triangles, 1 warning' (the artifact's summary line)."""
+    return (
+        f"{count(len(result.objects), 'object')}, "
+        f"{count(len(result.scene_mesh.faces), 'triangle')}"
+        + (f", {count(len(result.warnings), 'warning')}" if result.warnings else "")
+    )
+
+
 def scan_recording(path: Path, options: ScanOptions | None = None) -> Job[ScanResult]:
-    """Reconstruct a RealSense recording. Poses: the sidecar's (lab/robot scans), else
-    odometry (handheld)."""
+    """Reconstruct a RealSense recording: with the capture sidecar's camera poses (lab and
+    robot scans), else as a handheld scan (app/workflows/scan_handheld.py: tracked, depth
+    range from the data, an empty or mostly untracked scan is an error)."""
     from devices.cameras.playback import PlaybackSource
 
-    src = PlaybackSource(Path(path))
     opt = options or ScanOptions()
+    from app.workflows.scan_handheld import HandheldOptions, is_handheld_recording, scan_source
+
+    if is_handheld_recording(path):
+        from reconstruction.pipeline import require_usable
+
+        hand = HandheldOptions(max_frames=opt.max_frames, seed=opt.seed, preview_hz=opt.preview_hz)
+        tracked = yield from scan_source(path, hand, stop=opt.stop)
+        require_usable(tracked, hand.min_tracked_ratio)
+        return tracked
+    src = PlaybackSource(Path(path))
     if src.info is not None and src.info.meta.get("exclude") and not opt.exclude:
         opt.exclude = [(np.asarray(lo), np.asarray(hi)) for lo, hi in src.info.meta["exclude"]]
     with src:
-        track = src.info is None or not src.info.poses
-        yield Progress(
-            0.0,
-            f"playing {path} ({src.duration_s:.1f} s, {'odometry' if track else 'recorded poses'})",
-        )
+        yield Progress(0.0, f"playing {path} ({src.duration_s:.1f} s, recorded poses)")
         total = src.info.frames if src.info is not None else None
-        res = yield from reconstruct_frames(src.frames(), None, opt, track=track, total=total)
+        res = yield from reconstruct_frames(src.frames(), None, opt, total=total)
         assert res is not None
         extra = [*src.warnings]
         if src.dropped:
@@ -222,17 +261,19 @@ def scan_recording(path: Path, options: ScanOptions | None = None) -> Job[ScanRe
 def scan_realsense(
     options: ScanOptions | None = None, record: Path | None = None, frames: int = 300
 ) -> Job[ScanResult]:
-    """Handheld scan with a live RealSense (odometry poses)."""
+    """Handheld scan with a live RealSense (tracked like any handheld source)."""
+    from app.workflows.scan_handheld import HandheldOptions, scan_handheld
     from devices.cameras.realsense import RealSenseSource
+    from reconstruction.pipeline import require_usable
 
     opt = options or ScanOptions()
-    opt.max_frames = frames
+    hand = HandheldOptions(max_frames=frames, seed=opt.seed, preview_hz=opt.preview_hz)
     cam = RealSenseSource()
     if record is not None:
         cam.record_to(record)
     with cam:
-        res = yield from reconstruct_frames(cam.frames(), None, opt, track=True, total=frames)
-    assert res is not None
+        res = yield from scan_handheld(cam.frames(), hand, frames, opt.stop)
+    require_usable(res, hand.min_tracked_ratio)
     return res
 
 
@@ -258,13 +299,12 @@ def save_scan(
     parent: str | None = None,
 ) -> str:
     """Write `result` (and its recording + sidecar) as a new scan artifact; returns its id."""
-    summary = (
-        f"{count(len(result.objects), 'object')}, "
-        f"{count(len(result.scene_mesh.faces), 'triangle')}"
-        + (f", {count(len(result.warnings), 'warning')}" if result.warnings else "")
-    )
     with project.new_artifact(
-        "scan", inputs=inputs, settings=settings or {}, summary=summary, parent=parent
+        "scan",
+        inputs=inputs,
+        settings=settings or {},
+        summary=scan_summary(result),
+        parent=parent,
     ) as folder:
         result.save(folder)
         if recording is not None and Path(recording).is_file():
