@@ -98,10 +98,18 @@ class DevicesPanel(QtWidgets.QWidget):
             "project as a real trajectory (see the Calibrate page)."
         )
         self.record_button.clicked.connect(self._record)
+        self.motion_button = QtWidgets.QPushButton("Record motion…")
+        self.motion_button.setToolTip(
+            "Choose an excitation motion (chirp, multisine, steps, push), see what will move, "
+            "record it into the project (any connected robot)."
+        )
+        self.motion_button.clicked.connect(self._record_motion)
+        self.motion_button.hide()
         buttons = QtWidgets.QHBoxLayout()
         buttons.addWidget(self.move_button, 2)
         buttons.addWidget(self.record_button, 1)
         lay.addLayout(buttons)
+        lay.addWidget(self.motion_button)
         for b in (self.move_button, self.record_button):
             b.hide()
         self.table = QtWidgets.QTableWidget(0, 4)
@@ -204,6 +212,8 @@ class DevicesPanel(QtWidgets.QWidget):
             for b in (self.move_button, self.record_button):
                 b.setVisible(is_lab)
                 b.setEnabled(True)
+            link = self.controller.robot_link
+            self.motion_button.setVisible(link is not None and link.protocol_client() is not None)
             self.timer.start()
         else:
             self.timer.stop()
@@ -212,6 +222,7 @@ class DevicesPanel(QtWidgets.QWidget):
             self.no_robot.show()
             self.move_button.hide()
             self.record_button.hide()
+            self.motion_button.hide()
             self.ee.setText("")
             self.rate.setText("")
             if self.scene is not None:
@@ -255,6 +266,12 @@ class DevicesPanel(QtWidgets.QWidget):
             on_done=done,
             on_failed=lambda _: self.record_button.setEnabled(True),
         )
+
+    def _record_motion(self) -> None:
+        from widgets.record_panel import RecordDialog
+
+        self.record_dialog = RecordDialog(self.controller, self)
+        self.record_dialog.show()
 
     def refresh_state(self, force: bool = False) -> None:
         """Pull the newest robot state and draw what changed (called by the timer).

@@ -17,6 +17,7 @@ stopped (held).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -31,12 +32,17 @@ from devices.robots import excitation
 from devices.robots.client import RobotClient
 from devices.robots.excitation import Motion, MotionError
 from devices.trajectory import Trajectory
+from resources.errors import TwinbenchError
 
 log = logging.getLogger(__name__)
 
 START_TOL_RAD = 0.02  # the robot must still be this close to the pose the motion starts at
 PRE_S, POST_S = 0.3, 0.6  # hold before / after the motion, recorded
 MAX_SEND_HZ = 250.0
+
+
+class RecordingStopped(TwinbenchError):
+    """The operator stopped the motion (the robot is held; nothing was saved)."""
 
 
 def motion_names() -> list[str]:
@@ -72,9 +78,12 @@ def play_motion(
     pre_s: float = PRE_S,
     post_s: float = POST_S,
     send_hz: float | None = None,
+    stop_event: threading.Event | None = None,
 ) -> Job[Trajectory]:
     """Job: play `motion` through the protocol while recording the state stream; returns
-    the recording (source real). The robot is stopped at the end, on error and on cancel."""
+    the recording (source real). The robot is stopped at the end, on error and on cancel.
+    `stop_event` (a Stop button) is checked before every command: once set, no further
+    command is sent, the robot is stopped and RecordingStopped is raised."""
     info = client.info
     if info is None:
         raise DeviceError(f"robot at {client.address}: not connected")
@@ -108,6 +117,11 @@ def play_motion(
             t0 = time.monotonic()
             while True:
                 now = time.monotonic() - t0
+                if stop_event is not None and stop_event.is_set():
+                    raise RecordingStopped(
+                        f"'{motion.name}' stopped by the operator after {now:.1f} s; "
+                        f"{info.name} is held, nothing saved"
+                    )
                 if now >= total:
                     break
                 tm = now - pre_s
@@ -235,10 +249,11 @@ def record_job(
     motion: Motion,
     summary: str = "",
     inputs: tuple[str, ...] = (),
+    stop_event: threading.Event | None = None,
 ) -> Job[str]:
     """Job: `play_motion`, then save the recording as a trajectory artifact; returns its id.
     A cancelled or failed motion saves nothing (and leaves the robot stopped)."""
-    traj = yield from play_motion(client, motion)
+    traj = yield from play_motion(client, motion, stop_event=stop_event)
     info = client.info
     robot = info.name if info is not None else client.address
     settings = {
