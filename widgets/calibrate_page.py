@@ -1,46 +1,190 @@
-"""Calibrate page (workflow step: calibrate): recorded trajectories of the project, drawn
-PlotJuggler style (real solid, sim dashed, residuals), ready for the fit.
+"""Calibrate page (workflow step: calibrate): tune the twin by eye against recorded motion,
+then fit it.
 
-Shows its empty state until the project holds a trajectory. Fitting is not built yet and the
-page says so; it plots recordings with time from their start, one unit per channel kind.
+Pick a twin and tick recordings. Real and simulated channels are overlaid per joint and per
+object (real solid, sim dashed) with the residual (real − sim) below, time from 0, one unit
+per channel kind. The 3D view shows the recorded motion (solid) with the twin's replay as a
+translucent blue ghost, both at the plots' time cursor. The parameter panel is generated from
+the twin's ParamSet; every move re-simulates the visible recordings on the
+`LiveCalibration` worker (newest change wins) and this page only draws what it publishes.
+"Fit…" opens the fit window (live convergence, posterior pair plot, Apply).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from typing import Any
 
-from PySide6 import QtCore, QtWidgets
+import numpy as np
+from PySide6 import QtCore, QtGui, QtWidgets
+from scipy.spatial.transform import Rotation
 
 from app import workflows
+from app.workflows import calibrate_live
+from app.workflows.calibrate_live import CalibFrame, CalibrationInputs, LiveCalibration
+from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
-from widgets.pages import WorkflowPage, preview
-from widgets.trajectory_plot import TrajectoryPlot
+from widgets.pages import StatusLine, WorkflowPage, preview
+from widgets.param_sliders import ParamSliders
+from widgets.scene_view import SceneView
+from widgets.trajectory_plot import Series, TrajectoryPlot
 
 log = logging.getLogger(__name__)
+GHOST_RGBA = (0.35, 0.65, 1.0, 0.35)
+WINDOWS = (("restart every 1 s (as the fit)", 1.0), ("whole recording", None))
+# replays run in worker processes (PyBullet keeps Python's GIL while it steps)
+REPLAY_PROCESSES = max(1, min(4, os.cpu_count() or 1))
+POSE_UNIT = "xyz_m+quat_xyzw"
+
+
+def _qmat(T: np.ndarray) -> QtGui.QMatrix4x4:
+    return QtGui.QMatrix4x4(*np.asarray(T, dtype=float).reshape(-1))
+
+
+def channel_series(
+    traj: Trajectory, source: str, joint_units: dict[str, str] | None = None
+) -> list[Series]:
+    """Plot series of a recording or its simulation, time from 0: joint positions per joint
+    (`<source>/joint_pos/<joint>`), object positions x/y/z (m) and orientation roll/pitch/yaw
+    (rad, unwrapped) per object (`<source>/objects/<name>/<component>`). `joint_units`
+    names joints whose unit differs from the channel's (a Panda's prismatic fingers: m)."""
+    t = traj.t - traj.t[0]
+    out: list[Series] = []
+    if "robot/joint_pos" in traj.channels:
+        q = traj["robot/joint_pos"]
+        names = [str(j) for j in traj.meta.get("joint_names", [])] or [
+            f"joint{k + 1}" for k in range(q.shape[1])
+        ]
+        unit = traj.units.get("robot/joint_pos", "rad")
+        for k, jn in enumerate(names[: q.shape[1]]):
+            u = (joint_units or {}).get(jn, unit)
+            out.append(Series(f"{source}/joint_pos/{jn}", t, q[:, k], u))
+    for ch, arr in traj.channels.items():
+        if not (ch.startswith("objects/") and ch.endswith("/pose")) or arr.shape[1] != 7:
+            continue
+        obj = ch.split("/")[1]
+        for k, c in enumerate("xyz"):
+            out.append(Series(f"{source}/objects/{obj}/{c}", t, arr[:, k], "m"))
+        rpy = np.unwrap(Rotation.from_quat(arr[:, 3:]).as_euler("xyz"), axis=0)
+        for k, c in enumerate(("roll", "pitch", "yaw")):
+            out.append(Series(f"{source}/objects/{obj}/{c}", t, rpy[:, k], "rad"))
+    return out
+
+
+def residual_series(real: list[Series], sim: list[Series], label: str) -> list[Series]:
+    """real − sim per series (sim interpolated onto the real times)."""
+    by_key = {s.name.split("/", 1)[1]: s for s in sim}
+    out = []
+    for r in real:
+        key = r.name.split("/", 1)[1]
+        s = by_key.get(key)
+        if s is not None:
+            y = r.y - np.interp(r.t, s.t, s.y)
+            out.append(Series(f"residual{label}/{key}", r.t, y, r.unit))
+    return out
 
 
 class CalibratePage(WorkflowPage):
-    """Trajectory list (tick to plot) + trajectory plot; constructed as
-    `CalibratePage(controller, parent=None)`."""
+    """Workflow page for the 'calibrate' step; `CalibratePage(controller, parent=None)`."""
 
     step = "calibrate"
+    sig_frame_ready = QtCore.Signal()  # from the worker; drawn on the GUI thread
+    sig_redrawn = QtCore.Signal(int)  # the edit number a finished redraw includes
 
     def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
+        self.live: LiveCalibration | None = None
+        self.inputs: CalibrationInputs | None = None
+        self._loading: tuple[str, tuple[str, ...]] | None = None
+        self._opened_for: tuple[str, tuple[str, ...]] | None = None
+        self._last: CalibFrame | None = None
+        self._real_series: dict[str, list[Series]] = {}
+        self._shown_series: set[str] = set()
+        self._ghost_ready = False
+        self.frames_drawn = 0
+        self.fit_dialog: Any = None
+        bar = QtWidgets.QHBoxLayout()
+        bar.addWidget(QtWidgets.QLabel("Twin:"))
+        self.twin_combo = QtWidgets.QComboBox()
+        self.twin_combo.setSizeAdjustPolicy(
+            QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.twin_combo.setMinimumContentsLength(16)
+        self.twin_combo.activated.connect(lambda _i: self.reload())
+        bar.addWidget(self.twin_combo, 1)
+        self.reset_btn = QtWidgets.QPushButton("Reset values")
+        self.reset_btn.setToolTip("back to the twin's own values")
+        self.reset_btn.clicked.connect(self.reset_values)
+        self.fit_btn = QtWidgets.QPushButton("Fit…")
+        self.fit_btn.setToolTip(
+            "fit chosen parameters to the ticked recordings (CMA-ES + least squares), with a "
+            "live convergence plot, the posterior and Apply"
+        )
+        self.fit_btn.clicked.connect(self.open_fit)
+        bar.addWidget(QtWidgets.QLabel("Replay:"))
+        self.window_combo = QtWidgets.QComboBox()
+        for text, w in WINDOWS:
+            self.window_combo.addItem(text, w)
+        self.window_combo.setToolTip(
+            "open loop over the whole recording, or restarted from the recorded state at "
+            "every window start (what the fit compares: its residuals)"
+        )
+        self.window_combo.currentIndexChanged.connect(self._window_changed)
+        bar.addWidget(self.window_combo)
+        bar.addWidget(self.reset_btn)
+        bar.addWidget(self.fit_btn)
+        layout.addLayout(bar)
         self.banner = QtWidgets.QLabel("")
         self.banner.setWordWrap(True)
         self.banner.setStyleSheet(
-            "background: #fff3cd; color: #5c4400; padding: 8px; border-radius: 4px;"
+            "background: #fff3cd; color: #5c4400; padding: 6px; border-radius: 4px;"
         )
         layout.addWidget(self.banner)
-        self.plot = TrajectoryPlot()
+        split = QtWidgets.QSplitter(QtCore.Qt.Orientation.Horizontal)
+        split.setChildrenCollapsible(False)
+        tabs = QtWidgets.QTabWidget()
+        self.sliders = ParamSliders()
+        self.sliders.sig_values_edited.connect(self.apply_values)
+        tabs.addTab(self.sliders, "Parameters")
+        rec_tab = QtWidgets.QWidget()
+        rl = QtWidgets.QVBoxLayout(rec_tab)
+        rl.setContentsMargins(2, 2, 2, 2)
+        rl.addWidget(QtWidgets.QLabel("<b>Recordings</b> (tick to simulate)"))
         self.traj_list = QtWidgets.QListWidget()
-        self.traj_list.setMaximumHeight(140)
-        self.traj_list.itemChanged.connect(self._on_ticked)
-        self.plot.side_layout.insertWidget(0, QtWidgets.QLabel("<b>Recordings</b> (tick to plot)"))
-        self.plot.side_layout.insertWidget(1, self.traj_list)
-        layout.addWidget(self.plot, 1)
-        self._loaded: dict[str, list[str]] = {}
+        self.traj_list.itemChanged.connect(lambda _it: self._recordings_ticked())
+        rl.addWidget(self.traj_list, 1)
+        self.plot = TrajectoryPlot()
+        side = self.plot.side_layout.parentWidget()
+        assert side is not None
+        rl.addWidget(side, 2)  # the plot's series list lives in this tab
+        tabs.addTab(rec_tab, "Recordings && series")
+        tabs.setMinimumWidth(250)
+        self.tabs = tabs
+        split.addWidget(tabs)
+        split.addWidget(self.plot)
+        right = QtWidgets.QWidget()
+        vl = QtWidgets.QVBoxLayout(right)
+        vl.setContentsMargins(0, 0, 0, 0)
+        self.view = SceneView()
+        self.view.setMinimumWidth(200)
+        vl.addWidget(self.view, 1)
+        legend = QtWidgets.QLabel(
+            "solid: recorded motion · <span style='color:#2f7fe0'>translucent blue: "
+            "twin replay</span> · at the plots' red time cursor"
+        )
+        legend.setWordWrap(True)
+        vl.addWidget(legend)
+        split.addWidget(right)
+        split.setStretchFactor(1, 3)
+        split.setStretchFactor(2, 2)
+        split.setSizes([280, 420, 300])
+        layout.addWidget(split, 1)
+        self.status = StatusLine("")
+        layout.addWidget(self.status)
+        self.plot.sig_time_changed.connect(self._cursor_moved)
+        self.sig_frame_ready.connect(self._on_frame, QtCore.Qt.ConnectionType.QueuedConnection)
 
+    # -- state -----------------------------------------------------------------------------
     def has_content(self) -> bool:
         p = self.controller.project
         return p is not None and bool(p.artifacts("trajectory"))
@@ -50,56 +194,356 @@ class CalibratePage(WorkflowPage):
         if not hasattr(self, "traj_list"):
             return  # called by the base constructor before the body exists
         proj = self.controller.project
-        arts = proj.artifacts("trajectory") if proj is not None else []
+        if proj is None:
+            self._close_live()
+            return
+        twins = proj.artifacts("twin")
+        current = self.twin_combo.currentData()
+        self.twin_combo.blockSignals(True)
+        self.twin_combo.clear()
+        for a in reversed(twins):
+            self.twin_combo.addItem(f"{a.id}  {a.summary[:40]}", a.id)
+        idx = self.twin_combo.findData(current)
+        self.twin_combo.setCurrentIndex(max(idx, 0))
+        self.twin_combo.blockSignals(False)
+        arts = proj.artifacts("trajectory")
         ids = [a.id for a in arts]
-        current = [
+        listed = [
             self.traj_list.item(i).data(QtCore.Qt.ItemDataRole.UserRole)
             for i in range(self.traj_list.count())
         ]
-        if ids != current:
+        if ids != listed:
             self.traj_list.blockSignals(True)
             self.traj_list.clear()
-            self.plot.clear()
-            self._loaded.clear()
             for a in arts:
                 item = QtWidgets.QListWidgetItem(a.summary or a.id)
-                item.setToolTip(f"{a.id}\n{a.settings.get('robot', '')}")
+                item.setToolTip(f"{a.id}\n{a.summary}")
                 item.setData(QtCore.Qt.ItemDataRole.UserRole, a.id)
                 item.setFlags(item.flags() | QtCore.Qt.ItemFlag.ItemIsUserCheckable)
-                item.setCheckState(QtCore.Qt.CheckState.Unchecked)
+                on = a is arts[-1]  # the newest recording is shown
+                item.setCheckState(
+                    QtCore.Qt.CheckState.Checked if on else QtCore.Qt.CheckState.Unchecked
+                )
                 self.traj_list.addItem(item)
             self.traj_list.blockSignals(False)
-            if self.traj_list.count():
-                self.traj_list.item(self.traj_list.count() - 1).setCheckState(
-                    QtCore.Qt.CheckState.Checked
-                )  # newest one plotted
         missing = [
             n.label
             for n, ok in workflows.needs_met(self.step_info, proj, self.connected())
             if not ok
         ]
-        text = self.step_info.coming if not self.step_info.built else ""
-        if missing:
-            text += " Still missing for this step: " + "; ".join(missing) + "."
-        self.banner.setVisible(bool(text))
-        self.banner.setText(text.strip())
+        text = " Still missing for this step: " + "; ".join(missing) + "." if missing else ""
+        self._set_banner(text.strip())
+        if self.has_content():
+            self.reload()
 
-    def _on_ticked(self, item: QtWidgets.QListWidgetItem) -> None:
-        aid = item.data(QtCore.Qt.ItemDataRole.UserRole)
-        if item.checkState() == QtCore.Qt.CheckState.Checked:
+    def ticked(self) -> list[str]:
+        return [
+            self.traj_list.item(i).data(QtCore.Qt.ItemDataRole.UserRole)
+            for i in range(self.traj_list.count())
+            if self.traj_list.item(i).checkState() == QtCore.Qt.CheckState.Checked
+        ]
+
+    def _set_banner(self, text: str) -> None:
+        self.banner.setVisible(bool(text))
+        self.banner.setText(text)
+
+    def _recordings_ticked(self) -> None:
+        self.reload()
+
+    def _recordings_only(self) -> None:
+        """No twin yet: plot the ticked recordings as they are (nothing to simulate)."""
+        self._close_live()
+        self.inputs = None
+        self.plot.clear()
+        self.view.clear()
+        self.sliders.populate({}, {})
+        ids = self.ticked()
+        for rid in ids:
             try:
-                traj = self.controller.load_trajectory(aid)
+                traj = self.controller.load_trajectory(rid)
             except TwinbenchError as exc:
-                log.error("cannot plot %s: %s", aid, exc)
-                item.setCheckState(QtCore.Qt.CheckState.Unchecked)
+                log.error("cannot plot %s: %s", rid, exc)
+                continue
+            lab = f"@{rid.rsplit('-', 1)[-1]}" if len(ids) > 1 else ""
+            for s in channel_series(traj, f"real{lab}"):
+                self.plot.set_series(s, redraw=False)
+        self.plot.set_visible(self.plot.visible_series())
+        self._update_buttons()
+
+    def reload(self) -> None:
+        """Open the chosen twin with the ticked recordings (a job), unless already open."""
+        proj = self.controller.project
+        tid = self.twin_combo.currentData()
+        if proj is None:
+            return
+        if tid is None:
+            self._recordings_only()
+            return
+        want = (str(tid), tuple(self.ticked()))
+        if want == self._loading:
+            return
+        have = self._opened_for
+        if self.live is not None and have is not None and want[0] == have[0]:
+            if set(want[1]) <= set(have[1]):  # already loaded: only what is shown changes
+                assert self.inputs is not None
+                self.live.set_visible([r for r in want[1] if r in self.inputs.recordings])
+                self._visible_changed(want[1])
                 return
-            chans = [c for c in ("robot/joint_pos", "robot/command") if c in traj.channels]
-            before = set(self.plot.series())
-            label = "" if not self._loaded else aid.rsplit("-", 1)[-1]
-            self.plot.add_trajectory(traj, chans or None, label=label)
-            self._loaded[aid] = [n for n in self.plot.series() if n not in before]
+        self._loading = want
+        self.status.setText(f"opening {tid} with {len(want[1])} recording(s)…")
+        self.controller.submit_job(
+            f"Open {tid} for calibration",
+            calibrate_live.open_job(proj, want[0], list(want[1])),
+            lambda inp: QtCore.QTimer.singleShot(0, self, lambda: self._opened(inp, want)),
+            lambda msg: QtCore.QTimer.singleShot(0, self, lambda: self._open_failed(msg)),
+        )
+
+    def _open_failed(self, msg: str) -> None:
+        self._loading = None
+        self._show_error(f"Opening the twin failed: {msg}")
+
+    def _show_error(self, text: str) -> None:
+        self.status.setStyleSheet("color: #c62828;")
+        self.status.setText(text)
+
+    def _opened(self, inputs: CalibrationInputs, want: tuple[str, tuple[str, ...]]) -> None:
+        if want != self._loading:
+            return  # something else was asked for meanwhile
+        self._loading = None
+        self._close_live()
+        self.inputs = inputs
+        self._opened_for = want
+        self.sliders.populate(inputs.spec.params, inputs.spec.params.nominal())
+        self.plot.clear()
+        self._real_series.clear()
+        labelled = len(inputs.recordings) > 1
+        for rid, traj in inputs.recordings.items():
+            lab = f"@{rid.rsplit('-', 1)[-1]}" if labelled else ""
+            self._real_series[rid] = channel_series(traj, f"real{lab}", self._joint_units())
+        self._build_scene(inputs)
+        self._visible_changed(want[1])
+        if inputs.refused:
+            self._set_banner(
+                "Not simulated: " + "; ".join(f"{r}: {why}" for r, why in inputs.refused.items())
+            )
+        self.live = LiveCalibration(
+            inputs.spec,
+            inputs.recordings,
+            self._frame_from_worker,
+            visible=[r for r in want[1] if r in inputs.recordings],
+            window_s=self.window_combo.currentData(),
+            processes=REPLAY_PROCESSES,
+        )
+        self.stack.setCurrentIndex(1)
+        self._update_buttons()
+
+    def _visible_changed(self, ids: tuple[str, ...] | list[str]) -> None:
+        """Plot the real series of the visible recordings; pick a default view (the joint
+        and the object that move most, with their residuals)."""
+        if self.inputs is None:
+            return
+        vis = [r for r in ids if r in self.inputs.recordings]
+        keep = [s for r in vis for s in self._real_series.get(r, [])]
+        names = {s.name for s in keep}
+        drop = [n for n in self.plot.series() if n not in names]
+        self.plot.remove_series(*drop)
+        for s in keep:
+            self.plot.set_series(s, visible=False, redraw=False)
+        if vis and not (set(self.plot.visible_series()) & names):
+            self.plot.set_visible(self._default_view(self._real_series[vis[0]]))
         else:
-            self.plot.remove_series(*self._loaded.pop(aid, []))
+            self.plot.set_visible(self.plot.visible_series())
+
+    @staticmethod
+    def _default_view(series: list[Series]) -> list[str]:
+        def span(s: Series) -> float:
+            return float(np.ptp(s.y)) if len(s.y) else 0.0
+
+        joints = [s for s in series if "/joint_pos/" in s.name]
+        objs = [s for s in series if "/objects/" in s.name and s.unit == "m"]
+        pick = [max(g, key=span) for g in (joints, objs) if g and span(max(g, key=span)) > 0]
+        if not pick and series:
+            pick = [series[0]]
+        out = []
+        for s in pick:
+            key = s.name.split("/", 1)[1]
+            out += [s.name, f"sim/{key}", f"residual/{key}"]
+        return out
+
+    def _joint_units(self) -> dict[str, str]:
+        robot = self.inputs.spec.robot if self.inputs is not None else None
+        if robot is None:
+            return {}
+        return {j.name: "m" for j in robot.joints if j.kind == "prismatic"}
+
+    def _close_live(self) -> None:
+        if self.live is not None:
+            self.live.close()
+            self.live = None
+        self._last = None
+        self._opened_for = None
+        self._ghost_ready = False
+        self._update_buttons()
+
+    def detach(self) -> None:
+        self._close_live()
+        if self.fit_dialog is not None:
+            self.fit_dialog.close()
+        super().detach()
+
+    # -- actions ---------------------------------------------------------------------------
+    def apply_values(self, values: dict[str, float]) -> int:
+        """Send edited values to the worker; returns the edit's number."""
+        if self.live is None:
+            return 0
+        return self.live.set_values(values)
+
+    def _window_changed(self, _i: int) -> None:
+        if self.live is not None:
+            self.live.set_window(self.window_combo.currentData())
+
+    def reset_values(self) -> None:
+        if self.inputs is None:
+            return
+        nominal = self.inputs.spec.params.nominal()
+        self.sliders.set_values(nominal)
+        self.apply_values(nominal)
+
+    def open_fit(self) -> None:
+        from widgets.fit_panel import FitDialog
+
+        if self.inputs is None or not self.inputs.recordings:
+            self._show_error("Tick at least one recording that fits the twin first.")
+            return
+        pre = (
+            sorted(self.sliders.edited)
+            or [n for n in self.inputs.spec.params if n.endswith(".friction") and "objects" in n][
+                :2
+            ]
+        )
+        dlg = FitDialog(
+            self.controller,
+            self.inputs.twin_id,
+            list(self.inputs.recordings),
+            self.inputs.spec.params,
+            pre,
+            self,
+        )
+        dlg.sig_applied.connect(self._fit_applied)
+        self.fit_dialog = dlg
+        dlg.show()
+
+    def _fit_applied(self, new_twin: str) -> None:
+        self.refresh()
+        idx = self.twin_combo.findData(new_twin)
+        if idx >= 0:
+            self.twin_combo.setCurrentIndex(idx)
+            self.reload()
+
+    # -- drawing ---------------------------------------------------------------------------
+    def _frame_from_worker(self) -> None:
+        try:
+            self.sig_frame_ready.emit()
+        except RuntimeError:  # page already destroyed
+            pass
+
+    def _build_scene(self, inputs: CalibrationInputs) -> None:
+        self.view.clear()
+        for d in inputs.drawables:
+            if d.collision:
+                continue
+            self.view.set_mesh(f"real:{d.name}", d.vertices, d.faces, d.rgba, np.eye(4))
+            if d.body != "table":
+                self.view.set_mesh(f"ghost:{d.name}", d.vertices, d.faces, GHOST_RGBA, np.eye(4))
+        self.view.look_at((0.4, 0.0, 0.2), 1.9)
+
+    def _on_frame(self) -> None:
+        live = self.live
+        frame = live.take_frame() if live is not None else None
+        if frame is None:
+            return
+        new_sim = (
+            self._last is None
+            or frame.request != self._last.request
+            or (frame.sims is not self._last.sims)
+        )
+        self._last = frame
+        if new_sim:
+            self.sliders.set_values(dict(frame.values))
+            self._draw_curves(frame)
+        self._draw_scene(self.plot.time())
+        self.frames_drawn += 1
+        self._update_status(frame)
+        self.sig_redrawn.emit(frame.request)
+
+    def _draw_curves(self, frame: CalibFrame) -> None:
+        if self.inputs is None:
+            return
+        labelled = len(self.inputs.recordings) > 1
+        out: list[Series] = []
+        for rid, sim in frame.sims.items():
+            lab = f"@{rid.rsplit('-', 1)[-1]}" if labelled else ""
+            s = channel_series(sim, f"sim{lab}", self._joint_units())
+            out += s + residual_series(self._real_series.get(rid, []), s, lab)
+        visible_before = set(self.plot.visible_series())
+        self.plot.update_data(out)
+        new = [s.name for s in out if s.name not in visible_before]
+        want = {n.split("/", 1)[1] for n in visible_before if n.startswith("real")}
+        show = [n for n in new if n.split("/", 1)[1] in want]
+        if show:
+            self.plot.set_visible(sorted(visible_before | set(show)))
+
+    def _cursor_moved(self, t: float) -> None:
+        if self.live is not None:
+            self.live.set_cursor(t)
+        self._draw_scene(t)
+
+    def _draw_scene(self, t: float) -> None:
+        f, inputs = self._last, self.inputs
+        if f is None or inputs is None:
+            return
+        vis = [r for r in self.ticked() if r in f.recorded]
+        if not vis:
+            return
+        rid = vis[0]
+        real = f.recorded[rid].at(t)
+        ghost = f.ghost[rid].at(t) if rid in f.ghost else {}
+        items = self.view.items()
+        moved = False
+        for d in inputs.drawables:
+            if d.collision:
+                continue
+            for prefix, poses in (("real:", real), ("ghost:", ghost)):
+                item = items.get(prefix + d.name)
+                T_body = poses.get(d.body)
+                if item is None or T_body is None:
+                    continue
+                T = T_body @ d.T_body_mesh
+                if np.array_equal(item.data["transform"], T):
+                    continue  # e.g. the full ghost arriving for the same cursor time
+                moved = True
+                item.data["transform"] = T
+                for g in item.gl:
+                    g.setTransform(_qmat(T))
+        if moved and self.view.gl_view is not None:
+            self.view.gl_view.update()
+
+    def _update_buttons(self) -> None:
+        has = self.inputs is not None and self.live is not None
+        self.fit_btn.setEnabled(has)
+        self.reset_btn.setEnabled(has)
+
+    def _update_status(self, f: CalibFrame) -> None:
+        if f.error:
+            self._show_error(f.error)
+            return
+        self.status.setStyleSheet("")
+        bad = "; ".join(f"{r}: {e}" for r, e in f.errors.items())
+        how = "rebuilt" if f.rebuilt else "retuned in place"
+        self.status.setText(
+            f"{len(f.sims)} recording(s) re-simulated in {f.sim_ms:.0f} ms ({how})"
+            + (f" — not simulated: {bad}" if bad else "")
+        )
 
 
 if __name__ == "__main__":

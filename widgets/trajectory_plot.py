@@ -92,6 +92,7 @@ class TrajectoryPlot(QtWidgets.QWidget):
         super().__init__(parent)
         self._series: dict[str, Series] = {}
         self._plots: dict[str, pg.PlotItem] = {}
+        self._curves: dict[str, pg.PlotDataItem] = {}
         self._cursors: list[pg.InfiniteLine] = []
         self._time = 0.0
         self._syncing = False
@@ -170,6 +171,24 @@ class TrajectoryPlot(QtWidgets.QWidget):
         self._rebuild()
         return names
 
+    def update_data(self, series: Iterable[Series]) -> None:
+        """Replace the data of existing series in place (their curves are re-fed, no plot
+        is rebuilt: live re-simulation redraws at slider speed); new series are added."""
+        new = False
+        for s in series:
+            if len(s.t) != len(s.y):
+                raise ValueError(f"series '{s.name}': {len(s.t)} times but {len(s.y)} values")
+            if s.name not in self._series:
+                self.set_series(s, redraw=False)
+                new = True
+                continue
+            self._series[s.name] = s
+            curve = self._curves.get(s.name)
+            if curve is not None:
+                curve.setData(s.t, s.y)
+        if new:
+            self._rebuild()
+
     def add_residual(self, real_name: str, sim_name: str) -> str:
         """Add `residual/<channel>` = real - sim (sim interpolated onto the real times)."""
         r = residual(self._series[real_name], self._series[sim_name])
@@ -217,7 +236,7 @@ class TrajectoryPlot(QtWidgets.QWidget):
 
     def _rebuild(self) -> None:
         self.layout_widget.clear()
-        self._plots, self._cursors = {}, []
+        self._plots, self._cursors, self._curves = {}, [], {}
         groups: dict[str, list[Series]] = {}
         for name in self.visible_series():
             s = self._series[name]
@@ -255,7 +274,9 @@ class TrajectoryPlot(QtWidgets.QWidget):
                     "residual": QtCore.Qt.PenStyle.DotLine,
                 }.get(s.source, QtCore.Qt.PenStyle.SolidLine)
                 pen = pg.mkPen(color, width=1.6, style=style)
-                p.plot(s.t, s.y, pen=pen, name=s.name.split("/", 1)[0], connect="finite")
+                self._curves[s.name] = p.plot(
+                    s.t, s.y, pen=pen, name=s.name.split("/", 1)[0], connect="finite"
+                )
             if first is None:
                 first = p
             else:

@@ -69,9 +69,6 @@ STEPS: tuple[Step, ...] = (
             ),
         ),
         "python main.py fit …",
-        built=False,
-        coming="Fitting from this page is not built yet; the command line fits today "
-        "(python main.py fit --help). This page plots the project's recordings.",
     ),
     Step(
         "policies",

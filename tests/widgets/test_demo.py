@@ -89,7 +89,7 @@ def test_record_button_saves_trajectory_shown_on_calibrate(
     assert traj.meta["rate_hz"] == pytest.approx(250.0, rel=0.1)
     page = lab_window.show_step("calibrate")
     qtbot.waitUntil(lambda: not page.showing_empty_state())
-    assert "real/robot/joint_pos[0]" in page.plot.series()
+    assert "real/joint_pos/panda_joint1" in page.plot.series()
 
 
 def _lab_children() -> list[int]:

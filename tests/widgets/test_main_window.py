@@ -225,8 +225,8 @@ def test_calibrate_page_plots_project_trajectories(window, controller, tmp_path,
     qtbot.waitUntil(lambda: not page.showing_empty_state())
     assert page.traj_list.count() == 1
     assert page.banner.isVisible() and "a twin (Twin page)" in page.banner.text()
-    assert "not built yet" in page.banner.text()
-    assert sorted(page.plot.series()) == ["real/robot/joint_pos[0]", "real/robot/joint_pos[1]"]
+    assert not page.fit_btn.isEnabled()  # nothing to simulate or fit without a twin
+    assert sorted(page.plot.series()) == ["real/joint_pos/joint1", "real/joint_pos/joint2"]
     second = _save_traj(controller, 0.5, "second run")
     qtbot.waitUntil(lambda: page.traj_list.count() == 2)
     assert [page.traj_list.item(i).text() for i in range(2)] == ["first run", "second run"]
@@ -237,7 +237,7 @@ def test_calibrate_page_plots_project_trajectories(window, controller, tmp_path,
     names = sorted(page.plot.series())
     assert len(names) == 4 and any("@" in n for n in names)
     s = page.plot.series()
-    vals = sorted(float(v.y[0]) for k, v in s.items() if k.endswith("joint_pos[1]"))
+    vals = sorted(float(v.y[0]) for k, v in s.items() if k.endswith("joint_pos/joint2"))
     assert vals == pytest.approx([0.5, 1.0])
     assert all(v.t[0] == 0.0 and v.t[-1] == pytest.approx(1.0) for v in s.values())  # from 0 s
     assert {first, second} == {a.id for a in controller.project.artifacts("trajectory")}

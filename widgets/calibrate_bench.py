@@ -1,0 +1,170 @@
+"""The window side of `bench calibrate` (run as `python -m widgets.calibrate_bench`).
+
+Opens the main window at 1366x768 on a new project (the Panda twin + a 5 s recording with 3
+objects), shows the Calibrate page and moves its sliders: for each move, the time from the
+slider's new value to the moment both the plots and the 3D view (ghost) have painted the
+re-simulated result; meanwhile a 5 ms GUI-thread timer measures stalls. Writes a JSON
+report (and optionally a screenshot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PySide6 import QtCore, QtWidgets
+
+TICK_MS = 5
+MOVE_TIMEOUT_S = 3.0
+# parameters a person tunes by eye, with the slider positions (0..1000) to visit
+MOVES = (
+    "robot.joints.panda_joint1.damping",
+    "objects.box.friction",
+    "robot.joints.panda_joint2.damping",
+    "objects.cylinder.restitution",
+    "robot.actuators.panda_joint4.bandwidth",
+    "objects.cylinder.friction",
+)
+
+
+class PaintWatch(QtCore.QObject):
+    """When each watched widget finished painting (a zero timer started from its paint
+    event runs once that event has been handled)."""
+
+    def __init__(self, widgets: list[QtWidgets.QWidget]) -> None:
+        super().__init__()
+        self.widgets = widgets
+        self.done: dict[int, list[float]] = {id(w): [] for w in widgets}
+        for w in widgets:
+            w.installEventFilter(self)
+
+    def eventFilter(self, obj: QtCore.QObject, ev: QtCore.QEvent) -> bool:  # noqa: N802
+        if ev.type() == QtCore.QEvent.Type.Paint and id(obj) in self.done:
+            times = self.done[id(obj)]
+            QtCore.QTimer.singleShot(0, lambda: times.append(time.perf_counter()))
+        return False
+
+    def finished(self, after: float) -> float | None:
+        """When every widget had painted after `after` (None: not yet)."""
+        ends = []
+        for times in self.done.values():
+            later = [t for t in times if t >= after]
+            if not later:
+                return None
+            ends.append(min(later))
+        return max(ends)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--project", type=Path, required=True)
+    p.add_argument("--moves", type=int, default=60)
+    p.add_argument("--screenshot", type=Path, default=None)
+    args = p.parse_args(argv)
+
+    from app.benches.calibrate import make_project
+    from app.session import AppController
+    from widgets.main_window import MainWindow
+
+    qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
+    proj, tid, rid = make_project(args.project)
+    controller = AppController()
+    controller.install_log_handler()
+    win = MainWindow(controller)
+    controller.open_project(proj.root)
+    win.resize(1366, 768)
+    win.show()
+    page: Any = win.show_step("calibrate")
+    report: dict[str, Any] = {"recording": rid, "twin": tid}
+
+    def wait(cond: Any, timeout_s: float) -> bool:
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            qapp.processEvents(QtCore.QEventLoop.ProcessEventsFlag.AllEvents, 20)
+            if cond():
+                return True
+            time.sleep(0.002)
+        return False
+
+    ok = wait(lambda: page._last is not None and page._last.full_ghost, 120)
+    if not ok:
+        report["error"] = "the Calibrate page never showed a simulation"
+        args.out.write_text(json.dumps(report))
+        return 2
+    watched = [page.plot.layout_widget.viewport()]
+    if page.view.gl_view is not None:
+        watched.append(page.view.gl_view)
+    report["gl_3d_view"] = page.view.gl_view is not None
+    watch = PaintWatch(watched)
+    drawn: dict[int, float] = {}
+    page.sig_redrawn.connect(lambda req: drawn.setdefault(req, time.perf_counter()))
+    ticks: list[float] = []
+    tick = QtCore.QTimer()
+    tick.setInterval(TICK_MS)
+    tick.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    rng = np.random.default_rng(0)
+    latencies: list[float] = []
+    timeouts = 0
+    sim_ms: list[float] = []
+    rebuilt = 0
+    wait(lambda: False, 1.0)  # settle (first paints, full ghost)
+    tick.start()
+    for i in range(args.moves):
+        name = MOVES[i % len(MOVES)]
+        row = page.sliders.rows[name]
+        pos = int(rng.integers(50, 950))
+        if pos == row.slider.value():
+            pos += 7
+        t0 = time.perf_counter()
+        row.slider.setValue(pos)  # what a drag delivers: valueChanged on the GUI thread
+        req = page.live._request if page.live is not None else 0
+        got = wait(lambda r=req: r in drawn, MOVE_TIMEOUT_S)
+        if got:
+            got = wait(lambda r=req: watch.finished(drawn[r]) is not None, MOVE_TIMEOUT_S)
+        if not got:
+            timeouts += 1
+            latencies.append(1000 * MOVE_TIMEOUT_S)
+            continue
+        latencies.append(1000 * ((watch.finished(drawn[req]) or t0) - t0))
+        f = page._last
+        if f is not None:
+            sim_ms.append(f.sim_ms)
+            rebuilt += int(f.rebuilt)
+        wait(lambda: False, 0.25 + 0.1 * rng.random())  # a person's pace between moves
+    tick.stop()
+    gaps = np.diff(np.asarray(ticks)) * 1000 - TICK_MS if len(ticks) > 1 else np.zeros(1)
+    lat = np.asarray(latencies)
+    report.update(
+        {
+            "moves": len(latencies),
+            "timeouts": timeouts,
+            "slider_to_redraw_ms_p50": round(float(np.percentile(lat, 50)), 1),
+            "slider_to_redraw_ms_p95": round(float(np.percentile(lat, 95)), 1),
+            "slider_to_redraw_ms_max": round(float(lat.max()), 1),
+            "gui_stall_ms_max": round(float(max(gaps.max(), 0.0)), 1),
+            "gui_stall_ms_p99": round(float(np.percentile(np.maximum(gaps, 0), 99)), 1),
+            "sim_ms_median": round(float(np.median(sim_ms)), 1) if sim_ms else None,
+            "rebuilds": rebuilt,
+            "dropped_results": page.live.dropped if page.live is not None else None,
+            "recording_s": 5.0,
+            "objects": 3,
+        }
+    )
+    if args.screenshot is not None:
+        wait(lambda: False, 1.0)
+        win.grab().save(str(args.screenshot))
+    args.out.write_text(json.dumps(report))
+    win.close()
+    win.shutdown()
+    controller.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
