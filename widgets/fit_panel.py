@@ -26,6 +26,13 @@ log = logging.getLogger(__name__)
 MAX_PAIR = 5  # parameters in the pair plot (the most sensitive first)
 
 
+def _apply_job(project: Any, fit_id: str) -> Any:
+    from app.jobs import Progress
+
+    yield Progress(None, f"saving {fit_id} as a new twin version")
+    return fit_flow.apply_fit(project, fit_id)
+
+
 class PairPlot(pg.GraphicsLayoutWidget):
     """Corner plot: histograms on the diagonal, sample scatter below it, the estimate in red."""
 
@@ -269,16 +276,21 @@ class FitDialog(QtWidgets.QDialog):
         self.apply_btn.setEnabled(d.get("status") == "done")
 
     def apply(self) -> None:
+        """Save the fit as a new twin version (a job: it copies the twin's files)."""
         proj = self.controller.project
         if proj is None or self.fit_id is None:
             return
-        try:
-            new_id = fit_flow.apply_fit(proj, self.fit_id)
-        except Exception as exc:
-            self.summary.setText(f"Apply failed: {exc}")
-            return
-        log.info("applied %s: new twin %s", self.fit_id, new_id)
         self.apply_btn.setEnabled(False)
+        self.summary.setText(f"applying {self.fit_id}…")
+        self.controller.submit_job(
+            f"Apply {self.fit_id}",
+            _apply_job(proj, self.fit_id),
+            lambda tid: QtCore.QTimer.singleShot(0, self, lambda: self._applied(tid)),
+            lambda msg: QtCore.QTimer.singleShot(0, self, lambda: self._failed(msg)),
+        )
+
+    def _applied(self, new_id: str) -> None:
+        log.info("applied %s: new twin %s", self.fit_id, new_id)
         self.summary.setText(f"Applied: new twin {new_id} (parent {self.twin_id}).")
         self.controller.notify_project_changed()
         self.sig_applied.emit(new_id)

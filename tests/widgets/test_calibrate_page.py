@@ -125,3 +125,34 @@ def test_calibrate_page_fits_1366x768(window, controller, qtbot, tmp_path) -> No
     controls = _controls(page)
     assert page.fit_btn in controls and page.view in controls
     _check(window, controls + _controls(window.devices_panel), "page calibrate")
+
+
+def test_fit_window_converges_shows_posterior_and_applies(
+    qtbot, controller: AppController, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    from app.workflows.twin import load_twin
+    from widgets.fit_panel import FitDialog
+
+    tid, rid = _qube_project(controller, tmp_path / "p")
+    spec = qube_twin()
+    dlg = FitDialog(controller, tid, [rid], spec.params, [DAMPING])
+    qtbot.addWidget(dlg)
+    assert dlg.chosen() == [DAMPING]
+    dlg.budget.setValue(8)
+    dlg.start()  # without a main window the controller runs the job right here
+    qtbot.waitUntil(lambda: dlg.fit_id is not None, timeout=60000)
+    # the convergence curve: best objective never rises with more simulations
+    assert len(dlg.best) >= 2 and dlg.evals == sorted(dlg.evals)
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(dlg.best, dlg.best[1:], strict=False))
+    proj = controller.project
+    assert proj is not None
+    d = fit_flow.fit_summary(proj, dlg.fit_id)
+    assert d["estimate"][DAMPING] == pytest.approx(2e-4, rel=0.1)  # the recording's truth
+    assert dlg.pair.shown == [DAMPING]
+    assert dlg.apply_btn.isEnabled()
+    with qtbot.waitSignal(dlg.sig_applied, timeout=10000) as sig:
+        dlg.apply_btn.click()
+    new_id = sig.args[0]
+    assert proj.artifact(new_id).parent == tid
+    _, new_spec = load_twin(proj, new_id)
+    assert new_spec.params[DAMPING].nominal == pytest.approx(d["estimate"][DAMPING])
