@@ -1,9 +1,11 @@
-"""Start the virtual lab as its own process (`python main.py lab serve …`) and wait until it
-accepts connections. The demo, tests and benchmarks use this; like a real robot, the lab is
-then reached only through the protocol.
+"""Start a robot agent as its own process (`python -m devices.robots.serve --driver …`, the
+module entry point, not the repository's main.py) and wait until it accepts connections.
+The demo, tests and benchmarks start the virtual lab this way; like a real robot, it is then
+reached only through the protocol.
 
     with start_lab_process("panda_table") as lab:
         with RobotClient(lab.host, lab.port, lab.token) as robot: ...
+    with start_agent_process("feetech", ["--emulate"]) as arm: ...
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ FINGERPRINT = re.compile(r"fingerprint (sha256:[0-9a-f]{64})")
 
 
 class LabProcess:
-    """A running `lab serve` subprocess: `host`, `port`, `token`, `terminate()`."""
+    """A running agent subprocess (the lab or any driver): `host`, `port`, `token`,
+    `terminate()`."""
 
     def __init__(
         self, proc: subprocess.Popen[str], token: str, token_dir: tempfile.TemporaryDirectory[str]
@@ -115,17 +118,49 @@ def start_lab_process(
     is then `LabProcess.fingerprint` (pass it to RobotClient(tls_fingerprint=…)).
     Raises DeviceError with the process output if it fails to start.
     """
+    args = ["--scene", scene]
+    if config is not None:
+        args += ["--config", str(config)]
+    if camera_size:
+        args += ["--camera-size", camera_size]
+    if camera_fps:
+        args += ["--camera-fps", str(camera_fps)]
+    return start_agent_process(
+        "lab",
+        args + (extra_args or []),
+        port=port,
+        host=host,
+        token=token,
+        timeout_s=timeout_s,
+        tls=tls,
+    )
+
+
+def start_agent_process(
+    driver: str,
+    driver_args: list[str] | None = None,
+    *,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    timeout_s: float = 60.0,
+    tls: bool = False,
+) -> LabProcess:
+    """Start `python -m devices.robots.serve --driver DRIVER …` and return once it listens.
+
+    driver_args: the driver's options (e.g. ["--emulate"], ["--robot-ip", "127.0.0.2"]).
+    Raises DeviceError with the process output if it fails to start.
+    """
     token = token or new_token()
-    tdir = tempfile.TemporaryDirectory(prefix="twinbench-lab-")
+    tdir = tempfile.TemporaryDirectory(prefix=f"twinbench-{driver}-")
     token_file = Path(tdir.name) / "token"
     write_token_file(token_file, token)
     cmd = [
         sys.executable,
-        str(REPO_ROOT / "main.py"),
-        "lab",
-        "serve",
-        "--scene",
-        scene,
+        "-m",
+        "devices.robots.serve",
+        "--driver",
+        driver,
         "--port",
         str(port),
         "--host",
@@ -134,15 +169,9 @@ def start_lab_process(
         str(token_file),
         "--exit-with-parent",
     ]
-    if config is not None:
-        cmd += ["--config", str(config)]
-    if camera_size:
-        cmd += ["--camera-size", camera_size]
-    if camera_fps:
-        cmd += ["--camera-fps", str(camera_fps)]
     if tls:
         cmd += ["--tls", "--tls-dir", str(Path(tdir.name) / "tls")]
-    cmd += extra_args or []
+    cmd += driver_args or []
     env = dict(os.environ)
     env.setdefault("MUJOCO_GL", "egl")
     env.setdefault("PYOPENGL_PLATFORM", "egl")

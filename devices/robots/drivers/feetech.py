@@ -57,7 +57,11 @@ class FeetechSdkBus:
             self._ph.closePort()
 
     def ping(self, sid: int) -> str:
-        _, res, _ = self._pk.ping(self._ph, sid)
+        try:
+            _, res, _ = self._pk.ping(self._ph, sid)
+        except IndexError:  # the SDK indexes a too-short reply (a late packet of another id)
+            self._ph.is_using = False
+            return "corrupt"
         if res == self._sdk.COMM_SUCCESS:
             return "ok"
         return "timeout" if res == self._sdk.COMM_RX_TIMEOUT else "corrupt"

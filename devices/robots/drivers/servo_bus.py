@@ -6,7 +6,8 @@ servos) and writes (one sync write of all goal positions); all bus traffic is un
 on the caller's thread, so a stop is on the wire as soon as `hold()` returns. Bus errors are
 retried `retries` times; then the arm is held at its last measured pose, the fault names
 the joint and servo (a diagnostic ping finds which stopped answering), and every later read
-or command raises it, so the agent stops and stays stopped. At start each servo must answer
+or command raises it (reads: once; then they return the last good state so the agent keeps
+reporting why it stopped), so the agent stops and stays stopped. At start each servo must answer
 and sit inside its calibrated range (else nothing is enabled); the range is also written to
 the servo's own position limits. `close()` holds, then turns torque off.
 """
@@ -84,6 +85,7 @@ class ServoArmDriver:
         self._held_ticks: NDArray[np.int64] | None = None
         self._started = False
         self.fault: str | None = None
+        self._fault_reported = False
         self.bus_retries = 0  # transactions that succeeded only after a retry
         self.servo_watchdog = False
         limits = JointLimits(
@@ -171,11 +173,21 @@ class ServoArmDriver:
                 self._started = False
 
     def read_state(self) -> RobotState:
+        """The newest measurement (one sync read). After a fault has been raised once, the
+        last good state again (unchanged `t` and `seq`), so the agent keeps reporting its
+        stop; commands stay refused."""
         with self._lock:
-            self._check()
+            if self.fault is not None and self._fault_reported and self._last is not None:
+                return self._last
+            try:
+                self._check()
+            except DeviceError:
+                self._fault_reported = True
+                raise
             try:
                 reading = self._read_retrying()
             except BusError as exc:
+                self._fault_reported = True
                 raise DeviceError(self._fail(exc)) from None
             return self._store(reading)
 

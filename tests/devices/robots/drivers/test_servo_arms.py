@@ -167,7 +167,7 @@ def test_fault_mid_motion_stops_and_names_the_device(vendor: str, fault: str) ->
         try:
             target = np.array([0.8, -0.8, 0.8, -0.8, 0.8, 0.8])
             drive(agent, target, 0.4)
-            assert agent.mode == "command"
+            assert agent.mode == "command", agent.stop_reason
             n_before = len(bus.goals)
             if fault == "silent_servo":
                 bus.silence([4])
@@ -190,8 +190,15 @@ def test_fault_mid_motion_stops_and_names_the_device(vendor: str, fault: str) ->
             for _, sid, raw in after:
                 assert raw == held[sid]
             assert len(after) <= len(cal.ids)
-            with pytest.raises(DeviceError):
-                agent.command("position", target)
+            # the stop is reported on (the last good state streams on), and a new command is
+            # refused at the next tick without anything reaching the bus
+            assert drv.read_state().seq == drv.read_state().seq
+            n_now = len(bus.goals)
+            agent.heartbeat()
+            agent.command("position", target)
+            time.sleep(0.1)
+            assert agent.mode == "stopped" and "agent error" in (agent.stop_reason or "")
+            assert len(bus.goals) == n_now
         finally:
             agent.close()
         assert unsafe_goals(bus.goals, cal, RATE, {i: 2048 + 200 * (i - 3) for i in cal.ids}) == []

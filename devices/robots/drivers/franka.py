@@ -1,0 +1,192 @@
+"""`FrankaDriver`: Franka FR3 / Panda arms through `franky-control` (libfranka underneath).
+
+franky runs libfranka's 1 kHz loop itself; the agent hands it a new target every control
+tick as an asynchronous motion that replaces the running one (Ruckig re-plans within the
+arm's velocity, acceleration and jerk limits x `dynamics_factor`):
+position -> `JointMotion`, velocity -> `JointVelocityMotion` held for three control periods
+only, so the arm stops by itself if the agent goes quiet. A stop (`hold`) is franky's
+`JointStopMotion` (or a zero-velocity motion). The library's collision thresholds stay at
+franky's defaults; a reflex or any motion error the robot reports becomes a fault that
+names the arm and the error: the agent stops, the driver runs franky's error recovery, and
+motion needs a new command from whoever takes control.
+
+The robot-description bundle carries the URDF the arm itself reports (`Robot.model_urdf`).
+franky is imported when the driver connects.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from devices.errors import DeviceError
+from devices.robots.driver import CommandMode, JointLimits, RobotInfo, RobotState
+
+Vec = NDArray[np.float64]
+FR3_LOWER = (-2.7437, -1.7837, -2.9007, -3.0421, -2.8065, 0.5445, -3.0159)
+FR3_UPPER = (2.7437, 1.7837, 2.9007, -0.1518, 2.8065, 4.5169, 3.0159)
+FR3_VEL = (2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26)
+FR3_EFFORT = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)
+
+
+def active_errors(errors: Any) -> list[str]:
+    """Names of the flags set in a libfranka `Errors` value (e.g. 'joint_reflex')."""
+    return [n for n in dir(errors) if not n.startswith("_") and getattr(errors, n) is True]
+
+
+class FrankaDriver:
+    """A RobotDriver for a Franka arm at `host` (its FCI address, or franky-sim's)."""
+
+    def __init__(self, host: str, rate_hz: float = 250.0, dynamics_factor: float = 0.1) -> None:
+        if not 0 < dynamics_factor <= 1:
+            raise DeviceError(f"franka: dynamics factor must be in (0, 1], got {dynamics_factor}")
+        import franky
+
+        self._f: Any = franky
+        self.host, self.rate_hz = host, rate_hz
+        try:
+            self.robot: Any = franky.Robot(host, realtime_config=franky.RealtimeConfig.Ignore)
+        except Exception as exc:  # franky raises its own NetworkException, IncompatibleVersion…
+            raise DeviceError(
+                f"franka {host}: cannot connect ({type(exc).__name__}: {exc})"
+            ) from None
+        self.robot.relative_dynamics_factor = dynamics_factor
+        try:
+            urdf = str(self.robot.model_urdf)
+        except Exception:
+            urdf = ""
+        self._lock = threading.RLock()
+        self._kind: str | None = None  # 'position' | 'velocity' while a motion runs
+        self._seq = 0
+        self.fault: str | None = None
+        self.recoveries = 0
+        limits = JointLimits(*(np.array(v) for v in (FR3_LOWER, FR3_UPPER, FR3_VEL, FR3_EFFORT)))
+        self._info = RobotInfo(
+            name="fr3",
+            joint_names=tuple(f"fr3_joint{i + 1}" for i in range(7)),
+            limits=limits,
+            control_rate_hz=rate_hz,
+            command_modes=("position", "velocity"),
+            description=f"Franka FR3 at {host} (franky-control)",
+            meta={
+                "driver": "franka",
+                "device": host,
+                "bundle": {
+                    "format": 1,
+                    "urdf": urdf,
+                    "urdf_name": "fr3.urdf",
+                    "limits": limits.to_dict(),
+                    "calibration": None,
+                },
+            },
+        )
+
+    # -- RobotDriver -----------------------------------------------------------------------
+    def info(self) -> RobotInfo:
+        return self._info
+
+    def start(self) -> None:
+        self.read_state()
+
+    def close(self) -> None:
+        with self._lock:
+            self.hold()
+            try:
+                self.robot.join_motion(timeout=2.0)
+            except Exception:
+                pass
+
+    def read_state(self) -> RobotState:
+        with self._lock:
+            self._check_motion()
+            if self.fault is not None:
+                raise DeviceError(self.fault)
+            try:
+                s = self.robot.state
+            except Exception as exc:
+                self._set_fault(f"state not readable ({type(exc).__name__}: {exc})")
+                raise DeviceError(self.fault) from None
+            errors = active_errors(s.current_errors)
+            if errors:  # a reflex (collision thresholds) or a limit the arm enforces itself
+                self._set_fault(f"the arm reports {', '.join(errors)}")
+                raise DeviceError(self.fault)
+            self._seq += 1
+            return RobotState(
+                t=time.monotonic(),
+                seq=self._seq,
+                joint_pos=np.array(s.q, dtype=float),
+                joint_vel=np.array(s.dq, dtype=float),
+                joint_effort=np.array(s.tau_J, dtype=float),
+            )
+
+    def write_command(self, mode: CommandMode, values: Vec) -> None:
+        v = np.asarray(values, dtype=float)
+        if v.shape != (7,) or not np.all(np.isfinite(v)):
+            raise DeviceError(f"franka {self.host}: bad {mode} command {v!r}")
+        f = self._f
+        with self._lock:
+            if self.fault is not None:
+                raise DeviceError(self.fault)
+            if mode == "position":
+                motion = f.JointMotion(f.JointState(v.tolist()), return_when_finished=False)
+            elif mode == "velocity":
+                hold_ms = max(1, int(3000.0 / self.rate_hz))
+                motion = f.JointVelocityMotion(v.tolist(), duration=f.Duration(hold_ms))
+            else:
+                raise DeviceError(f"franka {self.host}: '{mode}' commands are not supported")
+            if self._kind not in (None, mode):
+                self._stop_motion()
+                self.robot.join_motion(timeout=2.0)
+            self._move(motion)
+            self._kind = mode
+
+    def hold(self) -> None:
+        with self._lock:
+            try:
+                self._stop_motion()
+            except Exception:
+                pass
+            if self.fault is not None and self.robot.has_errors:
+                try:  # franky's automatic error recovery, once the agent has stopped
+                    self.robot.recover_from_errors()
+                    self.recoveries += 1
+                    self.fault = None  # stopped and recovered: a new command may move it
+                except Exception:
+                    pass
+
+    def forward_kinematics(self, joint_pos: Vec) -> Vec | None:
+        return None
+
+    # -- internals ---------------------------------------------------------------------------
+    def _move(self, motion: Any) -> None:
+        try:
+            self.robot.move(motion, asynchronous=True)
+        except Exception as exc:
+            self._kind = None
+            self._set_fault(f"motion refused ({type(exc).__name__}: {exc})")
+            raise DeviceError(self.fault) from None
+
+    def _stop_motion(self) -> None:
+        f = self._f
+        if self._kind == "position":
+            self.robot.move(f.JointStopMotion(), asynchronous=True)
+        elif self._kind == "velocity":
+            self.robot.move(
+                f.JointVelocityMotion([0.0] * 7, duration=f.Duration(1)), asynchronous=True
+            )
+        self._kind = None
+
+    def _check_motion(self) -> None:
+        """Surface an error of the running asynchronous motion (reflex, network loss)."""
+        try:
+            self.robot.poll_motion()
+        except Exception as exc:
+            self._kind = None
+            self._set_fault(f"{type(exc).__name__}: {exc}")
+
+    def _set_fault(self, what: str) -> None:
+        self.fault = f"franka {self.host}: {what}; arm stopped"
