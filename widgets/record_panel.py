@@ -79,6 +79,13 @@ class RecordPanel(QtWidgets.QWidget):
         )
         self.direction = self._spin(-180.0, 180.0, 0.0, 15.0, "push direction from +x", " °")
         self.speed = self._spin(0.01, 0.5, 0.05, 0.01, "tool speed while pushing", " m/s")
+        self.camera_box = QtWidgets.QComboBox()
+        self.camera_box.setToolTip("also record this camera (for object poses from depth)")
+        self.camera_box.addItem("none")
+        link = controller.robot_link
+        client = link.protocol_client() if link is not None else None
+        for cam in getattr(client, "cameras", []) or []:
+            self.camera_box.addItem(str(cam))
         form.addRow("Motion", self.motion_box)
         form.addRow("Amplitude", self.amplitude)
         form.addRow("Speed limit share", self.velocity)
@@ -88,6 +95,7 @@ class RecordPanel(QtWidgets.QWidget):
         form.addRow("Push target y", self.target_y)
         form.addRow("Push direction", self.direction)
         form.addRow("Push speed", self.speed)
+        form.addRow("Camera", self.camera_box)
         lay.addLayout(form)
         self.preview_button = QtWidgets.QPushButton("Preview plan")
         self.preview_button.setToolTip("Plan from the robot's current pose; nothing moves")
@@ -262,7 +270,14 @@ class RecordPanel(QtWidgets.QWidget):
             return
         self._stop.clear()
         motion = self.motion
-        job = record_job(self.controller.project, client, motion, stop_event=self._stop)
+        cam = self.camera_box.currentText()
+        job = record_job(
+            self.controller.project,
+            client,
+            motion,
+            stop_event=self._stop,
+            camera=None if cam == "none" else cam,
+        )
         self._task = task = self.runner.start(f"Record {motion.name}", job)
         self.record_button.setEnabled(False)
         self.preview_button.setEnabled(False)

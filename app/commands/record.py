@@ -1,6 +1,6 @@
 """`python main.py record --project P --host H --port N --token-file F --motion NAME
 [--amplitude A] [--velocity V] [--duration S] [--joints J...] [--target X Y] [--direction DEG]
-[--speed M/S] [--preview]`.
+[--speed M/S] [--camera NAME] [--preview]`.
 
 Plans an excitation motion from the library (devices/robots/excitation.py; pushes in
 twins/pushes.py) from the connected robot's current pose, checks it against the limits the
@@ -40,6 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--direction", type=float, default=None, help="push: direction, deg from +x")
     p.add_argument("--speed", type=float, default=None, help="push: tool speed, m/s")
     p.add_argument("--distance", type=float, default=None, help="push: how far, m")
+    p.add_argument(
+        "--camera", default=None, help="also record this robot camera (.db3 next to the data)"
+    )
     p.add_argument("--preview", action="store_true", help="print the plan; move nothing")
     p.add_argument("--list", action="store_true", help="list the motion library")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -105,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         if args.preview:
             return 0
         assert project is not None
-        tid = run_cli(record_job(project, robot, motion), args.quiet)
+        tid = run_cli(record_job(project, robot, motion, camera=args.camera), args.quiet)
     meta = project.artifact(tid)
     print(f"trajectory {tid}: {meta.summary}")
     return 0

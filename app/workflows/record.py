@@ -16,10 +16,14 @@ stopped (held).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +31,7 @@ from numpy.typing import NDArray
 
 from app.jobs import Job, Progress
 from app.project import Project
+from app.workflows.record_camera import CameraCapture
 from devices.errors import DeviceError
 from devices.robots import excitation
 from devices.robots.client import RobotClient
@@ -79,11 +84,15 @@ def play_motion(
     post_s: float = POST_S,
     send_hz: float | None = None,
     stop_event: threading.Event | None = None,
+    camera: str | None = None,
+    camera_path: Path | None = None,
 ) -> Job[Trajectory]:
     """Job: play `motion` through the protocol while recording the state stream; returns
     the recording (source real). The robot is stopped at the end, on error and on cancel.
     `stop_event` (a Stop button) is checked before every command: once set, no further
-    command is sent, the robot is stopped and RecordingStopped is raised."""
+    command is sent, the robot is stopped and RecordingStopped is raised. With `camera`,
+    that camera's frames are written to `camera_path` (.db3) meanwhile, and the channel
+    `camera/<name>/frame_index` gives each sample's frame in it."""
     info = client.info
     if info is None:
         raise DeviceError(f"robot at {client.address}: not connected")
@@ -112,8 +121,16 @@ def play_motion(
     client.take_control()
     sent = 0
     t_robot_start = float("nan")
+    capture: CameraCapture | None = None
+    if camera is not None:
+        if camera_path is None:
+            raise MotionError(f"recording camera '{camera}' needs a file to write to")
+        capture = CameraCapture(client, camera, camera_path)
     try:
-        with client.recording() as rec:
+        with contextlib.ExitStack() as stack:
+            if capture is not None:
+                stack.enter_context(capture)
+            rec = stack.enter_context(client.recording())
             t0 = time.monotonic()
             while True:
                 now = time.monotonic() - t0
@@ -145,6 +162,15 @@ def play_motion(
     finally:
         _stop(client, f"recording '{motion.name}' ended")
     traj = _assemble(client, motion, msgs, raw, t_robot_start, sent)
+    if capture is not None:
+        traj = traj.with_channels(
+            channels={
+                **dict(traj.channels),
+                f"camera/{camera}/frame_index": capture.frame_index(traj.t),
+            },
+            units={**dict(traj.units), f"camera/{camera}/frame_index": "1"},
+            meta={**dict(traj.meta), **capture.summary(float(traj.t[0]), float(traj.t[-1]))},
+        )
     yield Progress(1.0, f"{motion.name}: recorded {len(traj)} states")
     return traj
 
@@ -250,10 +276,35 @@ def record_job(
     summary: str = "",
     inputs: tuple[str, ...] = (),
     stop_event: threading.Event | None = None,
+    camera: str | None = None,
 ) -> Job[str]:
     """Job: `play_motion`, then save the recording as a trajectory artifact; returns its id.
-    A cancelled or failed motion saves nothing (and leaves the robot stopped)."""
-    traj = yield from play_motion(client, motion, stop_event=stop_event)
+    With `camera`, its frames are saved next to it as `camera.db3`. A cancelled or failed
+    motion saves nothing (and leaves the robot stopped)."""
+    tmp = Path(tempfile.mkdtemp(prefix=".recording-", dir=project.root)) if camera else None
+    try:
+        traj = yield from play_motion(
+            client,
+            motion,
+            stop_event=stop_event,
+            camera=camera,
+            camera_path=tmp / "camera.db3" if tmp is not None else None,
+        )
+        return _save(project, client, motion, traj, summary, inputs, tmp)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _save(
+    project: Project,
+    client: RobotClient,
+    motion: Motion,
+    traj: Trajectory,
+    summary: str,
+    inputs: tuple[str, ...],
+    camera_dir: Path | None,
+) -> str:
     info = client.info
     robot = info.name if info is not None else client.address
     settings = {
@@ -270,4 +321,7 @@ def record_job(
         summary=summary or f"{motion.summary()} on {robot} ({len(traj)} states)",
     ) as folder:
         traj.save(folder)
+        if camera_dir is not None:
+            for f in camera_dir.iterdir():  # the .db3 and its sidecar
+                shutil.move(str(f), folder / f.name)
     return project.artifacts("trajectory")[-1].id

@@ -17,6 +17,7 @@ import pytest
 from app.jobs import run_to_end
 from app.project import Project
 from app.workflows.record import plan_motion, play_motion, record_job
+from devices.errors import DeviceError
 from devices.robots.auth import write_token_file
 from devices.robots.client import RobotClient
 from devices.robots.excitation import MotionError
@@ -175,3 +176,53 @@ def test_cli_records_into_a_project(lab: LabProcess, tmp_path: Path) -> None:
         cwd=REPO_ROOT,
     )
     assert bad.returncode == 2 and "amplitude must be in (0, 1]" in bad.stderr
+
+
+def test_push_over_the_protocol_follows_the_planned_tool_path(lab: LabProcess) -> None:
+    from twins.kinematics import RobotKinematics
+
+    with RobotClient(lab.host, lab.port, lab.token) as robot:
+        info = robot.info
+        assert info is not None
+        motion = plan_motion(robot, "push", target_xy=(0.45, 0.0), direction=90.0, speed=0.1)
+        traj = run_to_end(play_motion(robot, motion))
+    assert traj.meta["motion"] == "push" and traj.meta["motion_params"]["ee_link"]
+    link = str(traj.meta["motion_params"]["ee_link"])
+    with RobotKinematics.from_description(info.description, info.joint_names) as kin:
+        step = slice(None, None, 10)
+        meas = np.stack([kin.link_pose(link, q)[:3, 3] for q in traj["robot/joint_pos"][step]])
+        plan = np.stack(
+            [kin.link_pose(link, q)[:3, 3] for q in traj["robot/command_planned"][step]]
+        )
+    low = plan[:, 2] < 0.035  # the push itself, 3 cm above the table
+    assert low.sum() > 20
+    # the measured tool runs along the planned push line: lateral and height errors are small
+    # (along the line it lags by the arm's tracking delay)
+    assert np.max(np.abs(meas[low, 0] - 0.45)) < 0.01
+    assert np.max(np.abs(meas[low, 2] - 0.03)) < 0.015
+    assert np.ptp(meas[low, 1]) > 0.12
+
+
+def test_a_camera_is_recorded_next_to_the_motion(tmp_path: Path) -> None:
+    from devices.cameras.playback import PlaybackSource
+
+    project = Project.create(tmp_path / "p")
+    with start_lab_process("panda_table", camera_size="424x240", camera_fps=15) as lab:
+        with RobotClient(lab.host, lab.port, lab.token) as robot:
+            motion = plan_motion(robot, "chirp", duration=2.0, joints="panda_joint1")
+            tid = run_to_end(record_job(project, robot, motion, camera="fixed"))
+            with pytest.raises(DeviceError, match="no camera 'ceiling'"):
+                run_to_end(record_job(project, robot, motion, camera="ceiling"))
+    folder = project.path_of(tid)
+    traj = Trajectory.load(folder)
+    idx = traj["camera/fixed/frame_index"][:, 0]
+    assert np.all(np.diff(idx) >= 0) and idx[0] >= 0  # frames flowed before the motion
+    assert traj.meta["camera_frames_in_recording"] >= 0.5 * 15 * traj.duration
+    with PlaybackSource(folder / "camera.db3") as src:
+        frames = list(src.frames())
+    assert len(frames) == traj.meta["camera_frames"]
+    # each sample's frame was taken at (or just before) the sample, on the robot's clock
+    k = len(traj) // 2
+    ts = frames[int(idx[k])].timestamp
+    assert traj.t[k] - 0.2 < ts <= traj.t[k] + 1e-6
+    assert [p.name for p in project.root.iterdir() if p.name.startswith(".recording")] == []
