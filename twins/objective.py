@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 
 from devices.trajectory import Trajectory
 from twins.errors import TwinError
+from twins.object_motion import lost_rows, with_initial_object_state
 from twins.spec import TwinSpec
 
 POSE_UNIT = "xyz_m+quat_xyzw"
@@ -160,7 +161,7 @@ def windows(traj: Trajectory, window_s: float | None, lead_s: float = 0.0) -> li
     (`command_before_t` relative to the window start, `command_before_u`), so a delayed
     actuator sees the commands it would have seen on the real robot."""
     if window_s is None or window_s <= 0 or window_s >= traj.duration:
-        return [traj]
+        return [with_initial_object_state(traj)]
     out = []
     t0 = float(traj.t[0])
     starts = np.arange(t0, float(traj.t[-1]), window_s)
@@ -188,7 +189,7 @@ def windows(traj: Trajectory, window_s: float | None, lead_s: float = 0.0) -> li
             traj.source,
             meta,
         )
-        out.append(seg)
+        out.append(with_initial_object_state(seg))  # free objects start moving
     return out
 
 
@@ -358,7 +359,11 @@ def _channel_error(real: Trajectory, sim: Trajectory, name: str) -> NDArray[np.f
         sim_jn = [str(j) for j in sim.meta.get("joint_names", [])]
         s = s[:, [sim_jn.index(j) for j in jn]] if jn else s[:, : r.shape[1]]
     if real.units.get(name) == POSE_UNIT and r.shape[1] == 7:
-        return np.hstack([s[:, :3] - r[:, :3], _rotvec_err(s[:, 3:], r[:, 3:])])
+        err = np.hstack([s[:, :3] - r[:, :3], _rotvec_err(s[:, 3:], r[:, 3:])])
+        lost = lost_rows(real, name)  # samples the tracker flagged: no evidence
+        if lost is not None:
+            err[lost] = 0.0
+        return err
     return np.asarray(s - r)
 
 

@@ -1,6 +1,7 @@
 """Replay recorded commands in a twin, and run policies forward (DESIGN §3).
 
-`replay` starts from the recording's first robot and object state and drives the robot with
+`replay` starts from the recording's first robot and object state (objects with the
+velocity their first samples show, twins/object_motion.py) and drives the robot with
 its `robot/command` channel, open loop, through the twin's actuator and latency models. The
 loop is lean on purpose (a fit runs it thousands of times): commands are precomputed per
 physics step, PyBullet is called only when a command changes (servo targets) or every step
@@ -21,6 +22,7 @@ from twins.actuators import Actuators
 from twins.builder import TwinWorld
 from twins.engine import pb
 from twins.errors import TwinError
+from twins.object_motion import FALLING_KEY, TWIST_KEY, start_twist, with_initial_object_state
 from twins.spec import TwinSpec
 
 MAX_JOINT_VEL = 1e3  # rad/s (or m/s): beyond this a twin has exploded
@@ -111,6 +113,8 @@ def _check_finite(
 def replay(spec: TwinSpec, values: Mapping[str, float] | None, real: Trajectory) -> Trajectory:
     """Build the twin, replay `real`'s commands from its initial state, return a sim
     Trajectory on the same time base (TwinError on explosion or mismatched channels)."""
+    if TWIST_KEY not in real.meta:  # free objects start as the first samples say
+        real = with_initial_object_state(real)
     with TwinWorld(spec, values) as world:
         return replay_in(world, real)
 
@@ -134,10 +138,18 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
         qd0 = real["robot/joint_vel"][0] if "robot/joint_vel" in real.channels else None
         world.set_joint_state(q0, qd0, st_names)
     obj_names = [o.name for o in spec.objects]
+    twists = dict(real.meta.get(TWIST_KEY) or {})
+    falling = dict(real.meta.get(FALLING_KEY) or {})
+    g = float(world.values.get("sim.gravity", 9.81))
     for name in obj_names:
         ch = f"objects/{name}/pose"
         if ch in real.channels:
-            world.set_object_pose(name, real[ch][0])
+            tw, p0 = twists.get(name), real[ch][0]
+            com = None
+            if tw is not None:
+                T_bc = world.bodies[name].T_body_com
+                com = start_twist(p0, tw, T_bc, bool(falling.get(name)), g, world.dt)
+            world.set_object_pose(name, p0, com)
     # command schedule, one row per physics step
     steps = int(round((t[-1] - t[0]) / dt))
     rec_step = np.clip(np.rint((t - t[0]) / dt).astype(int), 0, steps)
