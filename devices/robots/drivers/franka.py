@@ -16,6 +16,7 @@ franky is imported when the driver connects.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any
@@ -31,6 +32,7 @@ FR3_LOWER = (-2.7437, -1.7837, -2.9007, -3.0421, -2.8065, 0.5445, -3.0159)
 FR3_UPPER = (2.7437, 1.7837, 2.9007, -0.1518, 2.8065, 4.5169, 3.0159)
 FR3_VEL = (2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26)
 FR3_EFFORT = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)
+STALE_S = 0.25  # s without a new robot state during a motion: the arm is lost
 
 
 def active_errors(errors: Any) -> list[str]:
@@ -63,11 +65,17 @@ class FrankaDriver:
         self._kind: str | None = None  # 'position' | 'velocity' while a motion runs
         self._seq = 0
         self.fault: str | None = None
+        self._fault_reported = False
+        self._last: RobotState | None = None
         self.recoveries = 0
+        self._stamp = (-1.0, time.monotonic())  # (robot time ms, when it last changed)
         limits = JointLimits(*(np.array(v) for v in (FR3_LOWER, FR3_UPPER, FR3_VEL, FR3_EFFORT)))
+        names = re.findall(r'<joint\s+name="([^"]+)"\s+type="revolute"', urdf)
         self._info = RobotInfo(
             name="fr3",
-            joint_names=tuple(f"fr3_joint{i + 1}" for i in range(7)),
+            joint_names=tuple(names)
+            if len(names) == 7
+            else tuple(f"fr3_joint{i + 1}" for i in range(7)),
             limits=limits,
             control_rate_hz=rate_hz,
             command_modes=("position", "velocity"),
@@ -101,27 +109,47 @@ class FrankaDriver:
                 pass
 
     def read_state(self) -> RobotState:
+        """The newest libfranka state. A fault is raised once; then the last good state is
+        returned again (same `t`, `seq`) so the agent keeps reporting why it stopped."""
         with self._lock:
             self._check_motion()
             if self.fault is not None:
+                if self._fault_reported and self._last is not None:
+                    return self._last
+                self._fault_reported = True
                 raise DeviceError(self.fault)
             try:
                 s = self.robot.state
             except Exception as exc:
                 self._set_fault(f"state not readable ({type(exc).__name__}: {exc})")
+                self._fault_reported = True
                 raise DeviceError(self.fault) from None
+            stamp, now = float(s.time.to_msec()), time.monotonic()
+            if stamp != self._stamp[0]:
+                self._stamp = (stamp, now)
+            elif self._kind is not None and now - self._stamp[1] > STALE_S:
+                # in motion, libfranka's state advances every ms: nothing new means the arm
+                # (or the network to it) is gone
+                self._set_fault(
+                    f"no state from the arm for {(now - self._stamp[1]) * 1e3:.0f} ms "
+                    "(network or controller lost)"
+                )
+                self._fault_reported = True
+                raise DeviceError(self.fault)
             errors = active_errors(s.current_errors)
             if errors:  # a reflex (collision thresholds) or a limit the arm enforces itself
                 self._set_fault(f"the arm reports {', '.join(errors)}")
+                self._fault_reported = True
                 raise DeviceError(self.fault)
             self._seq += 1
-            return RobotState(
+            self._last = RobotState(
                 t=time.monotonic(),
                 seq=self._seq,
                 joint_pos=np.array(s.q, dtype=float),
                 joint_vel=np.array(s.dq, dtype=float),
                 joint_effort=np.array(s.tau_J, dtype=float),
             )
+            return self._last
 
     def write_command(self, mode: CommandMode, values: Vec) -> None:
         v = np.asarray(values, dtype=float)
@@ -155,6 +183,7 @@ class FrankaDriver:
                     self.robot.recover_from_errors()
                     self.recoveries += 1
                     self.fault = None  # stopped and recovered: a new command may move it
+                    self._fault_reported = False
                 except Exception:
                     pass
 
@@ -190,3 +219,4 @@ class FrankaDriver:
 
     def _set_fault(self, what: str) -> None:
         self.fault = f"franka {self.host}: {what}; arm stopped"
+        self._fault_reported = False

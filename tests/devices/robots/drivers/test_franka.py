@@ -1,0 +1,109 @@
+"""The Franka driver (franky-control, libfranka underneath) against franky-sim, which speaks
+libfranka's network protocol on a loopback address: connect, the arm's own URDF in the
+bundle, position control under the agent, a stop that brings the commanded velocity to
+zero, and the simulator dropping off the network mid-motion."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from devices.errors import DeviceError
+from devices.robots.agent import Agent
+from devices.robots.drivers.franka import FR3_LOWER, FR3_UPPER, FrankaDriver
+from devices.robots.emulators.franky_peer import FrankySim, start_franky_sim
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[FrankySim]:
+    with start_franky_sim() as s:
+        yield s
+
+
+@pytest.fixture(autouse=True)
+def _fast_gil() -> Iterator[None]:
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)
+    yield
+    sys.setswitchinterval(old)
+
+
+def test_position_control_and_stop_against_franky_sim(sim: FrankySim) -> None:
+    drv = FrankaDriver(sim.host, rate_hz=100.0, dynamics_factor=0.5)
+    bundle = drv.info().meta["bundle"]
+    assert "<robot" in bundle["urdf"]
+    for name in drv.info().joint_names:  # the arm's own URDF names the joints
+        assert f'name="{name}"' in bundle["urdf"]
+    agent = Agent(drv)
+    agent.start()
+    try:
+        q0 = drv.read_state().joint_pos
+        target = q0 + np.array([0.15, 0.0, 0.0, 0.0, 0.0, 0.0, -0.1])
+        commanded = []
+        end = time.monotonic() + 25.0
+        while time.monotonic() < end:
+            agent.heartbeat()
+            agent.command("position", target)
+            commanded.append(np.array(drv.robot.state.q_d))
+            if np.abs(drv.read_state().joint_pos - target).max() < 0.01:
+                break
+            time.sleep(0.02)
+        q = drv.read_state().joint_pos
+        np.testing.assert_allclose(q, target, atol=0.01)
+        qd = np.array(commanded)
+        assert np.all(qd >= np.array(FR3_LOWER)) and np.all(qd <= np.array(FR3_UPPER))
+        # a moving arm, then a stop: franky's stop motion brings the commanded velocity to 0
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            agent.heartbeat()
+            agent.command("position", q0)
+            time.sleep(0.02)
+        assert np.abs(np.array(drv.robot.state.dq_d)).max() > 1e-3
+        agent.stop("test stop")
+        t0 = time.monotonic()
+        while np.abs(np.array(drv.robot.state.dq_d)).max() > 1e-4:
+            assert time.monotonic() - t0 < 10.0
+            time.sleep(0.005)
+        assert agent.mode == "stopped" and drv.fault is None
+    finally:
+        agent.close()
+
+
+def test_simulator_dropping_off_the_network_stops_the_agent_naming_the_arm() -> None:
+    with start_franky_sim() as own:
+        drv = FrankaDriver(own.host, rate_hz=100.0, dynamics_factor=0.5)
+        agent = Agent(drv)
+        agent.start()
+        try:
+            q0 = drv.read_state().joint_pos
+            target = q0 + np.array([0.3, 0, 0, 0, 0, 0, 0])
+            end = time.monotonic() + 1.0
+            while time.monotonic() < end:
+                agent.heartbeat()
+                agent.command("position", target)
+                time.sleep(0.02)
+            own.kill()
+            end = time.monotonic() + 10.0
+            while agent.stop_reason is None and time.monotonic() < end:
+                agent.heartbeat()
+                try:
+                    agent.command("position", target)
+                except DeviceError:
+                    break
+                time.sleep(0.02)
+            assert agent.stop_reason is not None
+            assert f"franka {own.host}" in agent.stop_reason
+            assert agent.mode in ("stopped", "idle")
+        finally:
+            agent.close()
+
+
+def test_nobody_at_the_address_is_a_clear_error() -> None:
+    with pytest.raises(DeviceError, match=r"franka 127\.77\.0\.9: cannot connect"):
+        FrankaDriver("127.77.0.9")
