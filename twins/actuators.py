@@ -143,6 +143,7 @@ class Actuators:
         self.latency = np.array([v.get(f"robot.actuators.{j}.latency", 0.0) for j in joints])
         self.needs_per_step = bool(len(self.step_ids))
         self._pd_target = np.zeros(len(self.pd))
+        self.last_pd_tau: np.ndarray | None = None  # PD torque applied by the last step
         self._tau: list[float] = [0.0] * len(self.tq)
 
     def units_ok(self, unit: str) -> None:
@@ -194,6 +195,7 @@ class Actuators:
             pd = np.clip(
                 self.kp * (self._pd_target - q) - self.kd * qd, -self.pd_force, self.pd_force
             )
+            self.last_pd_tau = pd
             if self._gc_links:
                 pd = pd + self.gravity_share * self._gravity()
             tau = pd.tolist() + self._tau

@@ -179,7 +179,13 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
 
     body_bufs = [(b, com_pos[n], com_orn[n]) for n, b in bodies.items()]
 
+    # PD joints report the torque they applied over the last step (as a robot does), not
+    # one recomputed from the state after it
+    PDT = np.full((K, len(bank.pd)), np.nan) if bank is not None and len(bank.pd) else None
+
     def record(k: int) -> None:
+        if PDT is not None and bank is not None and bank.last_pd_tau is not None:
+            PDT[k] = bank.last_pd_tau
         if jids:
             st = get_js(rid, jids, physicsClientId=cid)
             Q[k] = [s[0] for s in st]
@@ -237,6 +243,9 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
         u_at = u_steps[at] if steps else U_ext[[0] * K]
         sel = [joints.index(j) for j in bank.joints]
         eff = np.stack([bank.effort(u_at[i], Q[i, sel], QD[i, sel]) for i in range(K)])
+        if PDT is not None:
+            ok = np.isfinite(PDT[:, 0])
+            eff[np.ix_(ok, bank.pd)] = PDT[ok]
         channels["robot/joint_effort"] = eff
         units["robot/joint_effort"] = "N*m"
     if bank is not None:
