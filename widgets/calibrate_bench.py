@@ -40,6 +40,7 @@ class PaintWatch(QtCore.QObject):
         super().__init__()
         self.widgets = widgets
         self.done: dict[int, list[float]] = {id(w): [] for w in widgets}
+        self.widgets_needed = len(widgets)  # the first n widgets must have painted
         for w in widgets:
             w.installEventFilter(self)
 
@@ -52,7 +53,8 @@ class PaintWatch(QtCore.QObject):
     def finished(self, after: float) -> float | None:
         """When every widget had painted after `after` (None: not yet)."""
         ends = []
-        for times in self.done.values():
+        for w in self.widgets[: self.widgets_needed]:
+            times = self.done[id(w)]
             later = [t for t in times if t >= after]
             if not later:
                 return None
@@ -113,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     timeouts = 0
     sim_ms: list[float] = []
     rebuilt = 0
+    page.plot.set_time(2.5)  # mid-window, mid-motion: parameter changes move the ghost
     wait(lambda: False, 1.0)  # settle (first paints, full ghost)
     tick.start()
     for i in range(args.moves):
@@ -123,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
             pos += 7
         t0 = time.perf_counter()
         row.slider.setValue(pos)  # what a drag delivers: valueChanged on the GUI thread
-        req = page.live._request if page.live is not None else 0
+        req = page.live.latest_request if page.live is not None else 0
         got = wait(lambda r=req: r in drawn, MOVE_TIMEOUT_S)
+        # the plots always repaint (new curves); the 3D view when the ghost moved
+        watch.widgets_needed = 2 if page.scene_moved and page.view.gl_view is not None else 1
         if got:
             got = wait(lambda r=req: watch.finished(drawn[r]) is not None, MOVE_TIMEOUT_S)
         if not got:
@@ -157,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         }
     )
     if args.screenshot is not None:
+        page.plot.set_time(2.2)  # mid-motion: recorded arm and ghost apart
+        wait(lambda: page._last is not None and page._last.full_ghost, 30)
         wait(lambda: False, 1.0)
         win.grab().save(str(args.screenshot))
     args.out.write_text(json.dumps(report))

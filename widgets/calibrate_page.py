@@ -102,6 +102,7 @@ class CalibratePage(WorkflowPage):
         self._shown_series: set[str] = set()
         self._ghost_ready = False
         self.frames_drawn = 0
+        self.scene_moved = False  # the last redraw moved something in the 3D view
         self.fit_dialog: Any = None
         bar = QtWidgets.QHBoxLayout()
         bar.addWidget(QtWidgets.QLabel("Twin:"))
@@ -158,7 +159,7 @@ class CalibratePage(WorkflowPage):
         assert side is not None
         rl.addWidget(side, 2)  # the plot's series list lives in this tab
         tabs.addTab(rec_tab, "Recordings && series")
-        tabs.setMinimumWidth(250)
+        tabs.setMinimumWidth(280)
         self.tabs = tabs
         split.addWidget(tabs)
         split.addWidget(self.plot)
@@ -177,7 +178,7 @@ class CalibratePage(WorkflowPage):
         split.addWidget(right)
         split.setStretchFactor(1, 3)
         split.setStretchFactor(2, 2)
-        split.setSizes([280, 420, 300])
+        split.setSizes([300, 400, 300])
         layout.addWidget(split, 1)
         self.status = StatusLine("")
         layout.addWidget(self.status)
@@ -455,7 +456,7 @@ class CalibratePage(WorkflowPage):
             self.view.set_mesh(f"real:{d.name}", d.vertices, d.faces, d.rgba, np.eye(4))
             if d.body != "table":
                 self.view.set_mesh(f"ghost:{d.name}", d.vertices, d.faces, GHOST_RGBA, np.eye(4))
-        self.view.look_at((0.4, 0.0, 0.2), 1.9)
+        self.view.look_at((0.45, 0.0, 0.25), 1.45)
 
     def _on_frame(self) -> None:
         live = self.live
@@ -469,7 +470,10 @@ class CalibratePage(WorkflowPage):
         )
         self._last = frame
         if new_sim:
-            self.sliders.set_values(dict(frame.values))
+            if live is not None and frame.request >= live.latest_request:
+                # only once no newer edit is on its way: an older frame must not pull a
+                # slider back while it is being dragged
+                self.sliders.set_values(dict(frame.values))
             self._draw_curves(frame)
         self._draw_scene(self.plot.time())
         self.frames_drawn += 1
@@ -525,6 +529,7 @@ class CalibratePage(WorkflowPage):
                 item.data["transform"] = T
                 for g in item.gl:
                     g.setTransform(_qmat(T))
+        self.scene_moved = moved
         if moved and self.view.gl_view is not None:
             self.view.gl_view.update()
 

@@ -32,7 +32,7 @@ class ParamRow(QtWidgets.QWidget):
         lay.setSpacing(4)
         self.slider = QtWidgets.QSlider(QtCore.Qt.Orientation.Horizontal)
         self.slider.setRange(0, STEPS)
-        self.slider.setMinimumWidth(70)
+        self.slider.setMinimumWidth(40)
         self.slider.setToolTip(
             f"{param.name}: {param.low:g} … {param.high:g} {param.unit}"
             + (" (log scale)" if self.log else "")
@@ -44,7 +44,8 @@ class ParamRow(QtWidgets.QWidget):
         self.spin.setDecimals(decimals)
         self.spin.setSingleStep((param.high - param.low) / 100 if param.high > param.low else 1.0)
         self.spin.setKeyboardTracking(False)
-        self.spin.setMinimumWidth(78)
+        self.spin.setMinimumWidth(84)
+        self.spin.setButtonSymbols(QtWidgets.QAbstractSpinBox.ButtonSymbols.NoButtons)
         lay.addWidget(self.slider, 1)
         lay.addWidget(self.spin)
         self.set_value(value)
@@ -122,8 +123,8 @@ class ParamSliders(QtWidgets.QWidget):
         self.tree.header().setSectionResizeMode(1, QtWidgets.QHeaderView.ResizeMode.Stretch)
         self.tree.header().setSectionResizeMode(2, QtWidgets.QHeaderView.ResizeMode.Fixed)
         self.tree.header().setStretchLastSection(False)
-        self.tree.setColumnWidth(0, 120)
-        self.tree.setColumnWidth(2, 52)
+        self.tree.setColumnWidth(0, 112)
+        self.tree.setColumnWidth(2, 64)
         self.tree.setIndentation(10)
         lay.addWidget(self.tree, 1)
         self.rows: dict[str, ParamRow] = {}

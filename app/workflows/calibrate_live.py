@@ -160,6 +160,12 @@ class LiveCalibration:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def latest_request(self) -> int:
+        """The number of the newest edit sent."""
+        with self._lock:
+            return self._request
+
     def take_frame(self) -> CalibFrame | None:
         """The newest frame (None before the first); re-arms `on_frame`."""
         with self._lock:

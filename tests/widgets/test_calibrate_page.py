@@ -58,7 +58,7 @@ def test_damping_slider_changes_the_decay(qtbot, controller: AppController, tmp_
     rates = []
     for b in (2e-4, 4e-4):  # typed into the number box: the slider follows
         row.spin.setValue(b)
-        req = page.live._request
+        req = page.live.latest_request
         qtbot.waitUntil(lambda r=req: page._last.request == r, timeout=20000)
         assert row.slider.value() == row.to_pos(b)
         s = page.plot.series()[name]
