@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, str] = {
     "scan-real": "app.benches.scan_real",
     "calib-real": "app.benches.calib_real",
     "fit-real": "app.benches.fit_real",
+    "drivers": "app.benches.drivers",
     "calibrate": "app.benches.calibrate",
     "fit": "app.benches.fit",
 }

@@ -26,6 +26,7 @@ OPERATING_MODE, MAX_POS, MIN_POS, TORQUE_ENABLE, BUS_WATCHDOG = 11, 48, 52, 64, 
 GOAL_POSITION, PRESENT_CURRENT, READ_LEN = 116, 126, 10  # current(2) velocity(4) position(4)
 VEL_UNIT_TICKS_S = 0.229 * 4096 / 60.0  # 0.229 rpm
 CURRENT_UNIT_A, STALL_CURRENT_A = 2.69e-3, 2.3  # XM430-W350
+WRITE_TRIES = 3
 
 
 class DynamixelSdkBus:
@@ -65,6 +66,15 @@ class DynamixelSdkBus:
             raise DeviceError(
                 f"dynamixel bus {self.port}: {what} servo {sid}: {self._pk.getRxPacketError(err)}"
             )
+
+    def _retry(self, write: Any, sid: int, addr: int, v: int) -> tuple[int, int]:
+        """A register write with bounded retries on a missing or bad status packet."""
+        res, err = self._sdk.COMM_RX_TIMEOUT, 0
+        for _ in range(WRITE_TRIES):
+            res, err = write(self._ph, sid, addr, v)
+            if res == self._sdk.COMM_SUCCESS:
+                break
+        return int(res), int(err)
 
     def ping(self, sid: int) -> str:
         try:
@@ -114,14 +124,14 @@ class DynamixelSdkBus:
     def set_position_limits(self, sid: int, low: int, high: int) -> None:
         for addr, v in ((OPERATING_MODE, 3), (MAX_POS, high), (MIN_POS, low)):
             write = self._pk.write1ByteTxRx if addr == OPERATING_MODE else self._pk.write4ByteTxRx
-            res, err = write(self._ph, sid, addr, v)
+            res, err = self._retry(write, sid, addr, v)
             self._result(f"writing register {addr} of", sid, res, err)
 
     def set_watchdog(self, ids: list[int], timeout_s: float) -> bool:
         units = max(1, min(127, math.ceil(timeout_s / 0.020)))
         for sid in ids:
             for v in (0, units):  # 0 first: clears a watchdog that tripped earlier
-                res, err = self._pk.write1ByteTxRx(self._ph, sid, BUS_WATCHDOG, v)
+                res, err = self._retry(self._pk.write1ByteTxRx, sid, BUS_WATCHDOG, v)
                 self._result("setting the bus watchdog of", sid, res, err)
         return True
 

@@ -21,6 +21,7 @@ from devices.robots.drivers.servo_bus import BusError, Reading, ServoArmDriver
 
 MIN_ANGLE, MAX_ANGLE, TORQUE_ENABLE, GOAL_POSITION, LOCK = 9, 11, 40, 42, 55
 PRESENT_POSITION, READ_LEN = 56, 6  # position(2) speed(2) load(2)
+WRITE_TRIES = 3
 
 
 def from_sm(v: int) -> int:
@@ -109,7 +110,10 @@ class FeetechSdkBus:
         steps = ((LOCK, 1, 0), (MIN_ANGLE, 2, low), (MAX_ANGLE, 2, high), (LOCK, 1, 1))
         for addr, size, v in steps:
             write = self._pk.write1ByteTxRx if size == 1 else self._pk.write2ByteTxRx
-            res, err = write(self._ph, sid, addr, v)
+            for _ in range(WRITE_TRIES):  # bounded retries, as for every bus transaction
+                res, err = write(self._ph, sid, addr, v)
+                if res == self._sdk.COMM_SUCCESS:
+                    break
             if res != self._sdk.COMM_SUCCESS:
                 raise DeviceError(
                     f"feetech bus {self.port}: writing register {addr} of servo {sid}: "

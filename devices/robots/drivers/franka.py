@@ -66,6 +66,7 @@ class FrankaDriver:
         self._seq = 0
         self.fault: str | None = None
         self._fault_reported = False
+        self._recoverable = False
         self._last: RobotState | None = None
         self.recoveries = 0
         self._stamp = (-1.0, time.monotonic())  # (robot time ms, when it last changed)
@@ -138,7 +139,7 @@ class FrankaDriver:
                 raise DeviceError(self.fault)
             errors = active_errors(s.current_errors)
             if errors:  # a reflex (collision thresholds) or a limit the arm enforces itself
-                self._set_fault(f"the arm reports {', '.join(errors)}")
+                self._set_fault(f"the arm reports {', '.join(errors)}", recoverable=True)
                 self._fault_reported = True
                 raise DeviceError(self.fault)
             self._seq += 1
@@ -178,14 +179,16 @@ class FrankaDriver:
                 self._stop_motion()
             except Exception:
                 pass
-            if self.fault is not None and self.robot.has_errors:
-                try:  # franky's automatic error recovery, once the agent has stopped
+            if self.fault is None or not self._recoverable:
+                return
+            try:  # franky's automatic error recovery, once the agent has stopped
+                if self.robot.has_errors:  # raises too when the arm is unreachable
                     self.robot.recover_from_errors()
                     self.recoveries += 1
                     self.fault = None  # stopped and recovered: a new command may move it
                     self._fault_reported = False
-                except Exception:
-                    pass
+            except Exception:
+                pass
 
     def forward_kinematics(self, joint_pos: Vec) -> Vec | None:
         return None
@@ -215,8 +218,12 @@ class FrankaDriver:
             self.robot.poll_motion()
         except Exception as exc:
             self._kind = None
-            self._set_fault(f"{type(exc).__name__}: {exc}")
+            name = type(exc).__name__
+            self._set_fault(f"{name}: {exc}", recoverable="Control" in name)
 
-    def _set_fault(self, what: str) -> None:
+    def _set_fault(self, what: str, recoverable: bool = False) -> None:
+        """Latch a fault. Only errors the arm itself reports (reflexes, limits) are cleared
+        by franky's error recovery; a lost arm stays faulted until a new connection."""
         self.fault = f"franka {self.host}: {what}; arm stopped"
         self._fault_reported = False
+        self._recoverable = recoverable

@@ -29,6 +29,8 @@ from typing import Self
 
 from devices.errors import DeviceError
 
+IDLE_S = 0.02  # servo-side timers (bus watchdog: 20 ms units) run this often on a quiet line
+
 
 @dataclass
 class ServoModel:
@@ -148,7 +150,7 @@ class PtyServoBus:
         raise NotImplementedError
 
     def _idle(self, now: float) -> None:
-        """Called when the line is quiet (every few ms): servo-side timers."""
+        """Called when the line is quiet (every IDLE_S): servo-side timers."""
 
     def _spoil(self, packet: bytes) -> bytes:
         return packet[:-1] + bytes([packet[-1] ^ 0x5A])
@@ -161,7 +163,7 @@ class PtyServoBus:
         buf = bytearray()
         while self._running:
             try:
-                r, _, _ = select.select([self._master], [], [], 0.005)
+                r, _, _ = select.select([self._master], [], [], IDLE_S)
                 if not r:
                     with self.lock:
                         self._idle(time.monotonic())

@@ -99,7 +99,14 @@ def test_simulator_dropping_off_the_network_stops_the_agent_naming_the_arm() -> 
                 time.sleep(0.02)
             assert agent.stop_reason is not None
             assert f"franka {own.host}" in agent.stop_reason
-            assert agent.mode in ("stopped", "idle")
+            # a client that keeps commanding cannot bring a lost arm back into motion
+            end = time.monotonic() + 1.0
+            while time.monotonic() < end:
+                agent.heartbeat()
+                agent.command("position", target)
+                time.sleep(0.02)
+            time.sleep(0.05)
+            assert agent.mode == "stopped" and drv.fault is not None
         finally:
             agent.close()
 
