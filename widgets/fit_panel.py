@@ -26,6 +26,11 @@ log = logging.getLogger(__name__)
 MAX_PAIR = 5  # parameters in the pair plot (the most sensitive first)
 
 
+def _short(name: str) -> str:
+    """The last two parts of a dotted name ("pendulum.damping")."""
+    return ".".join(name.split(".")[-2:])
+
+
 def _apply_job(project: Any, fit_id: str) -> Any:
     from app.jobs import Progress
 
@@ -59,9 +64,9 @@ class PairPlot(pg.GraphicsLayoutWidget):
                 p.getAxis("left").setStyle(showValues=j == 0 and i > 0)
                 p.getAxis("bottom").setStyle(showValues=i == n - 1)
                 if i == n - 1:
-                    p.setLabel("bottom", names[j].split(".", 1)[-1])
-                if j == 0 and i > 0:
-                    p.setLabel("left", names[i].split(".", 1)[-1])
+                    p.setLabel("bottom", _short(names[j]))
+                if i == j:  # the parameter's name over its histogram; rows share it
+                    p.setTitle(_short(names[i]), size="8pt")
                 if i == j:
                     y, edges = np.histogram(x[:, i], bins=20)
                     p.plot(edges, y, stepMode="center", fillLevel=0, brush=(31, 119, 180, 120))
@@ -154,10 +159,12 @@ class FitDialog(QtWidgets.QDialog):
         lay.addLayout(left, 2)
         right = QtWidgets.QVBoxLayout()
         self.curve_plot = pg.PlotWidget(background="w")
-        self.curve_plot.setTitle("best objective vs simulations", size="9pt")
-        self.curve_plot.setLabel("bottom", "simulations (rollouts of all windows)")
-        self.curve_plot.setLabel("left", "objective (normalised MSE)")
-        self.curve_plot.setLogMode(y=True)
+        self.curve_plot.setTitle("best objective so far vs simulations run", size="9pt")
+        self.curve_plot.setLabel("bottom", "simulations (each replays every training window)")
+        # log10 on a plain axis: pyqtgraph's log axis crowds its minor labels
+        self.curve_plot.setLabel("left", "log10 objective")
+        for ax in ("left", "bottom"):
+            self.curve_plot.getAxis(ax).enableAutoSIPrefix(False)
         self.curve_plot.showGrid(x=True, y=True, alpha=0.25)
         self.curve = self.curve_plot.plot(
             [], [], pen=pg.mkPen("#1f77b4", width=2), symbol="o", symbolSize=4
@@ -231,7 +238,7 @@ class FitDialog(QtWidgets.QDialog):
         if isinstance(part, dict) and "best_loss" in part and "evals" in part:
             self.evals.append(float(part["evals"]))
             self.best.append(max(float(part["best_loss"]), 1e-12))
-            self.curve.setData(self.evals, self.best)
+            self.curve.setData(self.evals, np.log10(self.best))
         self.summary.setText(p.message)
 
     def _failed(self, msg: str) -> None:
