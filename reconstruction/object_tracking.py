@@ -204,19 +204,23 @@ class ObjectTracker:
         zc = z[valid].astype(float)
         pc = np.stack([(u[valid] - K.cx) / K.fx * zc, (v[valid] - K.cy) / K.fy * zc, zc], 1)
         pw = _transform(T_wc, pc)
-        robot = np.zeros((h, w), bool)
         keep = np.ones(len(pw), bool)
-        if robot_points is not None and len(robot_points):
-            rp = np.asarray(robot_points, float).reshape(-1, 3)
-            d, _ = cKDTree(rp).query(pw, distance_upper_bound=s.robot_margin)
-            near = np.isfinite(d)
-            robot[valid] = near
-            keep &= ~near
         if self.table is not None:
             keep &= self.table.height(pw) > s.table_clearance
         if s.workspace is not None:
             lo, hi = np.asarray(s.workspace[0]), np.asarray(s.workspace[1])
             keep &= np.all((pw >= lo) & (pw <= hi), axis=1)
+        robot = np.zeros((h, w), bool)
+        if robot_points is not None and len(robot_points):
+            # only above the table: the table and what is below it are never an object
+            idx = np.flatnonzero(keep)
+            rp = np.asarray(robot_points, float).reshape(-1, 3)
+            d, _ = cKDTree(rp).query(pw[idx], distance_upper_bound=s.robot_margin)
+            near = idx[np.isfinite(d)]
+            keep[near] = False
+            flat = np.zeros(len(pw), bool)
+            flat[near] = True
+            robot[valid] = flat
         return pw[keep], z, robot, float(K.fx) / s.stride
 
     # -- the visibility check ----------------------------------------------------------------
@@ -262,18 +266,22 @@ class ObjectTracker:
         return support * fit, explained
 
     # -- ICP -----------------------------------------------------------------------------------
-    def _icp(self, st: _State, T_guess: Mat4, obs: NDArray[np.float64]) -> tuple[Mat4, float, int]:
-        """(refined T_world_object, inlier RMSE at the finest level, inlier count)."""
+    def _icp(
+        self, st: _State, T_guess: Mat4, obs: NDArray[np.float64], levels: int | None = None
+    ) -> tuple[Mat4, float, int]:
+        """(refined T_world_object, inlier RMSE at the last level run, inlier count);
+        `levels`: only the first (coarsest) few levels."""
         s = self.settings
         target = _cloud(_transform(T_guess, st.pts), st.nrm @ T_guess[:3, :3].T)
         source_full = _cloud(obs)
         D = np.eye(4)  # maps observed points onto the model at T_guess
         rmse, count = float("nan"), 0
-        for voxel, corr, iters in zip(s.voxels, s.max_corr, s.iterations, strict=True):
+        schedule = list(zip(s.voxels, s.max_corr, s.iterations, strict=True))[:levels]
+        for voxel, corr, iters in schedule:
             src = source_full.voxel_down_sample(voxel) if voxel > 0 else source_full
             if len(src.points) < 6:
                 return T_guess, float("nan"), 0
-            crit = _reg.ICPConvergenceCriteria(max_iteration=iters)
+            crit = _reg.ICPConvergenceCriteria(1e-5, 1e-5, iters)
             plane = _reg.TransformationEstimationPointToPlane(_reg.TukeyLoss(k=corr))
             res = _reg.registration_icp(src, target, corr, D, plane, crit)
             step = np.asarray(res.transformation) @ invert(D)
@@ -396,8 +404,10 @@ class ObjectTracker:
                 if track.method == "redetect":
                     st.history = []  # no velocity across a loss
                 st.history = [*st.history[-1:], (t, track.T_world_object)]
-                d, _ = cKDTree(_transform(track.T_world_object, st.pts)).query(pts)
-                explained |= d < s.max_corr[-1]
+                c = _transform(track.T_world_object, st.centre[None])[0]
+                near = np.flatnonzero(np.linalg.norm(pts - c, axis=1) < st.radius + s.crop_margin)
+                d, _ = cKDTree(_transform(track.T_world_object, st.pts)).query(pts[near])
+                explained[near[d < s.max_corr[-1]]] = True
             else:
                 st.lost = True
             out[n] = track
@@ -430,15 +440,25 @@ class ObjectTracker:
                 G[:3, :3] = T_last[:3, :3] @ R
                 G[:3, 3] = c - G[:3, :3] @ st.centre
                 guesses.append(G)
-        best: ObjectTrack | None = None
+        # every orientation at the coarse level only; the best few all the way
+        coarse = []
         for G in guesses:
+            c = _transform(G, st.centre[None])[0]
+            obs = pts[free & (np.linalg.norm(pts - c, axis=1) < st.radius + s.crop_margin)]
+            if len(obs) >= s.min_points:
+                T, rmse, cnt = self._icp(st, G, obs, levels=1)
+                if cnt:
+                    coarse.append((cnt / (1.0 + rmse / s.max_corr[0]), T))
+        coarse.sort(key=lambda x: -x[0])
+        best: ObjectTrack | None = None
+        for _, G in coarse[:3]:
             cand = self._refine(st, G, pts, free, T_cw, frame, z, robot)
             if cand is not None and (best is None or cand.quality > best.quality):
                 best = cand
         if best is None:
-            T = self._redetect(st, pts[free])
-            if T is not None:
-                best = self._refine(st, T, pts, free, T_cw, frame, z, robot)
+            found = self._redetect(st, pts[free])
+            if found is not None:
+                best = self._refine(st, found, pts, free, T_cw, frame, z, robot)
         return best
 
     def _refine(

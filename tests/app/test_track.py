@@ -1,0 +1,94 @@
+"""Object poses from the camera in a robot recording: the lab's Panda pushes the box (and
+hides part of it from the fixed camera) while the cylinder is dropped and the U-block slid;
+the depth stream is tracked with the robot masked by forward kinematics and compared with
+the lab's hidden truth; the same through project artifacts (recording + camera.db3 + scan
+-> a new trajectory artifact)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import trimesh
+
+from app.benches.track import LabRun, lab_push, score
+from app.jobs import run_to_end
+from app.project import Project
+from app.workflows.track import RobotSurface, TrackError, track_artifact, track_frames
+from devices.poses import POSE_UNIT
+from devices.trajectory import Trajectory
+from reconstruction.object_tracks import add_object_tracks
+from reconstruction.scan_result import ScannedObject, ScanResult
+from reconstruction.segment import Plane
+
+TABLE = Plane(np.array([0.0, 0.0, 1.0]), 0.0)
+
+
+@pytest.fixture(scope="module")
+def lab() -> LabRun:
+    return lab_push(fps=5.0)
+
+
+@pytest.mark.slow
+def test_a_pushed_box_and_dropped_objects_are_tracked_past_the_robot(lab: LabRun) -> None:
+    with RobotSurface(lab.description, lab.joint_names) as surface:
+        # the mask covers the arm where the lab renders it: the hand above the box
+        q = lab.traj["robot/joint_pos"][len(lab.traj) // 2]
+        assert np.ptp(surface.points(q)[:, 2]) > 0.3
+        tracks = run_to_end(
+            track_frames(lab.frames, lab.T_base_camera, lab.models, TABLE, (lab.traj, surface))
+        )
+    res = score(lab, tracks)
+    box = res["objects"]["box"]
+    assert box["moved_m"] > 0.03  # really pushed
+    assert res["objects"]["cylinder"]["moved_m"] > 0.05  # really dropped
+    assert res["tracked_ratio"] >= 0.9, res
+    assert res["track_err_mm"] < 3.0 and res["track_err_mm_p95"] < 5.0, res
+    assert res["track_err_deg"] < 3.0, res
+    traj = add_object_tracks(tracks, lab.traj)
+    for name in lab.meshes:
+        assert traj.units[f"objects/{name}/pose"] == POSE_UNIT
+        flags = traj[f"objects/{name}/track_quality"][:, 1]
+        assert flags.mean() < 0.2  # samples before the first frame and around losses only
+
+
+def _scan(lab: LabRun) -> ScanResult:
+    return ScanResult(
+        trimesh.creation.box((1, 1, 0.01)),
+        np.array([0.0, 0.0, 1.0, 0.0]),
+        tuple(ScannedObject(m.name, m.mesh, m.T_world_object) for m in lab.models),
+        None,
+        {"fixed_camera": "fixed", "T_base_fixed": lab.T_base_camera.tolist()},
+    )
+
+
+@pytest.mark.slow
+def test_track_artifact_adds_object_channels_to_a_recording_with_its_camera(
+    lab: LabRun, tmp_path: Path
+) -> None:
+    from devices.cameras.software import DB3Writer
+
+    project = Project.create(tmp_path / "p")
+    with project.new_artifact("scan") as folder:
+        _scan(lab).save(folder)
+    scan_id = project.artifacts("scan")[-1].id
+    # the first 2.5 s of the recording, with the camera it was recorded with
+    part = lab.traj.slice_time(0.0, 2.5)
+    frames = [f for f in lab.frames if f.timestamp <= 2.5]
+    with project.new_artifact("trajectory") as folder:
+        part.with_channels(meta={**dict(part.meta), "camera": "fixed"}).save(folder)
+        with DB3Writer(folder / "camera.db3", fps=5) as w:
+            for f in frames:
+                w.write(f)
+    rec_id = project.artifacts("trajectory")[-1].id
+    tid = run_to_end(track_artifact(project, rec_id, scan_id))
+    assert project.artifact(tid).inputs == (rec_id, scan_id)
+    out = Trajectory.load(project.path_of(tid))
+    assert np.array_equal(out.t, part.t) and "robot/joint_pos" in out.channels
+    truth = lab.truth[len(frames) - 1]["u_block"]
+    at = int(np.searchsorted(out.t, frames[-1].timestamp))
+    assert np.linalg.norm(out["objects/u_block/pose"][at, :3] - truth[:3]) < 0.003
+    assert out.meta["object_tracking"]["box"]["tracked_ratio"] == 1.0
+    with pytest.raises(TrackError, match="camera 'wrist' has no calibrated pose"):
+        run_to_end(track_artifact(project, rec_id, scan_id, camera="wrist"))
