@@ -110,6 +110,13 @@ class DevicesPanel(QtWidgets.QWidget):
         buttons.addWidget(self.record_button, 1)
         lay.addLayout(buttons)
         lay.addWidget(self.motion_button)
+        self.add_robot_button = QtWidgets.QPushButton("Add robot…")
+        self.add_robot_button.setToolTip(
+            "Connect to a robot agent (Franka, Dynamixel or Feetech arm, lab), check it with "
+            "a live readout and a slow test motion, and add it."
+        )
+        self.add_robot_button.clicked.connect(self._add_robot)
+        lay.addWidget(self.add_robot_button)
         for b in (self.move_button, self.record_button):
             b.hide()
         self.table = QtWidgets.QTableWidget(0, 4)
@@ -266,6 +273,11 @@ class DevicesPanel(QtWidgets.QWidget):
             on_done=done,
             on_failed=lambda _: self.record_button.setEnabled(True),
         )
+
+    def _add_robot(self) -> None:
+        from widgets.add_robot import AddRobotDialog
+
+        AddRobotDialog(self.controller, self).open()
 
     def _record_motion(self) -> None:
         from widgets.record_panel import RecordDialog

@@ -1,0 +1,174 @@
+"""Add a robot: connect to an agent (`agent serve` on the robot's computer), check it with a
+live joint readout and a slow test motion inside the envelope, stop it, attach it to the
+session. The GUI's "Add robot…" dialog (widgets/add_robot.py) is a thin view of this.
+
+    link = connect_agent("192.168.1.20:7700", token, fingerprint)
+    motion = TestMotion(link); motion.start(); ...; motion.stop()
+    controller.attach_robot(link, detail=...)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from devices.errors import DeviceError
+from devices.robots.client import RobotClient
+from devices.robots.driver import RobotInfo, RobotState
+
+DRIVERS = ("franka", "dynamixel", "feetech", "lab")
+TEST_AMPLITUDE_RAD = 0.15  # at most; and at most 10 % of each joint's range
+TEST_PERIOD_S = 4.0
+
+
+class AgentLink:
+    """A RobotClient connected to a robot agent. Satisfies `app.session.RobotLink`."""
+
+    def __init__(self, client: RobotClient, address: str) -> None:
+        self.client, self.address = client, address
+
+    def info(self) -> RobotInfo:
+        assert self.client.info is not None
+        return self.client.info
+
+    def latest_state(self) -> RobotState | None:
+        try:
+            return self.client.latest_state(timeout_s=0.0)
+        except DeviceError:
+            return None
+
+    def command_position(self, joint_pos: NDArray[np.float64]) -> None:
+        self.client.command_position(joint_pos)
+
+    def stop(self, reason: str) -> None:
+        self.client.stop(reason)
+
+    def protocol_client(self) -> RobotClient | None:
+        return self.client if self.client.connected else None
+
+    def bundle(self) -> dict[str, Any] | None:
+        """The robot-description bundle the agent sent (URDF, limits, calibration)."""
+        b = self.info().meta.get("bundle")
+        return b if isinstance(b, dict) else None
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    host, _, port = address.strip().rpartition(":")
+    try:
+        if not host:
+            raise ValueError
+        return host, int(port)
+    except ValueError:
+        raise DeviceError(
+            f"robot address {address!r}: expected HOST:PORT, e.g. 127.0.0.1:7700"
+        ) from None
+
+
+def connect_agent(address: str, token: str, fingerprint: str | None = None) -> AgentLink:
+    """Connect to the agent at HOST:PORT and wait for its first state."""
+    host, port = parse_address(address)
+    if not token.strip():
+        raise DeviceError(f"robot at {address}: give the agent's access token")
+    client = RobotClient(
+        host, port, token.strip(), name="twinbench-add-robot", tls_fingerprint=fingerprint or None
+    )
+    try:
+        client.connect()
+        client.latest_state(timeout_s=5.0)
+    except BaseException:
+        client.close()
+        raise
+    return AgentLink(client, f"{host}:{port}")
+
+
+def test_targets(info: RobotInfo, q0: NDArray[np.float64], t: float) -> NDArray[np.float64]:
+    """A slow sine about q0 on every joint, kept inside the limits with a 10 % margin."""
+    lo, hi = np.asarray(info.limits.lower), np.asarray(info.limits.upper)
+    span = hi - lo
+    amp = np.minimum(TEST_AMPLITUDE_RAD, 0.1 * span)
+    centre = np.clip(q0, lo + 0.1 * span + amp, hi - 0.1 * span - amp)
+    ramp = min(1.0, t / 1.0)  # start at the current pose and blend to the centre over 1 s
+    base = q0 + ramp * (centre - q0)
+    return np.asarray(base + ramp * amp * np.sin(2 * np.pi * t / TEST_PERIOD_S), dtype=float)
+
+
+def check_calibration(path: Path) -> str:
+    """One line describing a calibration JSON (raises DeviceError naming the problem)."""
+    from devices.robots.drivers.calibration import ArmCalibration
+
+    cal = ArmCalibration.load(path)
+    return f"{cal.robot}: {len(cal.joints)} joints ({', '.join(cal.names)})"
+
+
+def serve_command(driver: str, device: str = "", calibration: str = "", port: int = 7700) -> str:
+    """The command to run on the robot's computer for `driver`."""
+    cmd = f"python -m devices.robots.serve --driver {driver} --port {port} --token-file TOKEN"
+    if driver in ("dynamixel", "feetech"):
+        cmd += f" --device {device or '/dev/ttyUSB0'} --calibration {calibration or 'arm.json'}"
+    elif driver == "franka":
+        cmd += f" --robot-ip {device or '172.16.0.2'}"
+    return cmd
+
+
+class TestMotion:
+    """Streams `test_targets` to a link from its own thread until `seconds` pass or `stop()`;
+    always ends with a stop (robot held)."""
+
+    def __init__(self, link: AgentLink, seconds: float = 8.0, rate_hz: float = 50.0) -> None:
+        self.link, self.seconds, self.period = link, seconds, 1.0 / rate_hz
+        self.error: str | None = None
+        self.sent = 0
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        if self.running:
+            return
+        state = self.link.latest_state()
+        if state is None:
+            raise DeviceError(f"robot at {self.link.address}: no state yet")
+        client = self.link.client
+        client.take_control()
+        self._halt.clear()
+        q0, info = state.joint_pos.copy(), self.link.info()
+        self._thread = threading.Thread(
+            target=self._run, args=(q0, info), name="twinbench-test-motion", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, q0: NDArray[np.float64], info: RobotInfo) -> None:
+        t0 = time.monotonic()
+        try:
+            while not self._halt.is_set() and time.monotonic() - t0 < self.seconds:
+                self.link.command_position(test_targets(info, q0, time.monotonic() - t0))
+                self.sent += 1
+                self._halt.wait(self.period)
+        except DeviceError as exc:
+            self.error = str(exc)
+        finally:
+            try:
+                self.link.stop("test motion ended")
+            except DeviceError as exc:
+                self.error = self.error or str(exc)
+
+    def stop(self) -> None:
+        """Stop now (the robot is held); waits for the streaming thread to end."""
+        self._halt.set()
+        try:
+            self.link.stop("stop pressed")
+        except DeviceError as exc:
+            self.error = self.error or str(exc)
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
