@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     )
     if args.screenshot is not None:
+        win.devices_dock.hide()  # the page's room, as a user working here would have it
         page.plot.set_time(2.2)  # mid-motion: recorded arm and ghost apart
         wait(lambda: page._last is not None and page._last.full_ghost, 30)
         wait(lambda: False, 1.0)
