@@ -61,6 +61,7 @@ from twins.posterior import ParamPosterior, laplace
 from twins.spec import TwinSpec
 
 FD_STEP = 0.01  # central-difference step in normalised units (1 % of the range)
+STALL_TOL = 0.01  # CMA-ES stalls when its best loss improves less than this share
 
 Step = tuple[float | None, str, Any]
 
@@ -70,7 +71,9 @@ class FitConfig:
     """What to fit and how hard to try. `budget`: CMA-ES objective evaluations (each
     replays every training window once); `polish_rounds`: least-squares rounds (each about
     2n + 2 evaluations). `validation`: share of windows held out when there are no
-    validation recordings."""
+    validation recordings. `stall_generations`: stop CMA-ES early when its best loss has
+    improved less than 1 % over that many generations (None: run the whole budget);
+    `tie`: parameters that take the value of a fitted one."""
 
     params: tuple[str, ...]
     channels: Mapping[str, float] = field(default_factory=lambda: {"robot/joint_pos": 1.0})
@@ -83,6 +86,7 @@ class FitConfig:
     seed: int = 0
     bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     tie: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    stall_generations: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -97,6 +101,7 @@ class FitConfig:
             "seed": self.seed,
             "bounds": {k: list(v) for k, v in self.bounds.items()},
             "tie": {k: list(v) for k, v in self.tie.items()},
+            "stall_generations": self.stall_generations,
         }
 
 
@@ -281,6 +286,7 @@ def fit_steps(
         start = list(mean_u) + [0.5] * pad
         es = cma.CMAEvolutionStrategy(start, sigma, opts)
         gen = 0
+        bests: list[float] = []
         while not es.stop():
             raw = es.ask()
             X = [np.clip(np.asarray(x)[:n], 0.0, 1.0) for x in raw]
@@ -315,6 +321,14 @@ def fit_steps(
                 f"CMA-ES gen {gen}: loss {best_loss:.4g} ({counters['failed']} failed)",
                 {**rec, "checkpoint": checkpoint},
             )
+            bests.append(best_loss)
+            k_ago = config.stall_generations
+            if k_ago and len(bests) > k_ago and best_loss > (1 - STALL_TOL) * bests[-1 - k_ago]:
+                notes.append(
+                    f"CMA-ES stopped after generation {gen}: the best loss improved less than "
+                    f"{STALL_TOL:.0%} over {k_ago} generations (the polish takes over)"
+                )
+                break
     # least-squares polish in rounds (so the job can yield and be cancelled)
     m = residual_size(train)
 

@@ -158,6 +158,7 @@ def run(quick: bool = False, lab_config: Path | None = None) -> dict[str, Any]:
             seed=0,
             tie=tie,
             validation=0.25,
+            stall_generations=3,
         )
         t0 = time.perf_counter()
         with LocalExecutor(workers) as ex:

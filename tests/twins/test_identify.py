@@ -134,3 +134,22 @@ def test_a_tied_latency_moves_every_actuator() -> None:
     )
     v = space.all_values(np.array([0.5]))
     assert v["robot.joints.pendulum.damping"] == v["robot.joints.arm.damping"] > 0
+
+
+def test_cmaes_stops_early_when_it_stalls_and_the_polish_finishes() -> None:
+    from twins.fit import fit
+
+    truth = {"robot.actuators.arm.resistance": 11.0}
+    rec = _qube_recording(truth, seconds=1.0)
+    cfg = FitConfig(
+        params=tuple(truth),
+        window_s=0.5,
+        budget=400,
+        polish_rounds=2,
+        validation=0.0,
+        stall_generations=3,
+    )
+    res = fit(qube_twin(), [rec], cfg)
+    assert any("CMA-ES stopped after generation" in n for n in res.notes), res.notes
+    assert res.evaluations < 200
+    assert res.estimate["robot.actuators.arm.resistance"] == pytest.approx(11.0, rel=0.02)
