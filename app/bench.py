@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, str] = {
     "calibrate": "app.benches.calibrate",
     "fit": "app.benches.fit",
     "track": "app.benches.track",
+    "policies": "app.benches.policies",
 }
 
 

@@ -35,7 +35,7 @@ class PpoSettings:
     gamma: float = 0.99
     hidden: tuple[int, ...] = (64, 64)
     chunk_steps: int = 8192
-    log_std_init: float = -0.5
+    log_std_init: float = -1.0
 
     def to_json(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -83,7 +83,7 @@ def ppo_steps(
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.monitor import Monitor
-    from stable_baselines3.common.vec_env import DummyVecEnv
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     torch.set_num_threads(1)
     ckpt_dir = Path(ckpt_dir)
@@ -93,7 +93,12 @@ def ppo_steps(
     def factory(i: int) -> Any:
         return lambda: Monitor(make_env(task, spec, dict(config), dr, seed=seed * 1000 + i))
 
-    venv = DummyVecEnv([factory(i) for i in range(settings.n_envs)])
+    raw = DummyVecEnv([factory(i) for i in range(settings.n_envs)])
+    norm_path = ckpt_dir / "reward_norm.pkl"
+    if resume and norm_path.is_file():
+        venv = VecNormalize.load(str(norm_path), raw)
+    else:  # returns scaled to about unit size; observations stay raw (the agent feeds raw)
+        venv = VecNormalize(raw, norm_obs=False, norm_reward=True, gamma=settings.gamma)
     episodes: list[tuple[float, bool]] = []
 
     class Collect(BaseCallback):
@@ -147,6 +152,7 @@ def ppo_steps(
             tmp = ckpt_dir / ".ppo.tmp.zip"
             model.save(str(tmp))
             tmp.replace(zip_path)
+            atomic.write_with(norm_path, lambda p: venv.save(str(p)))
             atomic.write_json(
                 meta_path, {"timesteps": done, "curve": curve, "settings": settings.to_json()}
             )

@@ -48,7 +48,7 @@ def initial_mean(family: str, spec: PolicySpec) -> NDArray[np.float64]:
 
 
 def linear_weights(
-    family: str, spec: PolicySpec, params: Sequence[float]
+    family: str, spec: PolicySpec, params: Sequence[float] | NDArray[np.float64]
 ) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
     """(W (n, obs_dim), b (n,)) of the primitive's linear law."""
     n, s = spec.n, spec.slices()
@@ -66,7 +66,7 @@ def linear_weights(
 
 
 def primitive_actor(
-    family: str, spec: PolicySpec, params: Sequence[float]
+    family: str, spec: PolicySpec, params: Sequence[float] | NDArray[np.float64]
 ) -> Callable[[np.ndarray], np.ndarray]:
     W, b = linear_weights(family, spec, params)
 
@@ -76,7 +76,9 @@ def primitive_actor(
     return act
 
 
-def torch_module(family: str, spec: PolicySpec, params: Sequence[float]) -> Any:
+def torch_module(
+    family: str, spec: PolicySpec, params: Sequence[float] | NDArray[np.float64]
+) -> Any:
     """The primitive as a torch module (for ONNX export)."""
     import torch
 

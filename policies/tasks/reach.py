@@ -50,17 +50,18 @@ class ReachEnv(TwinEnv):
         start = self._draw(rng, c.start_range)
         self.target = self._draw(rng, c.goal_range)
         self.world.set_joint_state(start, None, list(self.joints))
+        self._prev_err = float(np.linalg.norm(self.target - start))
 
     def error(self) -> float:
         return float(np.max(np.abs(self.target - self.q)))
 
     def _reward(self, action: Vec) -> float:
+        """Progress towards the goal (potential-based shaping: 10 per rad of distance
+        closed), a small distance cost, a bonus inside the tolerance."""
         err = float(np.linalg.norm(self.target - self.q))
-        return (
-            -err
-            - 0.01 * float(np.sum(action**2))
-            + (0.5 if self.error() < self.config.success_tol else 0.0)
-        )
+        prev, self._prev_err = self._prev_err, err
+        inside = 0.5 if self.error() < self.config.success_tol else 0.0
+        return 10.0 * (prev - err) - 0.1 * err - 0.01 * float(np.sum(action**2)) + inside
 
     def _success(self) -> bool:
         return self.error() < self.config.success_tol

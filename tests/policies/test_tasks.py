@@ -12,7 +12,8 @@ from devices.robots.policy_runner import PolicySpec as AgentSpec
 from policies.errors import PolicyError
 from policies.spec import JOINT_TERMS, PolicySpec
 from policies.tasks import TASKS, make_env, task_config
-from policies.tasks.reach import oracle
+from policies.tasks.push import PushEnv
+from policies.tasks.reach import ReachEnv, oracle
 from twins.spec import TwinSpec
 
 SHORT = {"episode_s": 0.25}
@@ -62,6 +63,7 @@ def test_task_spaces_and_steps(name: str, demo_twin: TwinSpec) -> None:
 
 def test_reach_oracle_succeeds_and_idle_fails(demo_twin: TwinSpec) -> None:
     env = make_env("reach", demo_twin, seed=0)
+    assert isinstance(env, ReachEnv)
     try:
         for seed in (1, 2, 3):
             obs, _ = env.reset(seed=seed)
@@ -87,6 +89,7 @@ def test_reach_oracle_succeeds_and_idle_fails(demo_twin: TwinSpec) -> None:
 
 def test_push_success_means_object_at_goal(demo_twin: TwinSpec) -> None:
     env = make_env("push", demo_twin, SHORT, seed=0)
+    assert isinstance(env, PushEnv)
     try:
         obs, _ = env.reset(seed=4)
         s = env.policy_spec.slices()

@@ -150,5 +150,5 @@ def test_subprocess_training_reports_progress_and_resumes_after_interrupt(
     pid = run_to_end(train_job(Project.open(proj.root), req), lambda r: msgs.append(r.message))
     gens = [m for m in msgs if "CEM generation" in m]
     assert gens and "generation 1/3" not in " ".join(gens)  # continued, not restarted
-    rec = load_policy(Project.open(proj.root), pid).record
-    assert len(rec["curve"]) == 3 and rec["run"] == run
+    record = load_policy(Project.open(proj.root), pid).record
+    assert len(record["curve"]) == 3 and record["run"] == run
