@@ -13,6 +13,7 @@ import pytest
 import trimesh
 
 from app.benches.track import LabRun, lab_push, score
+from app.cli import main
 from app.jobs import run_to_end
 from app.project import Project
 from app.workflows.track import RobotSurface, TrackError, track_artifact, track_frames
@@ -65,7 +66,7 @@ def _scan(lab: LabRun) -> ScanResult:
 
 @pytest.mark.slow
 def test_track_artifact_adds_object_channels_to_a_recording_with_its_camera(
-    lab: LabRun, tmp_path: Path
+    lab: LabRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from devices.cameras.software import DB3Writer
 
@@ -82,7 +83,10 @@ def test_track_artifact_adds_object_channels_to_a_recording_with_its_camera(
             for f in frames:
                 w.write(f)
     rec_id = project.artifacts("trajectory")[-1].id
-    tid = run_to_end(track_artifact(project, rec_id, scan_id))
+    args = ["track", "--project", str(project.root), "--trajectory", rec_id, "--scan", scan_id]
+    assert main([*args, "--quiet"]) == 0
+    project = Project.open(project.root)
+    tid = project.artifacts("trajectory")[-1].id
     assert project.artifact(tid).inputs == (rec_id, scan_id)
     out = Trajectory.load(project.path_of(tid))
     assert np.array_equal(out.t, part.t) and "robot/joint_pos" in out.channels
@@ -92,3 +96,6 @@ def test_track_artifact_adds_object_channels_to_a_recording_with_its_camera(
     assert out.meta["object_tracking"]["box"]["tracked_ratio"] == 1.0
     with pytest.raises(TrackError, match="camera 'wrist' has no calibrated pose"):
         run_to_end(track_artifact(project, rec_id, scan_id, camera="wrist"))
+    assert main([*args, "--camera", "wrist", "--quiet"]) == 2  # said, not a traceback
+    assert "has no calibrated pose" in capsys.readouterr().err
+    assert len(Project.open(project.root).artifacts("trajectory")) == 2  # nothing saved

@@ -1,0 +1,39 @@
+"""`python main.py track --project P --trajectory ID --scan ID [--camera NAME]
+[--robot-description URDF]`: track the scan's objects in the camera recording saved with a
+trajectory (`record --camera`) into a new trajectory artifact with `objects/<name>/pose` and
+`objects/<name>/track_quality` channels (app/workflows/track.py)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = (
+    "Object poses from the camera: track the scan's objects in a recording's camera stream "
+    "(robot masked by its kinematics) into a new trajectory artifact."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--project", type=Path, required=True, help="project folder")
+    p.add_argument("--trajectory", required=True, help="recording made with --camera")
+    p.add_argument("--scan", required=True, help="scan artifact: object models, fixed camera")
+    p.add_argument("--camera", default=None, help="camera name (default: the recording's)")
+    p.add_argument(
+        "--robot-description",
+        default=None,
+        help="robot URDF (e.g. franka_panda/panda.urdf) to mask the robot; default: no mask",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.jobs import run_cli
+    from app.project import Project
+    from app.workflows.track import track_artifact
+
+    project = Project.open(args.project)
+    job = track_artifact(project, args.trajectory, args.scan, args.camera, args.robot_description)
+    tid = run_cli(job, args.quiet)
+    print(f"trajectory {tid}: {project.artifact(tid).summary}")
+    return 0
