@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, str] = {
     "drivers": "app.benches.drivers",
     "calibrate": "app.benches.calibrate",
     "fit": "app.benches.fit",
+    "design": "app.benches.design",
     "track": "app.benches.track",
     "policies": "app.benches.policies",
 }
