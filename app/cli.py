@@ -52,7 +52,7 @@ SUMMARIES: dict[str, str] = {
     "track": "object poses from a recording's camera stream (model-based tracking of the scan)",
     "design": "which recording to make next: library motions ranked by information gain",
     "train": "train a policy (reach, push) in the (randomized) twin into an ONNX policy artifact",
-    "evaluate": "success rate of a policy in a twin, nominal or randomized, with a 95 % interval",
+    "evaluate": "success rate of a policy in a twin, nominal or randomized, with a 95 %% interval",
     "bench": "run a benchmark; --json prints one JSON object on the last line",
 }
 
