@@ -78,17 +78,18 @@ class PushEnv(TwinEnv):
         self.target = self.q_home.copy()
 
     def _true_object_pose(self) -> Vec:
-        return self.world.object_pose(self._obj) if self._world is not None else np.zeros(7)
+        """Read once per control tick (after the physics steps) and kept for the reward."""
+        self.obj_pose = self.world.object_pose(self._obj)
+        return self.obj_pose
 
     def _object_goal(self) -> Vec:
         return self.goal
 
     def distance(self) -> float:
-        return float(np.linalg.norm(self.world.object_pose(self._obj)[:2] - self.goal))
+        return float(np.linalg.norm(self.obj_pose[:2] - self.goal))
 
     def _reward(self, action: Vec) -> float:
-        obj = self.world.object_pose(self._obj)
-        reach = float(np.linalg.norm(self.ee_position() - obj[:3]))
+        reach = float(np.linalg.norm(self.ee_position() - self.obj_pose[:3]))
         return -5.0 * self.distance() - reach - 0.01 * float(np.sum(action**2))
 
     def _success(self) -> bool:
