@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -178,18 +179,17 @@ def test_fault_mid_motion_stops_and_names_the_device(vendor: str, fault: str) ->
             else:
                 bus.corrupt_replies(10_000)
                 expect = r"corrupt status packets from joint 'pan' \(servo id 1\)"
-            t_fault = time.monotonic()
             drive(agent, target, 2.0, until=lambda: agent.stop_reason is not None)
+            t_seen = time.monotonic()
             assert agent.stop_reason is not None
             assert agent.mode in ("stopped", "idle")
-            assert agent.stop_reason and __import__("re").search(expect, agent.stop_reason)
+            assert re.search(expect, agent.stop_reason), agent.stop_reason
+            # the driver held the arm before it raised: nothing reached the bus since
             time.sleep(0.2)
-            after = [g for g in bus.goals[n_before:] if g[0] > t_fault + 0.2]
-            # at most the one hold goal per servo after the fault was found, none moving on
-            held = {sid: raw for _, sid, raw in after}
-            for _, sid, raw in after:
-                assert raw == held[sid]
-            assert len(after) <= len(cal.ids)
+            assert [g for g in bus.goals[n_before:] if g[0] > t_seen] == []
+            for i in cal.ids:  # and every servo holds where it was last measured
+                last = [raw for _, sid, raw in bus.goals if sid == i][-1]
+                assert abs(bus.servo(i).position - last) <= 1.5
             # the stop is reported on (the last good state streams on), and a new command is
             # refused at the next tick without anything reaching the bus
             assert drv.read_state().seq == drv.read_state().seq
