@@ -55,6 +55,7 @@ class RecordPanel(QtWidgets.QWidget):
         self.controller = controller
         self.runner = runner or JobRunner(self)
         self.motion: Motion | None = None
+        self.suggestion: Any = None  # the last design suggestion applied to the form
         self._task: JobTask | None = None
         self._stop = threading.Event()
         lay = QtWidgets.QVBoxLayout(self)
@@ -97,6 +98,14 @@ class RecordPanel(QtWidgets.QWidget):
         form.addRow("Push speed", self.speed)
         form.addRow("Camera", self.camera_box)
         lay.addLayout(form)
+        self.suggest_button = QtWidgets.QPushButton("Suggest the next motion (D-optimal)")
+        self.suggest_button.setToolTip(
+            "Rank the library by expected information gain about the latest fit's parameters "
+            "at its estimate, and fill in the best motion"
+        )
+        self.suggest_button.clicked.connect(self.suggest)
+        self.suggest_only: list[str] = []  # candidate keys to score (all when empty)
+        lay.addWidget(self.suggest_button)
         self.preview_button = QtWidgets.QPushButton("Preview plan")
         self.preview_button.setToolTip("Plan from the robot's current pose; nothing moves")
         self.preview_button.clicked.connect(self.preview)
@@ -226,6 +235,51 @@ class RecordPanel(QtWidgets.QWidget):
         task.sig_finished.connect(self._planned)
         task.sig_failed.connect(lambda msg: self._say(f"cannot plan: {msg}", error=True))
         task.sig_done.connect(lambda: self.preview_button.setEnabled(True))
+
+    def suggest(self) -> None:
+        """Run the design job for the latest fit; fill the form with the best motion."""
+        from app.workflows.design import latest_fit, suggest_job
+
+        project = self.controller.project
+        fit_id = latest_fit(project) if project is not None else None
+        if project is None or fit_id is None:
+            self._say(
+                "no finished fit in the project: fit the twin first (python main.py fit)",
+                error=True,
+            )
+            return
+        self.suggest_button.setEnabled(False)
+        job = suggest_job(project, None, (), fit_id, only=self.suggest_only)
+        task = self.runner.start("Suggest next motion", job)
+        task.sig_progress.connect(lambda p: self._say(p.message))
+        task.sig_finished.connect(self._suggested)
+        task.sig_failed.connect(lambda msg: self._say(f"cannot suggest: {msg}", error=True))
+        task.sig_done.connect(lambda: self.suggest_button.setEnabled(True))
+
+    def _suggested(self, ranked: list[Any]) -> None:
+        if not ranked:
+            self._say("no library motion fits this robot", error=True)
+            return
+        best = ranked[0]
+        p = best.motion.params
+        self.motion_box.setCurrentText(best.motion.name)
+        if best.motion.name == "push":
+            self.target_x.setValue(float(p["target_xy"][0]))
+            self.target_y.setValue(float(p["target_xy"][1]))
+            self.direction.setValue(float(p["direction"]))
+            self.speed.setValue(float(p["speed"]))
+        else:
+            self.amplitude.setValue(float(p.get("amplitude", self.amplitude.value())))
+            self.velocity.setValue(float(p.get("velocity", self.velocity.value())))
+            if "duration" in p and best.motion.name in ("chirp", "multisine"):
+                self.duration.setValue(float(p["duration"]))
+            self.joints.setText(str(p.get("joints", "all")))
+        gains = ", ".join(f"{s.name} {s.gain:.2f}" for s in ranked[1:4])
+        self.suggestion = best
+        self._say(
+            f"suggested: {best.name} (+{best.gain:.2f} nats of information; next: "
+            f"{gains or 'none'}). Preview it, then Record."
+        )
 
     def _planned(self, motion: Motion) -> None:
         self.motion = motion

@@ -140,3 +140,11 @@ def record_command(s: Suggestion) -> str:
     if p.get("joints") not in (None, "all"):
         parts.append(f"--joints {' '.join(str(p['joints']).split(','))}")
     return " ".join(parts)
+
+
+def latest_fit(project: Project) -> str | None:
+    """The newest finished fit of the project (cancelled ones are skipped), or None."""
+    for art in reversed(project.artifacts("fit")):
+        if art.settings.get("status", "done") != "cancelled":
+            return art.id
+    return None

@@ -107,3 +107,44 @@ def test_devices_panel_opens_the_record_panel_for_the_connected_robot(
     lab_controller.detach_robot()
     qtbot.waitUntil(lambda: not panel.motion_button.isVisible(), timeout=2000)
     panel.detach()
+
+
+def test_suggest_fills_in_the_most_informative_motion(controller, tmp_path, qtbot) -> None:  # type: ignore[no-untyped-def]
+    from app.jobs import run_to_end
+    from app.workflows.twin import build_twin, load_twin
+    from devices.robots.excitation import plan
+    from resources import atomic
+    from twins.design import robot_info_for, simulate_motion, start_pose
+
+    proj = controller.new_project(tmp_path / "p")
+    panel = _panel(qtbot, controller)
+    panel.suggest_button.click()  # no fit yet: said, nothing runs
+    assert "fit the twin first" in panel.summary.text()
+    twin_id = run_to_end(build_twin(proj, None, procedural=True, name="demo"))
+    _, spec = load_twin(proj, twin_id)
+    info = robot_info_for(spec)
+    m = plan(
+        "chirp", info, start_pose(spec, info), amplitude=0.1, duration=2.0, joints="panda_joint1"
+    )
+    with proj.new_artifact("trajectory", summary="joint 1 only") as folder:
+        simulate_motion(spec, {}, m).with_channels(source="real").save(folder)
+    rid = proj.artifacts("trajectory")[-1].id
+    bw = ["robot.actuators.panda_joint1.bandwidth", "robot.actuators.panda_joint4.bandwidth"]
+    with proj.new_artifact("fit", inputs=[twin_id, rid], summary="a fit") as folder:
+        atomic.write_json(
+            folder / "fit.json",
+            {
+                "status": "done",
+                "twin": twin_id,
+                "trajectories": [rid],
+                "estimate": {bw[0]: 30.0, bw[1]: 30.0},
+            },
+        )
+    panel.suggest_only = ["chirp:panda_joint1", "steps:panda_joint2", "chirp:panda_joint4"]
+    panel.suggest_button.click()
+    qtbot.waitUntil(lambda: panel.suggestion is not None, timeout=120000)
+    assert panel.suggestion.name == "chirp:panda_joint4"
+    assert panel.motion_box.currentText() == "chirp"
+    assert panel.joints.text() == "panda_joint4"
+    assert "suggested: chirp:panda_joint4" in panel.summary.text()
+    qtbot.waitUntil(lambda: not panel.runner.running(), timeout=5000)
