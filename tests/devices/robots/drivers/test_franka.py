@@ -114,3 +114,31 @@ def test_simulator_dropping_off_the_network_stops_the_agent_naming_the_arm() -> 
 def test_nobody_at_the_address_is_a_clear_error() -> None:
     with pytest.raises(DeviceError, match=r"franka 127\.77\.0\.9: cannot connect"):
         FrankaDriver("127.77.0.9")
+
+
+def test_velocity_control_expires_when_the_agent_goes_quiet(sim: FrankySim) -> None:
+    drv = FrankaDriver(sim.host, rate_hz=100.0, dynamics_factor=0.5)
+    agent = Agent(drv)
+    agent.start()
+    try:
+        q0 = drv.read_state().joint_pos
+        v = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.3])
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            agent.heartbeat()
+            agent.command("velocity", v)
+            time.sleep(0.02)
+        assert agent.mode == "command", agent.stop_reason
+        assert drv.read_state().joint_pos[6] - q0[6] > 0.02  # joint 7 turned forwards
+        assert np.abs(drv.read_state().joint_pos[:6] - q0[:6]).max() < 0.01
+    finally:
+        agent.close()
+    # the driver alone: a velocity command with nobody renewing it ends by itself (franky
+    # holds it for three control periods, then brakes)
+    drv.write_command("velocity", v)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    while np.abs(np.array(drv.robot.state.dq_d)).max() > 1e-4:
+        assert time.monotonic() - t0 < 10.0
+        time.sleep(0.01)
+    drv.close()
