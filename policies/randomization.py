@@ -214,6 +214,18 @@ class Randomization:
         lat = int(rng.integers(n.latency_ticks_min, n.latency_ticks_max + 1))
         return Conditions(values, lat, n)
 
+    def draws(
+        self, paramset: ParamSet, n: int = 500, seed: int = 0
+    ) -> tuple[list[str], NDArray[np.float64]]:
+        """The training distribution as a table: (names, (n, d) values) of the randomized
+        parameters over `n` episode draws, to show next to a fit's posterior."""
+        rng = np.random.default_rng(seed)
+        rows = [self.sample(rng, paramset).values for _ in range(n)]
+        names = sorted({k for r in rows for k in r})
+        return names, np.array([[r[k] for k in names] for r in rows], dtype=float).reshape(
+            n, len(names)
+        )
+
     def nominal(self) -> Randomization:
         """Same sensors, no physical randomization."""
         return Randomization("none", noise=self.noise)

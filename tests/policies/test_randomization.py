@@ -59,6 +59,12 @@ def test_posterior_rows_keep_correlation(tmp_path: Path, demo_twin: TwinSpec) ->
     rows = {tuple(np.round(r, 12)) for r in x}
     assert all(tuple(np.round(d, 12)) in rows for d in draws)  # whole rows, never mixed
     assert np.corrcoef(draws.T)[0, 1] > 0.9
+    # the training distribution as a table, next to the posterior it came from
+    names, table = dr.draws(demo_twin.params, 400, seed=2)
+    assert names == sorted([FRICTION, MASS]) and table.shape == (400, 2)
+    col = names.index(FRICTION)
+    assert abs(table[:, col].mean() - x[:, 0].mean()) < 0.02
+    assert abs(table[:, col].std() - x[:, 0].std()) < 0.02
 
 
 def test_bad_randomization_is_refused_with_names(tmp_path: Path, demo_twin: TwinSpec) -> None:

@@ -21,6 +21,7 @@ from app.workflows.train import (
     train_subprocess_job,
 )
 from app.workflows.twin import build_twin
+from policies.errors import PolicyError
 from policies.primitives import CemSettings
 from policies.train import TrainSettings
 from resources import atomic
@@ -106,6 +107,9 @@ def test_bad_input_is_named(
     assert "policy-nope" in capsys.readouterr().err
     assert main(["train", "--project", root, "--task", "reach", "--resume", "train-nope"]) == 2
     assert "no training run 'train-nope'" in capsys.readouterr().err
+    # a training process that fails says why, and the caller carries on
+    with pytest.raises(PolicyError, match=r"exit 2.*unknown task 'fly'"):
+        run_to_end(train_subprocess_job(proj.root, ["--task", "fly"]))
 
 
 def test_subprocess_training_reports_progress_and_resumes_after_interrupt(
