@@ -19,11 +19,18 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from devices.trajectory import Trajectory
 from twins.errors import TwinError
 from twins.spec import TwinSpec
 
 Plain = tuple[Any, ...]  # a Trajectory as picklable parts (t, channels, units, source, meta)
+# sims by window, body tracks by window (body -> (K, 4, 4)), errors by window, rebuilt, refusal
+Result = tuple[
+    dict[int, Trajectory], dict[int, dict[str, NDArray[np.float64]]], dict[int, str], bool, str
+]
 
 
 def plain(traj: Trajectory) -> Plain:
@@ -77,6 +84,18 @@ class Replayer:
             self.set_values({})
         return _replay_window(self, self.values, w)  # type: ignore[arg-type]
 
+    def replay_tracked(
+        self, w: Trajectory, times: NDArray[np.float64] | None
+    ) -> tuple[Trajectory, dict[str, NDArray[np.float64]]]:
+        """`replay(w)` and, at `times` (s from the window's start), where every drawn body
+        of the twin is in it (`twins.ghost.body_tracks`; kinematics only)."""
+        from twins.ghost import body_tracks
+
+        sim = self.replay(w)
+        if times is None or not len(times):
+            return sim, {}
+        return sim, body_tracks(self.world, sim, np.asarray(times, dtype=float))
+
     def close(self) -> None:
         for w in (self.world, self._zero):
             if w is not None:
@@ -95,20 +114,21 @@ def _serve(conn: Any, spec: TwinSpec, windows: Sequence[Plain]) -> None:
             msg = conn.recv()
             if msg[0] == "close":
                 return
-            _, values, indices = msg
-            t0 = time.perf_counter()
+            _, values, tasks = msg
+            t0 = time.process_time()
             try:
                 rebuilt = rep.set_values(values)
             except TwinError as exc:
                 conn.send(("error", str(exc)))
                 continue
-            out: list[tuple[int, Plain | None, str]] = []
-            for i in indices:
+            out: list[tuple[int, Plain | None, dict[str, Any], str]] = []
+            for i, times in tasks:
                 try:
-                    out.append((i, plain(rep.replay(wins[i])), ""))
+                    sim, poses = rep.replay_tracked(wins[i], times)
+                    out.append((i, plain(sim), poses, ""))
                 except (TwinError, KeyError, ValueError) as exc:
-                    out.append((i, None, str(exc)))
-            conn.send(("ok", out, rebuilt, time.perf_counter() - t0))
+                    out.append((i, None, {}, str(exc)))
+            conn.send(("ok", out, rebuilt, time.process_time() - t0))  # CPU seconds
     except (EOFError, KeyboardInterrupt):
         return
     finally:
@@ -121,6 +141,7 @@ class ReplayPool:
     def __init__(self, spec: TwinSpec, windows: Sequence[Trajectory], processes: int) -> None:
         ctx = mp.get_context("spawn")  # a fresh interpreter: no Qt, no inherited threads
         self.windows = list(windows)
+        self.cpu_s = 0.0
         self._conns: list[Any] = []
         self._procs: list[Any] = []
         parts = [plain(w) for w in self.windows]
@@ -141,10 +162,15 @@ class ReplayPool:
         return len(self._conns)
 
     def run(
-        self, values: Mapping[str, float], indices: Sequence[int]
-    ) -> tuple[dict[int, Trajectory], dict[int, str], bool, str]:
-        """Replay windows `indices` at `values`, spread over the workers: (sims by window,
-        errors by window, any world rebuilt, an error refusing the values)."""
+        self,
+        values: Mapping[str, float],
+        indices: Sequence[int],
+        times: Mapping[int, NDArray[np.float64]] | None = None,
+    ) -> Result:
+        """Replay windows `indices` at `values`, spread over the workers, each with its
+        body poses at `times[i]` (s from the window's start): (sims, body tracks, errors by
+        window, any world rebuilt, an error refusing the values). `cpu_s` then holds the
+        most CPU time one worker spent (its wall time on an idle core)."""
         share: list[list[int]] = [[] for _ in self._conns]
         # longest first, each to the least loaded worker
         load = [0.0] * len(share)
@@ -152,24 +178,29 @@ class ReplayPool:
             k = load.index(min(load))
             share[k].append(i)
             load[k] += self.windows[i].duration
+        at = times or {}
         for c, mine in zip(self._conns, share, strict=True):
-            c.send(("run", dict(values), mine))
+            c.send(("run", dict(values), [(i, at.get(i)) for i in mine]))
         sims: dict[int, Trajectory] = {}
+        tracks: dict[int, dict[str, NDArray[np.float64]]] = {}
         errors: dict[int, str] = {}
         rebuilt, refused = False, ""
+        self.cpu_s = 0.0
         for c in self._conns:
             msg = c.recv()
             if msg[0] == "error":
                 refused = msg[1]
                 continue
-            _, out, rb, _ = msg
+            _, out, rb, cpu = msg
+            self.cpu_s = max(self.cpu_s, float(cpu))
             rebuilt |= bool(rb)
-            for i, p, err in out:
+            for i, p, poses, err in out:
                 if p is None:
                     errors[i] = err
                 else:
                     sims[i] = Trajectory(*p)
-        return sims, errors, rebuilt, refused
+                    tracks[i] = poses
+        return sims, tracks, errors, rebuilt, refused
 
     def close(self) -> None:
         for c in self._conns:

@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     latencies: list[float] = []
     timeouts = 0
     sim_ms: list[float] = []
+    cpu_ms: list[float] = []
+    gui_cpu: list[float] = []  # GUI-thread CPU time from a move to its redraw (incl. waiting)
     rebuilt = 0
     page.plot.set_time(2.5)  # mid-window, mid-motion: parameter changes move the ghost
     wait(lambda: False, 1.0)  # settle (first paints, full ghost)
@@ -125,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         if pos == row.slider.value():
             pos += 7
         t0 = time.perf_counter()
+        c0 = time.thread_time()
         row.slider.setValue(pos)  # what a drag delivers: valueChanged on the GUI thread
         req = page.live.latest_request if page.live is not None else 0
         got = wait(lambda r=req: r in drawn, MOVE_TIMEOUT_S)
@@ -137,9 +140,11 @@ def main(argv: list[str] | None = None) -> int:
             latencies.append(1000 * MOVE_TIMEOUT_S)
             continue
         latencies.append(1000 * ((watch.finished(drawn[req]) or t0) - t0))
+        gui_cpu.append(1000 * (time.thread_time() - c0))
         f = page._last
         if f is not None:
             sim_ms.append(f.sim_ms)
+            cpu_ms.append(f.sim_cpu_ms)
             rebuilt += int(f.rebuilt)
         wait(lambda: False, 0.25 + 0.1 * rng.random())  # a person's pace between moves
     tick.stop()
@@ -155,6 +160,14 @@ def main(argv: list[str] | None = None) -> int:
             "gui_stall_ms_max": round(float(max(gaps.max(), 0.0)), 1),
             "gui_stall_ms_p99": round(float(np.percentile(np.maximum(gaps, 0), 99)), 1),
             "sim_ms_median": round(float(np.median(sim_ms)), 1) if sim_ms else None,
+            # CPU time of the busiest replay process per move: its wall time on idle cores
+            "sim_cpu_ms_median": (
+                round(float(np.nanmedian(cpu_ms)), 1)
+                if cpu_ms and np.isfinite(cpu_ms).any()
+                else None
+            ),
+            "gui_thread_cpu_ms_median": (round(float(np.median(gui_cpu)), 1) if gui_cpu else None),
+            "replay_processes": page.live.processes if page.live is not None else None,
             "rebuilds": rebuilt,
             "dropped_results": page.live.dropped if page.live is not None else None,
             "recording_s": 5.0,

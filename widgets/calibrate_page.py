@@ -498,9 +498,7 @@ class CalibratePage(WorkflowPage):
             self.plot.set_visible(sorted(visible_before | set(show)))
 
     def _cursor_moved(self, t: float) -> None:
-        if self.live is not None:
-            self.live.set_cursor(t)
-        self._draw_scene(t)
+        self._draw_scene(t)  # the frame holds the ghost over the whole recording
 
     def _draw_scene(self, t: float) -> None:
         f, inputs = self._last, self.inputs

@@ -1,7 +1,7 @@
 """Live visual tuning (the Calibrate page's engine; Qt-free): a twin and some recordings,
 re-simulated off the GUI thread whenever a parameter changes.
 
-Follows `twin_live.LiveTwin`: commands (`set_values`, `set_visible`, `set_cursor`) return at
+Follows `twin_live.LiveTwin`: commands (`set_values`, `set_visible`, `set_window`) return at
 once; a worker thread owns the twin's world and publishes `CalibFrame`s, "latest wins"
 (`on_frame` is called at most once until the view has taken the frame). Parameter edits
 coalesce: every edit waiting when the worker wakes becomes one re-simulation with the newest
@@ -70,6 +70,7 @@ class CalibFrame:
     rebuilt: bool  # the world was rebuilt for this change (not retuned in place)
     sim_ms: float  # world update + replays, milliseconds
     error: str = ""
+    sim_cpu_ms: float = float("nan")  # CPU time of the busiest replay worker
 
 
 @dataclass
@@ -104,7 +105,6 @@ class LiveCalibration:
         self._ghost_hz = ghost_hz
         self._values = spec.params.nominal()
         self._visible = list(self.recordings if visible is None else visible)
-        self._cursor = 0.0
         self._cmds: queue.Queue[_Cmd] = queue.Queue()
         self._lock = threading.Lock()
         self._latest: CalibFrame | None = None
@@ -144,10 +144,6 @@ class LiveCalibration:
         """Replay each recording whole (None) or restarted from its recorded state every
         `window_s` seconds, as the fit does (the residuals are then the fit's)."""
         self._send(_Cmd("window", (window_s,)))
-
-    def set_cursor(self, time_s: float) -> None:
-        """The time cursor (s from the recordings' start): where the first ghost is posed."""
-        self._cursor = float(time_s)
 
     def close(self, timeout_s: float = 10.0) -> None:
         if self._thread.is_alive():
@@ -255,27 +251,50 @@ class LiveCalibration:
             0, self._last_request(), dict(self._values), {}, {}, {}, {}, True, False, 0.0, error
         )
 
-    def _replay(
-        self, indices: list[int]
-    ) -> tuple[dict[int, Trajectory], dict[int, str], bool, str]:
-        """Replay windows at the current values (pool or this thread)."""
+    def _replay(self, indices: list[int], times: Mapping[int, NDArray[np.float64]]) -> Any:
+        """Replay windows (with the ghost's body poses at `times`) at the current values,
+        in the pool or on this thread; `twins.live_replay.Result`."""
         if self._pool is not None:
-            return self._pool.run(self._values, indices)  # type: ignore[no-any-return]
+            return self._pool.run(self._values, indices, times)
         rep = self._replayer
         try:
             rebuilt = rep.set_values(self._values)
         except TwinbenchError as exc:
-            return {}, {}, False, str(exc)
+            return {}, {}, {}, False, str(exc)
         sims: dict[int, Trajectory] = {}
+        tracks: dict[int, Any] = {}
         errors: dict[int, str] = {}
         for i in indices:
             if self._newer_edit_waiting():
                 break
             try:
-                sims[i] = rep.replay(self._all_windows[i])
+                sims[i], tracks[i] = rep.replay_tracked(self._all_windows[i], times.get(i))
             except (TwinbenchError, KeyError, ValueError) as exc:
                 errors[i] = str(exc)
-        return sims, errors, rebuilt, ""
+        return sims, tracks, errors, rebuilt, ""
+
+    def _ghost_times(self, rid: str) -> tuple[NDArray[np.float64], dict[int, NDArray[np.float64]]]:
+        """The ghost's time grid over recording `rid` (s from its start) and, per window,
+        the grid's times inside it (s from the window's start)."""
+        rec = self.recordings[rid]
+        grid = np.linspace(0.0, rec.duration, max(2, int(rec.duration * self._ghost_hz) + 1))
+        idx = self._windows[rid]
+        starts = [float(self._all_windows[i].meta.get("window_start_s", 0.0)) for i in idx]
+        ends = starts[1:] + [np.inf]
+        return grid, {
+            i: grid[(grid >= a - 1e-9) & (grid < b - 1e-9)] - a
+            for i, a, b in zip(idx, starts, ends, strict=True)
+        }
+
+    def _merge_tracks(self, rid: str, grid: NDArray[np.float64], tracks: Mapping[int, Any]) -> Any:
+        """The windows' body poses as one track over the recording (None if one is missing)."""
+        parts: list[Any] = [tracks.get(i) for i in self._windows[rid]]
+        if any(not p for p in parts):  # missing, or a window too short for a grid time
+            return None
+        poses = {b: np.concatenate([p[b] for p in parts]) for b in parts[0]}
+        if any(len(P) != len(grid) for P in poses.values()):
+            return None
+        return BodyTrack(grid, poses)
 
     def _stitch(self, rid: str, sims: Mapping[int, Trajectory]) -> Trajectory | None:
         """The windows' simulations of recording `rid` on its own time base (NaN where no
@@ -319,8 +338,13 @@ class LiveCalibration:
             if rid not in self._recorded:
                 self._recorded[rid] = self._track(body_tracks, self.recordings[rid], None)
         indices = [i for rid in self._visible for i in self._windows.get(rid, [])]
+        grids: dict[str, NDArray[np.float64]] = {}
+        times: dict[int, NDArray[np.float64]] = {}
+        for rid in self._visible:
+            grids[rid], per_window = self._ghost_times(rid)
+            times.update(per_window)
         before = dict(self._values)
-        wsims, werrors, rebuilt, refused = self._replay(indices)
+        wsims, wtracks, werrors, rebuilt, refused = self._replay(indices, times)
         if refused:  # a value the twin refuses: the previous values stay
             error = refused
             self._values = dict(self._latest.values) if self._latest else self.spec.params.nominal()
@@ -328,6 +352,7 @@ class LiveCalibration:
             self.dropped += 1
             return
         sims: dict[str, Trajectory] = {}
+        ghost: dict[str, BodyTrack] = {}
         errors: dict[str, str] = {}
         for rid in self._visible:
             bad = [werrors[i] for i in self._windows.get(rid, []) if i in werrors]
@@ -335,15 +360,14 @@ class LiveCalibration:
                 errors[rid] = bad[0]
                 continue
             s = self._stitch(rid, wsims)
-            if s is not None:
-                sims[rid] = s
+            if s is None:
+                continue
+            sims[rid] = s
+            track = self._merge_tracks(rid, grids[rid], wtracks)
+            ghost[rid] = track if track is not None else self._track(body_tracks, s, None)
         self.simulated += 1
         sim_ms = 1000 * (time.perf_counter() - t0)
-        cursor = np.array([self._cursor])
-        ghost = {rid: self._track(body_tracks, s, cursor) for rid, s in sims.items()}
-        if self._newer_edit_waiting():
-            self.dropped += 1
-            return
+        cpu_ms = 1000 * self._pool.cpu_s if self._pool is not None else float("nan")
         frame = CalibFrame(
             0,
             request,
@@ -352,18 +376,13 @@ class LiveCalibration:
             errors,
             ghost,
             {rid: self._recorded[rid] for rid in self._visible if rid in self._recorded},
-            False,
+            True,
             rebuilt,
             sim_ms,
             error,
+            cpu_ms,
         )
         self._publish(frame)
-        full = {}
-        for rid, s in sims.items():
-            if self._newer_edit_waiting():
-                return  # the next change brings its own ghost
-            full[rid] = self._track(body_tracks, s, None)
-        self._publish(replace(frame, ghost=full, full_ghost=True))
 
     def _track(
         self, body_tracks: Callable[..., Any], traj: Trajectory, times: NDArray[np.float64] | None

@@ -97,6 +97,7 @@ def test_worker_processes_give_the_in_thread_numbers() -> None:
     spec = qube_twin()
     rec = released_pendulum(spec)
     out = {}
+    ghosts = {}
     for procs in (0, 2):
         live = LiveCalibration(spec, {"r": rec}, lambda: None, window_s=1.0, processes=procs)
         try:
@@ -105,9 +106,25 @@ def test_worker_processes_give_the_in_thread_numbers() -> None:
             f = live.latest_frame()
             assert f is not None and not f.error
             out[procs] = f.sims["r"]["robot/joint_pos"]
+            ghosts[procs] = f.ghost["r"]
         finally:
             live.close()
     np.testing.assert_array_equal(out[0], out[2])
+    # the ghost (body poses over the recording) too, and it follows the simulated joints:
+    # the pendulum link turns with the simulated pendulum angle
+    g0, g2 = ghosts[0], ghosts[2]
+    assert set(g0.poses) == set(g2.poses) and len(g0.t) == len(g2.t) == 75  # 25 per second
+    for body in g0.poses:
+        np.testing.assert_allclose(g0.poses[body], g2.poses[body], atol=1e-12)
+    link = next(b for b in g0.poses if "pendulum" in b)
+    arm = next(b for b in g0.poses if "arm" in b)
+    # the pendulum link relative to the arm link it hangs from
+    R = np.einsum("kji,kjl->kil", g0.poses[arm][:, :3, :3], g0.poses[link][:, :3, :3])
+    k = np.clip(np.rint(g0.t / 0.002).astype(int), 0, len(out[0]) - 1)
+    angle = out[0][k, 1]
+    rel = np.einsum("ji,kjl->kil", R[0], R)  # rotation since the start
+    turned = np.arccos(np.clip((np.trace(rel, axis1=1, axis2=2) - 1) / 2, -1, 1))
+    np.testing.assert_allclose(turned, np.abs(angle - angle[0]), atol=2e-3)
     # windowed: each 1 s window restarts from the recording (the fit's view); the real
     # recording was made at 2e-4, so just after each restart the sim sits on the real curve
     # (open loop it has drifted away by then)
