@@ -4,8 +4,8 @@ a loopback address (franky-sim picks a free 127.x.y.z; its port is libfranka's 1
     with start_franky_sim() as sim:
         FrankaDriver(sim.host) ...
 
-It runs `franky-sim -s mujoco` as its own process (MuJoCo never enters ours) and is ended
-with SIGTERM, then SIGKILL.
+It runs `franky-sim -s mujoco` as its own process (MuJoCo never enters ours), which also
+ends when our process does (its stdin closes); `terminate()` sends SIGINT, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -22,6 +22,17 @@ from collections import deque
 from devices.errors import DeviceError
 
 READY = re.compile(r"using '([0-9.]+)' as the robot IP")
+# franky-sim's own entry point, plus: exit when stdin closes (the launching process ended)
+SHIM = (
+    "import os, sys, threading\n"
+    "def watch():\n"
+    "    while sys.stdin.buffer.read(4096):\n"
+    "        pass\n"
+    "    os._exit(0)\n"
+    "threading.Thread(target=watch, daemon=True).start()\n"
+    "from franky_sim.run_server import main\n"
+    "main()\n"
+)
 
 
 class FrankySim:
@@ -64,6 +75,8 @@ class FrankySim:
             self.proc.wait(5.0)
 
     def terminate(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
@@ -86,8 +99,8 @@ def start_franky_sim(timeout_s: float = 60.0) -> FrankySim:
     env.setdefault("MUJOCO_GL", "egl")
     env["PYTHONUNBUFFERED"] = "1"
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from franky_sim.run_server import main; main()", "-s", "mujoco"],
-        stdin=subprocess.DEVNULL,
+        [sys.executable, "-c", SHIM, "-s", "mujoco"],
+        stdin=subprocess.PIPE,  # held open for the peer's lifetime: EOF (we died) ends it
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
