@@ -118,6 +118,14 @@ def serve_command(driver: str, device: str = "", calibration: str = "", port: in
     return cmd
 
 
+def start_emulated_agent(vendor: str = "feetech") -> Any:
+    """An agent process in front of an emulated servo arm (`agent serve --driver VENDOR
+    --emulate`), for previews and demos: `.host`, `.port`, `.token`, `.terminate()`."""
+    from devices.robots.launch import start_agent_process
+
+    return start_agent_process(vendor, ["--emulate", "--rate", "100"], timeout_s=60)
+
+
 class TestMotion:
     """Streams `test_targets` to a link from its own thread until `seconds` pass or `stop()`;
     always ends with a stop (robot held)."""

@@ -188,3 +188,19 @@ class AddRobotDialog(QtWidgets.QDialog):
             self._disconnect()
         self.timer.stop()
         super().done(result)
+
+
+if __name__ == "__main__":  # preview: python -m widgets.add_robot (an emulated Feetech arm)
+    import sys
+
+    qapp = QtWidgets.QApplication(sys.argv)
+    agent = robot_check.start_emulated_agent("feetech")
+    try:
+        dlg = AddRobotDialog(AppController())
+        dlg.driver.setCurrentText("feetech")
+        dlg.address.setText(f"{agent.host}:{agent.port}")
+        dlg.token.setText(agent.token)
+        dlg.show()
+        qapp.exec()
+    finally:
+        agent.terminate()
