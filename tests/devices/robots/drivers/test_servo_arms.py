@@ -263,3 +263,53 @@ def test_calibration_file_errors_name_file_and_joint(tmp_path: Path) -> None:
     np.testing.assert_allclose(
         cal.to_rad(cal.to_ticks(q).astype(float)), q, atol=2 * math.pi / 4096
     )
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_servo_limits_written_from_calibration_and_enforced_by_the_servo(vendor: str) -> None:
+    Bus, make = VENDORS[vendor]
+    cal = calibration(vendor)
+    with Bus(cal.ids, positions=start_ticks(cal, [0.0] * 6)) as bus:
+        drv = make(bus.port, cal, rate_hz=RATE)
+        drv.start()
+        try:
+            j = cal.joints[1]  # direction -1: the tick range is reversed
+            lo, hi = cal.tick_range(j)
+            s = bus.servo(j.id)
+            if vendor == "dynamixel":
+                assert (s.i32(52), s.i32(48)) == (lo, hi)
+            else:
+                assert (s.u16(9), s.u16(11)) == (lo, hi)
+            # a goal past the servo's own limit, sent around the driver, does not move it
+            # past the limit (Dynamixel refuses it, the STS clamps it)
+            with bus.lock:
+                s.write(
+                    116 if vendor == "dynamixel" else 42,
+                    (hi + 300).to_bytes(4 if vendor == "dynamixel" else 2, "little"),
+                    [],
+                )
+            time.sleep(0.4)
+            assert s.position <= hi + 0.5
+        finally:
+            drv.close()
+
+
+def test_bus_timing_follows_the_baud_rate() -> None:
+    import dynamixel_sdk as sdk
+
+    baud = 57600
+    with DynamixelBus(range(1, 7), baud=baud) as bus:
+        ph, pk = sdk.PortHandler(bus.port), sdk.PacketHandler(2.0)
+        ph.baudrate = baud
+        assert ph.openPort()
+        group = sdk.GroupSyncRead(ph, pk, 126, 10)
+        for i in range(1, 7):
+            group.addParam(i)
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            assert group.txRxPacket() == 0
+            times.append(time.perf_counter() - t0)
+        wire_s = (20 + 6 * (11 + 10)) * 10 / baud  # instruction + six status packets
+        assert min(times) >= wire_s  # 25 ms at 57600 baud (1.5 ms at 1 Mbps)
+        ph.closePort()
