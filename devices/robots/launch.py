@@ -112,7 +112,8 @@ def start_lab_process(
     timeout_s: float = 60.0,
     tls: bool = False,
 ) -> LabProcess:
-    """Start `python main.py lab serve` and return once it listens (port 0: any free port).
+    """Start the virtual lab (`python -m devices.robots.serve --driver lab`, the same agent as
+    `python main.py lab serve`) and return once it listens (port 0: any free port).
 
     tls: serve TLS with a certificate made in the process's temp folder; its fingerprint
     is then `LabProcess.fingerprint` (pass it to RobotClient(tls_fingerprint=…)).
