@@ -1,1 +1,9 @@
-"""Policies: tasks over a twin, trainers, ONNX export, evaluation, deploy (later issues)."""
+"""Policies: tasks over a twin, randomization, trainers, ONNX policies, evaluation.
+
+spec.py (PolicySpec: the robot agent's observation/action spec, plus object terms) ·
+tasks/ (TASKS registry: reach, push; Gymnasium envs over a twin) · randomization.py
+(hand-set, posterior, sensor noise/latency/dropouts) · primitives.py (motion primitives +
+CEM) · ppo.py (stable-baselines3 PPO) · train.py (train -> export -> check) · export.py
+(torch -> ONNX) · policy.py (Policy: ONNX + spec + record) · rollouts.py (episodes as
+executor jobs) · evaluate.py (success rate, Wilson interval). torch lives here only.
+"""
