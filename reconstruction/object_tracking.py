@@ -14,8 +14,9 @@ checked against the frame by rendering the model's camera-facing surface into th
 image: a pixel whose measured depth agrees explains the model, one measured *behind* the
 model contradicts it, one in front is an occlusion (the robot's hand, another object) and
 does not count. `quality` = explained / (explained + contradicted), times an inlier-RMSE
-factor, in 0..1; below `lost_quality` (or with too few explained pixels) the object is lost
-for that frame. A lost object is re-detected by FPFH + RANSAC global registration of its
+factor, scaled down when less than `min_visible` of the model's front pixels are seen at
+all (a box behind the hand: the sliver left does not pin its pose), in 0..1; below
+`lost_quality` (or with too few explained pixels) the object is lost for that frame. A lost object is re-detected by FPFH + RANSAC global registration of its
 model against the unexplained points above the table, refined by ICP and accepted only
 above `accept_quality`.
 
@@ -76,6 +77,8 @@ class ObjectTrackSettings:
     min_support_px: int = 25  # explained pixels for a confident pose
     agree_m: float = 0.006  # depth agreement of a rendered model pixel (plus sensor noise)
     lost_quality: float = 0.4
+    confident_quality: float = 0.7  # below it, every guess is tried and the best kept
+    min_visible: float = 0.4  # share of the model's front pixels seen; less lowers quality
     accept_quality: float = 0.6  # a re-detection must reach this
     search_radius: float = 0.2  # local re-detection around the last seen pose
     redetect_voxel: float = 0.005
@@ -261,6 +264,9 @@ class ObjectTracker:
         if explained + contradicted == 0:
             return 0.0, 0
         support = explained / (explained + contradicted)
+        # mostly hidden (the hand in front of it): what is left may not pin the pose down
+        visible = (explained + contradicted) / len(px)
+        support *= min(1.0, visible / s.min_visible)
         fine = s.max_corr[-1]
         fit = float(np.clip(1.0 - rmse / (2 * fine), 0.0, 1.0)) if np.isfinite(rmse) else 0.0
         return support * fit, explained
@@ -391,8 +397,8 @@ class ObjectTracker:
                     cand = ObjectTrack(T, q, not ok, rmse, sup, "track" if j == 0 else "hold")
                     if track is None or cand.quality > track.quality:
                         track = cand
-                    if ok:
-                        break
+                    if ok and q >= s.confident_quality:
+                        break  # else the next guess may explain the frame better
             if track is None or track.lost:
                 track = self._found_again(st, pts, owner, i, explained, T_cw, frame, z, robot) or (
                     ObjectTrack(
