@@ -118,6 +118,25 @@ def serve_command(driver: str, device: str = "", calibration: str = "", port: in
     return cmd
 
 
+def save_bundle(info: RobotInfo, folder: Path) -> Path:
+    """Write the robot-description bundle of a connected robot (`info.meta["bundle"]`) into
+    `folder`: its URDF, `limits.json` and (servo arms) `calibration.json`; returns the URDF
+    path, ready for `twin build --robot`. Raises DeviceError when the robot sent none."""
+    import json
+
+    bundle = info.meta.get("bundle")
+    if not isinstance(bundle, dict) or not bundle.get("urdf"):
+        raise DeviceError(f"robot {info.name}: its agent sent no robot description (URDF)")
+    folder.mkdir(parents=True, exist_ok=True)
+    name = Path(str(bundle.get("urdf_name") or f"{info.name}.urdf")).name
+    urdf = folder / name
+    urdf.write_text(str(bundle["urdf"]))
+    (folder / "limits.json").write_text(json.dumps(bundle.get("limits"), indent=2))
+    if bundle.get("calibration"):
+        (folder / "calibration.json").write_text(json.dumps(bundle["calibration"], indent=2))
+    return urdf
+
+
 def start_emulated_agent(vendor: str = "feetech") -> Any:
     """An agent process in front of an emulated servo arm (`agent serve --driver VENDOR
     --emulate`), for previews and demos: `.host`, `.port`, `.token`, `.terminate()`."""
