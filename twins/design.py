@@ -37,6 +37,7 @@ from twins.spec import TwinSpec
 PRIOR_INFO = 12.0  # 1 / variance of a uniform prior on [0, 1]
 FD_STEP = 0.02  # central-difference step in u (2 % of a parameter's range)
 DEFAULT_SIGMA = {"robot/joint_pos": 1e-3}  # rad: encoder noise + what the twin cannot model
+OBJECT_SIGMA = 3e-3  # m (and rad) of a tracked object pose
 DESIGN_RATE_HZ = 50.0  # recordings are compared at this rate (all of them: same weighting)
 DEFAULT_VELOCITY_LIMIT = 2.0  # rad/s, when neither robot nor recording reports one
 
@@ -93,6 +94,7 @@ def robot_info_for(spec: TwinSpec, recordings: Sequence[Trajectory] = ()) -> Rob
         tuple(j.name for j in joints),
         JointLimits(lo, hi, np.full(n, DEFAULT_VELOCITY_LIMIT), eff),
         250.0,
+        description=spec.robot.urdf,  # pushes plan on its kinematics (last link as the tool)
     )
 
 
@@ -196,6 +198,12 @@ def _on_grid(r: Trajectory) -> Trajectory:
     return out.with_channels(t=t - t[0])
 
 
+def default_sigma(spec: TwinSpec) -> dict[str, float]:
+    """Measurement noise per channel: joint positions `DEFAULT_SIGMA`, and each object's
+    pose `OBJECT_SIGMA` (m and rad; the tracker's target accuracy)."""
+    return {**DEFAULT_SIGMA, **{f"objects/{o.name}/pose": OBJECT_SIGMA for o in spec.objects}}
+
+
 def information(
     spec: TwinSpec,
     values: Mapping[str, float],
@@ -206,9 +214,35 @@ def information(
     executor: Executor | None = None,
 ) -> NDArray[np.float64]:
     """Fisher information (n, n) about `params` (normalised u) in `recordings`, at `values`:
-    JᵀJ of the windowed-replay residuals, each channel divided by its noise `sigma`."""
-    if not recordings:
-        return np.zeros((len(params), len(params)))
+    JᵀJ of the windowed-replay residuals, each channel divided by its noise `sigma`
+    (`default_sigma` when None). A recording contributes the channels it has."""
+    n = len(params)
+    total = np.zeros((n, n))
+    sig = dict(sigma or default_sigma(spec))
+    for name, s in sig.items():
+        if not s > 0:
+            raise TwinError(f"design: noise sigma of '{name}' must be > 0, got {s}")
+    groups: dict[tuple[str, ...], list[Trajectory]] = {}
+    for r in recordings:
+        have = tuple(c for c in sig if c in r.channels)
+        if have:
+            groups.setdefault(have, []).append(r)
+    for chans, recs in groups.items():
+        total += _information(
+            spec, values, params, recs, {c: sig[c] for c in chans}, window_s, executor
+        )
+    return total
+
+
+def _information(
+    spec: TwinSpec,
+    values: Mapping[str, float],
+    params: Sequence[str],
+    recordings: Sequence[Trajectory],
+    sig: Mapping[str, float],
+    window_s: float | None,
+    executor: Executor | None,
+) -> NDArray[np.float64]:
     at = spec.with_values(dict(values))
     space = Space.of(at, params)
     u = space.to_u(np.array([at.params[n].nominal for n in params]))
@@ -216,10 +250,6 @@ def information(
     lat += [at.params[n].high for n in params if n.endswith(".latency")]
     lead = max(lat + [0.0]) + 0.01
     ws = tuple(w for r in recordings for w in windows(_on_grid(r), window_s, lead))
-    sig = dict(sigma or DEFAULT_SIGMA)
-    for name, s in sig.items():
-        if not s > 0:
-            raise TwinError(f"design: noise sigma of '{name}' must be > 0, got {s}")
     chans = tuple((c, 1.0, float(s)) for c, s in sig.items())
     prob = Problem(at, space, ws, chans)
     pts, steps = [], []

@@ -79,3 +79,25 @@ def test_unreachable_or_bad_pushes_are_named(demo_twin: TwinSpec) -> None:
         plan_push(info, q0, target_xy=(0.5, 0.0), angle=math.pi)
     with pytest.raises(MotionError, match="no URDF|cannot"):
         plan_push(replace(info, description="nowhere/robot.urdf"), q0, target_xy=(0.5, 0.0))
+
+
+@pytest.mark.slow
+def test_only_pushing_the_box_teaches_about_the_box(demo_twin: TwinSpec) -> None:
+    from devices.robots.excitation import plan
+    from twins.design import rank
+
+    info = _panda(demo_twin)
+    q0 = start_pose(demo_twin, info)
+    cands = {
+        "push box": plan_push(info, q0, target_xy=_object_xy(demo_twin, "box"), speed=0.15),
+        "push cylinder": plan_push(info, q0, target_xy=_object_xy(demo_twin, "cylinder")),
+        "chirp": plan("chirp", info, q0, amplitude=0.05, duration=2.0),
+    }
+    params = ("objects.box.friction", "objects.box.density")
+    ranked = {s.name: s for s in rank(demo_twin, {}, params, cands)}
+    assert list(ranked)[0] == "push box"
+    # the object poses carry the information: the box's only when the box moves
+    assert ranked["push box"].shrink["objects.box.friction"] > 0.5
+    assert ranked["push box"].gain > 3.0
+    for other in ("push cylinder", "chirp"):
+        assert ranked[other].gain == pytest.approx(0.0, abs=1e-9)
