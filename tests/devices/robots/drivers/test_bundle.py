@@ -23,8 +23,8 @@ def test_servo_arm_bundle_builds_a_twin_robot(tmp_path: Path) -> None:
     parsed = read_urdf(urdf)
     movable = parsed.movable
     assert [j.name for j in movable] == list(info.joint_names)
-    np.testing.assert_allclose([j.lower for j in movable], info.limits.lower)
-    np.testing.assert_allclose([j.upper for j in movable], info.limits.upper)
+    np.testing.assert_allclose(np.array([j.lower for j in movable], float), info.limits.lower)
+    np.testing.assert_allclose(np.array([j.upper for j in movable], float), info.limits.upper)
     saved = ArmCalibration.from_dict(
         json.loads((tmp_path / "robot" / "calibration.json").read_text())
     )
