@@ -1,12 +1,17 @@
 """`python main.py agent serve --driver franka|dynamixel|feetech|lab …`: run the robot agent
 on the robot's computer (the same code as `python -m devices.robots.serve`, which needs no
-checkout of the workbench's entry point)."""
+checkout of the workbench's entry point).
+
+`python main.py agent describe --host H --port P --token-file F --out DIR`: connect to an
+agent and save the robot description it sends (URDF, limits, calibration) into DIR, ready
+for `twin build --robot DIR/<robot>.urdf`."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-HELP = "Run the robot agent (safety envelope, watchdog, policy runner) in front of a driver."
+HELP = "Run the robot agent in front of a driver, or save a connected robot's description."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -15,9 +20,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True)
     s = sub.add_parser("serve", help="serve a robot over the robot protocol until Ctrl-C")
     serve_arguments(s)
+    d = sub.add_parser("describe", help="save a connected robot's URDF, limits, calibration")
+    d.add_argument("--host", default="127.0.0.1", help="the agent's address")
+    d.add_argument("--port", type=int, default=7700, help="the agent's port")
+    d.add_argument("--token-file", type=Path, default=None, help="access token file")
+    d.add_argument("--tls-fingerprint", default=None, help="pinned certificate (sha256:…)")
+    d.add_argument("--out", type=Path, required=True, help="folder to write the bundle into")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "describe":
+        from app.robot_check import connect_agent, save_bundle
+        from devices.robots.auth import load_token
+
+        link = connect_agent(
+            f"{args.host}:{args.port}", load_token(args.token_file), args.tls_fingerprint
+        )
+        try:
+            urdf = save_bundle(link.info(), args.out)
+        finally:
+            link.close()
+        info = link.info()
+        print(f"{info.name}: {len(info.joint_names)} joints; robot description in {urdf.parent}")
+        print(f"build its twin: python main.py twin build --robot {urdf} …")
+        return 0
     from devices.robots.serve import run as serve
 
     return serve(args)

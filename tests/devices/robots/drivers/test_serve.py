@@ -4,13 +4,16 @@ robot-description bundle in get_info, moves the arm inside the envelope, and a s
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from devices.robots.auth import write_token_file
 from devices.robots.client import RobotClient
 from devices.robots.launch import REPO_ROOT, start_agent_process
 
@@ -64,3 +67,35 @@ def test_agent_serve_refuses_a_servo_arm_without_calibration() -> None:
     )
     assert out.returncode == 2
     assert "--calibration" in out.stderr
+
+
+@pytest.mark.slow
+def test_agent_describe_saves_the_bundle_of_a_served_arm(tmp_path: Path) -> None:
+    with start_agent_process("dynamixel", ["--emulate"], timeout_s=30) as proc:
+        token_file = tmp_path / "token"
+        write_token_file(token_file, proc.token)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "main.py",
+                "agent",
+                "describe",
+                "--host",
+                proc.host,
+                "--port",
+                str(proc.port),
+                "--token-file",
+                str(token_file),
+                "--out",
+                str(tmp_path / "koch"),
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert out.returncode == 0, out.stderr
+    urdf = (tmp_path / "koch" / "koch.urdf").read_text()
+    assert urdf.count('type="revolute"') == 6
+    cal = json.loads((tmp_path / "koch" / "calibration.json").read_text())
+    assert [j["id"] for j in cal["joints"]] == [1, 2, 3, 4, 5, 6]
