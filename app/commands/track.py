@@ -1,5 +1,5 @@
 """`python main.py track --project P --trajectory ID --scan ID [--camera NAME]
-[--robot-description URDF]`: track the scan's objects in the camera recording saved with a
+[--robot-description URDF] [--mount-link LINK]`: track the scan's objects in the camera recording saved with a
 trajectory (`record --camera`) into a new trajectory artifact with `objects/<name>/pose` and
 `objects/<name>/track_quality` channels (app/workflows/track.py)."""
 
@@ -23,6 +23,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--robot-description",
         default=None,
         help="robot URDF (e.g. franka_panda/panda.urdf) to mask the robot; default: no mask",
+    )
+    p.add_argument(
+        "--mount-link",
+        default=None,
+        help="a wrist camera's link (e.g. panda_hand): its pose is FK x the scan's hand-eye",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 

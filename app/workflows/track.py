@@ -196,6 +196,19 @@ def _db3_frames(folder: Path) -> tuple[list[RGBDFrame], str]:
         return list(src.frames()), files[0].name
 
 
+def wrist_camera_pose(
+    traj: Trajectory, surface: RobotSurface, mount_link: str, T_mount_camera: NDArray[np.float64]
+) -> Callable[[RGBDFrame], NDArray[np.float64]]:
+    """T_base_camera of a camera on link `mount_link` at each frame's time: forward
+    kinematics at the joints recorded around the frame, times the hand-eye transform."""
+    X = np.asarray(T_mount_camera, float)
+
+    def pose(frame: RGBDFrame) -> NDArray[np.float64]:
+        return surface.kin.link_pose(mount_link, joints_at(traj, frame.timestamp)) @ X
+
+    return pose
+
+
 def track_artifact(
     project: Project,
     trajectory_id: str,
@@ -203,31 +216,46 @@ def track_artifact(
     camera: str | None = None,
     robot_description: str | None = None,
     settings: ObjectTrackSettings | None = None,
+    mount_link: str | None = None,
 ) -> Job[str]:
     """Job: track the scan's objects in the camera recording saved with trajectory
     `trajectory_id`; saves a new trajectory artifact (inputs: the recording and the scan)
-    and returns its id. The camera must be the scan's calibrated fixed camera;
-    `robot_description` (URDF key) masks the robot. Nothing is saved on error or cancel."""
+    and returns its id. The camera is the scan's calibrated fixed camera, or a wrist camera
+    on `mount_link` (with the scan's hand-eye `T_hand_camera` and `robot_description`);
+    `robot_description` (URDF key) also masks the robot. Nothing is saved on error or
+    cancel."""
     traj = Trajectory.load(project.path_of(trajectory_id))
     scan = ScanResult.load(project.path_of(scan_id))
     cam = camera or str(traj.meta.get("camera", ""))
     calib = scan.calibration or {}
-    if not cam or cam != calib.get("fixed_camera") or "T_base_fixed" not in calib:
+    fixed = bool(cam) and cam == calib.get("fixed_camera") and "T_base_fixed" in calib
+    wrist = bool(mount_link) and "T_hand_camera" in calib
+    if not fixed and not wrist:
         raise TrackError(
             f"recording '{trajectory_id}': camera '{cam or '?'}' has no calibrated pose in scan "
-            f"'{scan_id}' (calibrated fixed camera: {calib.get('fixed_camera') or 'none'})"
+            f"'{scan_id}' (calibrated fixed camera: {calib.get('fixed_camera') or 'none'}; a "
+            "wrist camera needs --mount-link, --robot-description and the scan's hand-eye)"
         )
-    T = np.asarray(calib["T_base_fixed"], float)
+    if wrist and not fixed and not robot_description:
+        raise TrackError(
+            f"recording '{trajectory_id}': a wrist camera on '{mount_link}' needs the robot's "
+            "description (--robot-description) for its pose"
+        )
     yield Progress(None, f"reading the camera recording of '{trajectory_id}'")
     frames, fname = _db3_frames(project.path_of(trajectory_id))
     surface = None
     if robot_description:
         surface = RobotSurface(robot_description, [str(j) for j in traj.meta["joint_names"]])
     try:
+        if fixed:
+            pose: Any = np.asarray(calib["T_base_fixed"], float)
+        else:
+            assert surface is not None and mount_link
+            pose = wrist_camera_pose(traj, surface, mount_link, np.asarray(calib["T_hand_camera"]))
         out = yield from track_recording(
             traj,
             iter(frames),
-            T,
+            pose,
             models_from_scan(scan),
             table_plane(scan),
             surface,

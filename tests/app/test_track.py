@@ -16,7 +16,14 @@ from app.benches.track import LabRun, lab_push, score
 from app.cli import main
 from app.jobs import run_to_end
 from app.project import Project
-from app.workflows.track import RobotSurface, TrackError, track_artifact, track_frames
+from app.workflows.track import (
+    RobotSurface,
+    TrackError,
+    joints_at,
+    track_artifact,
+    track_frames,
+    wrist_camera_pose,
+)
 from devices.poses import POSE_UNIT
 from devices.trajectory import Trajectory
 from reconstruction.object_tracks import add_object_tracks
@@ -99,3 +106,19 @@ def test_track_artifact_adds_object_channels_to_a_recording_with_its_camera(
     assert main([*args, "--camera", "wrist", "--quiet"]) == 2  # said, not a traceback
     assert "has no calibrated pose" in capsys.readouterr().err
     assert len(Project.open(project.root).artifacts("trajectory")) == 2  # nothing saved
+
+
+def test_a_wrist_camera_pose_is_the_recorded_joints_fk_times_the_hand_eye(lab: LabRun) -> None:
+    from devices.lab.scenes import panda_table_config
+    from devices.lab.truth import truth_camera_pose
+    from devices.poses import pose_to_matrix, rotation_angle_deg
+
+    cfg = panda_table_config()
+    X = pose_to_matrix(cfg.camera("wrist").pose)  # a perfect hand-eye calibration
+    with RobotSurface(lab.description, lab.joint_names) as surface:
+        pose = wrist_camera_pose(lab.traj, surface, "panda_hand", X)
+        for f in lab.frames[::7]:
+            true = truth_camera_pose(cfg, "wrist", joints_at(lab.traj, f.timestamp))
+            T = pose(f)
+            assert np.linalg.norm(T[:3, 3] - true[:3, 3]) < 0.002  # joint noise 2e-4 rad
+            assert rotation_angle_deg(T, true) < 0.1

@@ -20,6 +20,7 @@ from devices.errors import DeviceError
 from devices.robots.agent import Agent
 from devices.robots.drivers import dynamixel, feetech
 from devices.robots.drivers.calibration import ArmCalibration, JointCalibration
+from devices.robots.drivers.dynamixel import READ_WAIT_S
 from devices.robots.emulators.dynamixel import DynamixelBus, crc16, instruction_packet
 from devices.robots.emulators.feetech import FeetechBus, packet
 from devices.robots.emulators.judge import unsafe_goals
@@ -82,6 +83,7 @@ def test_sdk_reads_registers_and_sync_reads(vendor: str) -> None:
 
             ph, pk = sdk.PortHandler(bus.port), sdk.PacketHandler(2.0)
             assert ph.openPort()
+            ph.ser.timeout = READ_WAIT_S  # as the drivers do: no busy loop starving the emulator
             assert pk.ping(ph, 7)[0] == 1020  # XM430-W350
             group, addr, n = sdk.GroupSyncRead(ph, pk, 132, 4), 132, 4
         else:
@@ -89,6 +91,7 @@ def test_sdk_reads_registers_and_sync_reads(vendor: str) -> None:
 
             ph, pk = sdk.PortHandler(bus.port), sdk.PacketHandler(0)
             assert ph.openPort()
+            ph.ser.timeout = READ_WAIT_S
             assert pk.read2ByteTxRx(ph, 7, 3)[0] == 777  # STS3215
             group, addr, n = sdk.GroupSyncRead(ph, pk, 56, 2), 56, 2
         for i in (1, 7):
@@ -302,6 +305,7 @@ def test_bus_timing_follows_the_baud_rate() -> None:
         ph, pk = sdk.PortHandler(bus.port), sdk.PacketHandler(2.0)
         ph.baudrate = baud
         assert ph.openPort()
+        ph.ser.timeout = READ_WAIT_S
         group = sdk.GroupSyncRead(ph, pk, 126, 10)
         for i in range(1, 7):
             group.addParam(i)
