@@ -236,7 +236,7 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         self._hist: deque[tuple[float, Vec]] = deque()
         self._hist.append((-1.0, self.cmd.copy()))
         self._applied = self.cmd.copy()
-        self._bank.apply(self._full_cmd(self.cmd))
+        self._bank.apply(self.cmd)
         self._true: deque[tuple[Vec, Vec, Vec]] = deque(maxlen=self.conditions.latency_ticks + 1)
         self._true.append((self.q.copy(), self.qd.copy(), self._true_object_pose()))
         self._seen_object = self._true[-1][2].copy()
@@ -245,9 +245,6 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         self.stopped = ""
         obs = self._observe()
         return obs, {"target": self.target.copy()}
-
-    def _full_cmd(self, cmd: Vec) -> Vec:
-        return cmd
 
     def step(
         self, action: NDArray[np.float32]
@@ -274,7 +271,7 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         for _ in range(self.per_ctrl):
             eff = self._effective_command()
             if not np.array_equal(eff, self._applied) or self._bank.needs_per_step:
-                self._bank.apply(self._full_cmd(eff))
+                self._bank.apply(eff)
                 self._applied = eff
             if self._bank.needs_per_step:
                 self._bank.before_step()
