@@ -549,5 +549,20 @@ class CalibratePage(WorkflowPage):
         )
 
 
+def demo_project() -> str:
+    """The preview's project: <data dir>/calibrate-preview with the Panda twin and a 5 s
+    recording with 3 objects (made once, reused after)."""
+    from app.benches.calibrate import make_project
+    from app.session import data_dir
+
+    root = data_dir() / "calibrate-preview"
+    if not root.exists():  # an existing folder is opened as it is (never overwritten)
+        make_project(root)
+    return str(root)
+
+
 if __name__ == "__main__":
-    raise SystemExit(preview(CalibratePage))
+    import sys
+
+    args = sys.argv[1:] or [demo_project()]
+    raise SystemExit(preview(CalibratePage, [sys.argv[0], *args]))

@@ -32,6 +32,7 @@ COLORS = [
     "#17becf",
 ]
 MAX_AUTO_PLOTS = 4
+LEFT_AXIS_PX = 58
 
 
 @dataclass(frozen=True)
@@ -262,6 +263,9 @@ class TrajectoryPlot(QtWidgets.QWidget):
             # joint plots read in different units.
             p.getAxis("left").enableAutoSIPrefix(False)
             p.getAxis("bottom").enableAutoSIPrefix(False)
+            # a fixed axis width: stacked plots line up in time, and new tick labels
+            # (live re-simulation) do not re-lay out and repaint the whole stack
+            p.getAxis("left").setWidth(LEFT_AXIS_PX)
             p.setLabel("left", units=_si(unit))
             for s in members:
                 color = (
