@@ -187,6 +187,23 @@ class FitDialog(QtWidgets.QDialog):
         lay.addLayout(right, 5)
         self.sig_progress.connect(self._on_progress, QtCore.Qt.ConnectionType.QueuedConnection)
         self.resize(980, 640)
+        self._show_latest_fit()
+
+    def _show_latest_fit(self) -> None:
+        """A finished fit of this twin already in the project is shown (posterior, Apply)."""
+        proj = self.controller.project
+        if proj is None:
+            return
+        for art in reversed(proj.artifacts("fit")):
+            if art.settings.get("twin") != self.twin_id or art.settings.get("status"):
+                continue  # another twin's, or cancelled
+            try:
+                self.show_fit(art.id)
+            except Exception as exc:  # an unreadable old fit must not stop a new one
+                log.warning("cannot show %s: %s", art.id, exc)
+                continue
+            self.summary.setText("Latest fit of this twin: " + self.summary.text())
+            return
 
     def chosen(self) -> list[str]:
         return [

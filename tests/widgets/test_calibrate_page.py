@@ -150,6 +150,10 @@ def test_fit_window_converges_shows_posterior_and_applies(
     assert d["estimate"][DAMPING] == pytest.approx(2e-4, rel=0.1)  # the recording's truth
     assert dlg.pair.shown == [DAMPING]
     assert dlg.apply_btn.isEnabled()
+    # opened again later, the window shows that fit's posterior straight away
+    again = FitDialog(controller, tid, [rid], spec.params, [DAMPING])
+    qtbot.addWidget(again)
+    assert again.fit_id == dlg.fit_id and again.pair.shown == [DAMPING]
     with qtbot.waitSignal(dlg.sig_applied, timeout=10000) as sig:
         dlg.apply_btn.click()
     new_id = sig.args[0]
