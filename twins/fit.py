@@ -416,6 +416,7 @@ def fit_steps(
         blocks=residual_blocks(train),
     )
     posterior = _latency_resolution(posterior, spec)
+    posterior = _with_identifiability(posterior, J, notes)
     val_after = rmse(run([best_u], val)[0]) if val else {}
     if counters["failed"]:
         notes.append(
@@ -459,6 +460,24 @@ def _latency_resolution(post: ParamPosterior, spec: TwinSpec) -> ParamPosterior:
             lo, hi = iv[n]
             iv[n] = (max(p.low, lo - dt / 2), min(p.high, hi + dt / 2))
     return replace(post, std=std, interval90=iv)
+
+
+def _with_identifiability(
+    post: ParamPosterior, J: NDArray[np.float64], notes: list[str]
+) -> ParamPosterior:
+    """The identifiability report (twins/identify.py) from the fit's own final Jacobian
+    (no extra simulations) merged into the posterior's flags and reasons; strongly
+    correlated pairs go to the notes."""
+    from dataclasses import replace
+
+    from twins.identify import from_jacobian
+
+    rep = from_jacobian(post.names, J)
+    ident = {n: bool(post.identifiable[n]) and bool(rep.identifiable[n]) for n in post.names}
+    why = {n: "; ".join(w for w in (post.why[n], rep.why[n]) if w) for n in post.names}
+    for a, b, c in rep.strong_pairs:
+        notes.append(f"{a} and {b} trade off (correlation {c:+.3f}): the data see a mix")
+    return replace(post, identifiable=ident, why=why)
 
 
 def fit(

@@ -5,8 +5,8 @@ normalised parameters u in [0, 1] at an estimate:
 
 - **sensitivity** of a parameter: RMS change of the residuals per full range of it
   (||J_i|| / sqrt(m)); a parameter the recordings do not excite has none.
-- **correlation**: of the Gauss-Newton covariance (JᵀJ)⁻¹; two parameters with
-  |correlation| near 1 trade off (the data see only a combination of them).
+- **correlation**: of the Gauss-Newton covariance (JᵀJ)⁻¹; pairs beyond `CORR_STRONG`
+  trade off (reported); beyond `CORR_MAX` the data see only a combination of them.
 - **weak directions**: eigenvectors of the scaled information matrix whose eigenvalue is
   a tiny share of the largest; parameters that load on them are not pinned down.
 
@@ -26,7 +26,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 SENS_MIN = 1e-3  # share of the largest sensitivity below which a parameter is not excited
-CORR_MAX = 0.98  # |correlation| beyond which two parameters cannot be told apart
+CORR_MAX = 0.999  # |correlation| beyond which two parameters cannot be told apart
+CORR_STRONG = 0.95  # |correlation| reported as a trade-off (still identifiable)
 EIG_MIN = 1e-8  # share of the largest eigenvalue of the scaled information matrix
 STEP = 0.01  # central-difference step in normalised units
 
@@ -86,8 +87,9 @@ def from_jacobian(names: Sequence[str], J: NDArray[np.float64]) -> Identifiabili
         for a in range(live.size):
             for b in range(a + 1, live.size):
                 c = float(corr[live[a], live[b]])
-                if abs(c) > CORR_MAX:
+                if abs(c) > CORR_STRONG:
                     pairs.append((names[live[a]], names[live[b]], round(c, 4)))
+                if abs(c) > CORR_MAX:
                     for i, j in ((live[a], live[b]), (live[b], live[a])):
                         reasons[i].append(f"cannot be told apart from {names[j]} (corr {c:.3f})")
         weak = w < EIG_MIN * max(float(w.max()), 1e-300)
