@@ -1,7 +1,8 @@
 """`python main.py track --project P --trajectory ID --scan ID [--camera NAME]
-[--robot-description URDF] [--mount-link LINK]`: track the scan's objects in the camera recording saved with a
-trajectory (`record --camera`) into a new trajectory artifact with `objects/<name>/pose` and
-`objects/<name>/track_quality` channels (app/workflows/track.py)."""
+[--robot-description URDF] [--mount-link LINK]`: track the scan's objects in the camera
+recording saved with a trajectory (`record --camera`) into a new trajectory artifact with
+`objects/<name>/pose` and `objects/<name>/track_quality` channels (app/workflows/track.py).
+`--camera-file F.db3` instead: an object-only recording from a camera file."""
 
 from __future__ import annotations
 
@@ -16,7 +17,14 @@ HELP = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--project", type=Path, required=True, help="project folder")
-    p.add_argument("--trajectory", required=True, help="recording made with --camera")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--trajectory", help="recording made with --camera")
+    what.add_argument(
+        "--camera-file",
+        type=Path,
+        help="a camera recording (.db3) of objects alone (tossed, slid, dropped; no robot) "
+        "seen by the scan's calibrated fixed camera: an object-only recording",
+    )
     p.add_argument("--scan", required=True, help="scan artifact: object models, fixed camera")
     p.add_argument("--camera", default=None, help="camera name (default: the recording's)")
     p.add_argument(
@@ -35,9 +43,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
     from app.project import Project
-    from app.workflows.track import track_artifact
+    from app.workflows.track import track_artifact, track_camera_file
 
     project = Project.open(args.project)
+    if args.camera_file is not None:
+        tid = run_cli(track_camera_file(project, args.camera_file, args.scan), args.quiet)
+        print(f"trajectory {tid}: {project.artifact(tid).summary}")
+        return 0
     job = track_artifact(project, args.trajectory, args.scan, args.camera, args.robot_description)
     tid = run_cli(job, args.quiet)
     print(f"trajectory {tid}: {project.artifact(tid).summary}")

@@ -187,13 +187,69 @@ def track_recording(
 
 
 def _db3_frames(folder: Path) -> tuple[list[RGBDFrame], str]:
-    from devices.cameras.playback import PlaybackSource
-
     files = sorted(folder.glob("*.db3"))
     if not files:
         raise TrackError(f"{folder}: no camera recording (.db3) next to this trajectory")
-    with PlaybackSource(files[0]) as src:
-        return list(src.frames()), files[0].name
+    return _read_db3(files[0]), files[0].name
+
+
+def _read_db3(path: Path) -> list[RGBDFrame]:
+    from devices.cameras.playback import PlaybackSource
+
+    with PlaybackSource(path) as src:
+        frames = list(src.frames())
+    if not frames:
+        raise TrackError(f"{path}: the camera recording holds no frames")
+    return frames
+
+
+def track_camera_file(
+    project: Project,
+    recording: Path,
+    scan_id: str,
+    settings: ObjectTrackSettings | None = None,
+    name: str | None = None,
+) -> Job[str]:
+    """Job: an object-only recording (objects tossed, slid or dropped in front of the
+    scan's calibrated fixed camera, no robot) from a camera file (.db3): the scan's objects
+    tracked into a new trajectory artifact on the frames' time base (input: the scan; the
+    file is named in its settings). Nothing is saved on error or cancel."""
+    recording = Path(recording)
+    scan = ScanResult.load(project.path_of(scan_id))
+    calib = scan.calibration or {}
+    if "T_base_fixed" not in calib:
+        raise TrackError(
+            f"{recording}: scan '{scan_id}' has no calibrated fixed camera to see it from"
+        )
+    yield Progress(None, f"reading {recording.name}")
+    frames = _read_db3(recording)
+    frames = [f for i, f in enumerate(frames) if i == 0 or f.timestamp > frames[i - 1].timestamp]
+    out = yield from track_recording(
+        None,
+        iter(frames),
+        np.asarray(calib["T_base_fixed"], float),
+        models_from_scan(scan),
+        table_plane(scan),
+        settings=settings,
+        total=len(frames),
+    )
+    meta = {
+        **dict(out.meta),
+        "name": name or recording.stem,
+        "camera": calib.get("fixed_camera"),
+        "time_origin_s": float(out.t[0]),  # the camera clock at t = 0
+    }
+    out = out.with_channels(t=out.t - out.t[0], meta=meta)
+    report = out.meta.get("object_tracking", {})
+    with project.new_artifact(
+        "trajectory",
+        inputs=[scan_id],
+        settings={"camera_recording": str(recording), "scan": scan_id, "object_only": True},
+        summary=f"object-only recording {recording.name}: "
+        + ", ".join(f"{n} {100 * r['tracked_ratio']:.0f} % tracked" for n, r in report.items()),
+    ) as folder:
+        out.save(folder)
+    return project.artifacts("trajectory")[-1].id
 
 
 def wrist_camera_pose(
