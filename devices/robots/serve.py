@@ -93,6 +93,9 @@ def build(args: argparse.Namespace) -> tuple[Agent, RobotServer, Served]:
             # the SDKs poll the port in a busy loop: SCHED_FIFO would starve an in-process peer
             realtime_priority=(args.rt_priority or None) if served.realtime_ok else None,
         )
+        if hasattr(served.driver, "on_reflex"):  # an arm that reports reflexes (Franka):
+            agent_ = agent  # a reflex latches the e-stop; only the operator clears it
+            served.driver.on_reflex = lambda msg: agent_.estop(f"reflex: {msg}")
         tls_ctx = None
         if args.allow_remote or args.tls:
             from devices.robots.tls import (

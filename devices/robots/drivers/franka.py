@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,11 @@ FR3_UPPER = (2.7437, 1.7837, 2.9007, -0.1518, 2.8065, 4.5169, 3.0159)
 FR3_VEL = (2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26)
 FR3_EFFORT = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)
 STALE_S = 0.25  # s without a new robot state during a motion: the arm is lost
+
+
+def _first_line(exc: BaseException) -> str:
+    """libfranka appends its log (e.g. control_command_success_rate) after the message."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def active_errors(errors: Any) -> list[str]:
@@ -67,6 +73,9 @@ class FrankaDriver:
         self.fault: str | None = None
         self._fault_reported = False
         self._recoverable = False
+        # called with the message when the arm reports a reflex; `agent serve` latches the
+        # agent's e-stop with it (only the operator clears it), see attach_estop()
+        self.on_reflex: Callable[[str], None] | None = None
         self._last: RobotState | None = None
         self.recoveries = 0
         self._stamp = (-1.0, time.monotonic())  # (robot time ms, when it last changed)
@@ -115,6 +124,8 @@ class FrankaDriver:
         with self._lock:
             self._check_motion()
             if self.fault is not None:
+                if self._reflex_handled() and self._last is not None:
+                    return self._last
                 if self._fault_reported and self._last is not None:
                     return self._last
                 self._fault_reported = True
@@ -140,6 +151,8 @@ class FrankaDriver:
             errors = active_errors(s.current_errors)
             if errors:  # a reflex (collision thresholds) or a limit the arm enforces itself
                 self._set_fault(f"the arm reports {', '.join(errors)}", recoverable=True)
+                if self._reflex_handled() and self._last is not None:
+                    return self._last
                 self._fault_reported = True
                 raise DeviceError(self.fault)
             self._seq += 1
@@ -199,7 +212,10 @@ class FrankaDriver:
             self.robot.move(motion, asynchronous=True)
         except Exception as exc:
             self._kind = None
-            self._set_fault(f"motion refused ({type(exc).__name__}: {exc})")
+            name = type(exc).__name__
+            self._set_fault(f"motion refused ({name}: {_first_line(exc)})", "Control" in name)
+            if self._reflex_handled():
+                return  # the e-stop has halted everything; this command is dropped
             raise DeviceError(self.fault) from None
 
     def _stop_motion(self) -> None:
@@ -219,11 +235,33 @@ class FrankaDriver:
         except Exception as exc:
             self._kind = None
             name = type(exc).__name__
-            self._set_fault(f"{name}: {exc}", recoverable="Control" in name)
+            self._set_fault(f"{name}: {_first_line(exc)}", recoverable="Control" in name)
+
+    def _reflex_handled(self) -> bool:
+        """Hand a not yet reported reflex to `on_reflex` (the agent's e-stop); True if it
+        was, and the caller then returns instead of raising (an agent that sees an error
+        would turn its latched e-stop into a plain stop)."""
+        if self.fault is None or not self._recoverable or self._fault_reported:
+            return False
+        if self.on_reflex is None:
+            return False
+        self._fault_reported = True
+        self.on_reflex(self.fault)
+        return True
 
     def _set_fault(self, what: str, recoverable: bool = False) -> None:
         """Latch a fault. Only errors the arm itself reports (reflexes, limits) are cleared
-        by franky's error recovery; a lost arm stays faulted until a new connection."""
+        by franky's error recovery; a lost arm stays faulted until a new connection. The
+        first fault is kept (later errors are its consequences)."""
+        if self.fault is not None:
+            return
         self.fault = f"franka {self.host}: {what}; arm stopped"
         self._fault_reported = False
         self._recoverable = recoverable
+
+
+def attach_estop(driver: FrankaDriver, agent: Any) -> None:
+    """Map the arm's reflexes to the agent's latched e-stop: the arm is recovered (franky's
+    automatic error recovery) as the agent halts, and moves again only after the operator
+    resets the e-stop."""
+    driver.on_reflex = lambda msg: agent.estop(f"reflex: {msg}")

@@ -18,11 +18,13 @@ import sys
 import threading
 import time
 from collections import deque
+from pathlib import Path
 
 from devices.errors import DeviceError
 
 READY = re.compile(r"using '([0-9.]+)' as the robot IP")
-# franky-sim's own entry point, plus: exit when stdin closes (the launching process ended)
+# franky-sim's own entry point, plus: exit when stdin closes (the launching process ended),
+# and a joint reflex on SIGUSR1 (franky_reflex.py)
 SHIM = (
     "import os, sys, threading\n"
     "def watch():\n"
@@ -30,6 +32,8 @@ SHIM = (
     "        pass\n"
     "    os._exit(0)\n"
     "threading.Thread(target=watch, daemon=True).start()\n"
+    "from devices.robots.emulators.franky_reflex import install\n"
+    "install()\n"
     "from franky_sim.run_server import main\n"
     "main()\n"
 )
@@ -68,6 +72,11 @@ class FrankySim:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def reflex(self) -> None:
+        """Make the arm abort its running motion with a joint reflex (franky_reflex.py)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+
     def kill(self) -> None:
         """Pull the plug (a fault test: the robot drops off the network)."""
         if self.proc.poll() is None:
@@ -98,6 +107,9 @@ def start_franky_sim(timeout_s: float = 60.0) -> FrankySim:
     env = dict(os.environ)
     env.setdefault("MUJOCO_GL", "egl")
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parents[3]), env.get("PYTHONPATH", "")]
+    ).rstrip(os.pathsep)
     proc = subprocess.Popen(
         [sys.executable, "-c", SHIM, "-s", "mujoco"],
         stdin=subprocess.PIPE,  # held open for the peer's lifetime: EOF (we died) ends it

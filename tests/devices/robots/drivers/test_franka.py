@@ -142,3 +142,46 @@ def test_velocity_control_expires_when_the_agent_goes_quiet(sim: FrankySim) -> N
         assert time.monotonic() - t0 < 10.0
         time.sleep(0.01)
     drv.close()
+
+
+def test_a_reflex_latches_the_e_stop_until_the_operator_resets_it(sim: FrankySim) -> None:
+    from devices.robots.drivers.franka import attach_estop
+
+    drv = FrankaDriver(sim.host, rate_hz=100.0, dynamics_factor=0.5)
+    agent = Agent(drv)
+    attach_estop(drv, agent)
+    agent.start()
+    try:
+        q0 = drv.read_state().joint_pos
+        target = q0 + np.array([0.2, 0, 0, 0, 0, 0, 0])
+        end = time.monotonic() + 0.8
+        while time.monotonic() < end:
+            agent.heartbeat()
+            agent.command("position", target)
+            time.sleep(0.02)
+        sim.reflex()  # the arm aborts the motion with a joint reflex, as on a collision
+        end = time.monotonic() + 5.0
+        while agent.mode != "estop" and time.monotonic() < end:
+            agent.heartbeat()
+            try:
+                agent.command("position", target)
+            except DeviceError:
+                break
+            time.sleep(0.02)
+        assert agent.mode == "estop"
+        assert "joint_reflex" in (agent.stop_reason or "")
+        assert f"franka {sim.host}" in (agent.stop_reason or "")
+        with pytest.raises(DeviceError, match="e-stop is latched"):
+            agent.command("position", target)
+        assert drv.recoveries == 1 and drv.fault is None  # franky's error recovery ran
+        agent.reset()
+        q1 = drv.read_state().joint_pos
+        back = q1 - np.array([0.1, 0, 0, 0, 0, 0, 0])
+        end = time.monotonic() + 15.0
+        while time.monotonic() < end and abs(drv.read_state().joint_pos[0] - back[0]) > 0.01:
+            agent.heartbeat()
+            agent.command("position", back)
+            time.sleep(0.02)
+        assert abs(drv.read_state().joint_pos[0] - back[0]) <= 0.01, agent.stop_reason
+    finally:
+        agent.close()
