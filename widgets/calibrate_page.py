@@ -132,7 +132,14 @@ class CalibratePage(WorkflowPage):
         )
         self.window_combo.currentIndexChanged.connect(self._window_changed)
         bar.addWidget(self.window_combo)
+        self.save_btn = QtWidgets.QPushButton("Save as new twin")
+        self.save_btn.setToolTip(
+            "keep the values tuned here: a new twin whose parent is this twin and whose "
+            "inputs add the ticked recordings"
+        )
+        self.save_btn.clicked.connect(self.save_twin)
         bar.addWidget(self.reset_btn)
+        bar.addWidget(self.save_btn)
         bar.addWidget(self.fit_btn)
         layout.addLayout(bar)
         self.banner = QtWidgets.QLabel("")
@@ -478,6 +485,7 @@ class CalibratePage(WorkflowPage):
         self._draw_scene(self.plot.time())
         self.frames_drawn += 1
         self._update_status(frame)
+        self.save_btn.setEnabled(bool(self.edited_values()))
         self.sig_redrawn.emit(frame.request)
 
     def _draw_curves(self, frame: CalibFrame) -> None:
@@ -535,6 +543,33 @@ class CalibratePage(WorkflowPage):
         has = self.inputs is not None and self.live is not None
         self.fit_btn.setEnabled(has)
         self.reset_btn.setEnabled(has)
+        self.save_btn.setEnabled(has and bool(self.edited_values()))
+
+    def edited_values(self) -> dict[str, float]:
+        """Values shown that differ from the open twin's own."""
+        if self.inputs is None or self._last is None:
+            return {}
+        own = self.inputs.spec.params.nominal()
+        return {n: v for n, v in self._last.values.items() if own.get(n) != v}
+
+    def unsaved(self) -> list[str]:
+        """Tuned values that exist only on this page (for the quit dialog)."""
+        if self.edited_values() and self.inputs is not None:
+            return [f"values tuned for {self.inputs.twin_id} (Calibrate page ▸ Save as new twin)"]
+        return []
+
+    def save_twin(self) -> None:
+        """Save the tuned values as a new twin version (a job: it copies the twin's files)."""
+        proj, inputs, values = self.controller.project, self.inputs, self.edited_values()
+        if proj is None or inputs is None or not values:
+            return
+        self.save_btn.setEnabled(False)
+        self.controller.submit_job(
+            f"Save tuned {inputs.twin_id}",
+            _save_job(proj, inputs, values),
+            lambda tid: QtCore.QTimer.singleShot(0, self, lambda: self._fit_applied(tid)),
+            lambda msg: QtCore.QTimer.singleShot(0, self, lambda: self._show_error(msg)),
+        )
 
     def _update_status(self, f: CalibFrame) -> None:
         if f.error:
@@ -547,6 +582,22 @@ class CalibratePage(WorkflowPage):
             f"{len(f.sims)} recording(s) re-simulated in {f.sim_ms:.0f} ms ({how})"
             + (f" — not simulated: {bad}" if bad else "")
         )
+
+
+def _save_job(project: Any, inputs: CalibrationInputs, values: dict[str, float]) -> Any:
+    from app.jobs import Progress
+    from app.workflows.twin import save_twin_edit
+
+    yield Progress(None, f"saving the tuned values of {inputs.twin_id} as a new twin")
+    names = ", ".join(sorted(values))[:120]
+    return save_twin_edit(
+        project,
+        inputs.twin_id,
+        inputs.spec,
+        values,
+        summary=f"tuned by eye in the Calibrate page ({names})",
+        extra_inputs=tuple(inputs.recordings),
+    )
 
 
 def demo_project() -> str:

@@ -75,6 +75,18 @@ def test_damping_slider_changes_the_decay(qtbot, controller: AppController, tmp_
     shown = page.plot.visible_series()
     assert {"real/joint_pos/pendulum", name, "residual/joint_pos/pendulum"} <= set(shown)
     assert page.plot.plots()["joint_pos/pendulum"] is not None
+    # the tuned value is kept only when saved: a new twin version, parent the open twin
+    assert page.unsaved() and page.save_btn.isEnabled()
+    proj = controller.project
+    assert proj is not None
+    tid = page.inputs.twin_id
+    page.save_btn.click()  # without a main window the job runs right here
+    new = proj.artifacts("twin")[-1]
+    assert new.parent == tid and new.id != tid
+    from app.workflows.twin import load_twin
+
+    assert load_twin(proj, new.id)[1].params[DAMPING].nominal == pytest.approx(4e-4)
+    assert page.inputs.recordings.keys() <= set(new.inputs)
     # a slider on a log-prior parameter is logarithmic
     log_rows = [r for r in page.sliders.rows.values() if r.log]
     for r in log_rows[:1]:
