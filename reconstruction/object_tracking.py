@@ -195,8 +195,8 @@ class ObjectTracker:
     # -- points of one frame -------------------------------------------------------------------
     def _lift(
         self, frame: RGBDFrame, T_wc: Mat4, robot_points: NDArray[np.float64] | None
-    ) -> tuple[NDArray[np.float64], NDArray[np.float32], NDArray[np.bool_], float]:
-        """(world points kept, depth image on the stride grid, robot-pixel mask, focal)."""
+    ) -> tuple[NDArray[np.float64], NDArray[np.float32], NDArray[np.bool_]]:
+        """(world points kept, depth image on the stride grid, robot-pixel mask)."""
         s = self.settings
         K = frame.intrinsics
         z = frame.depth_m[:: s.stride, :: s.stride]
@@ -224,7 +224,7 @@ class ObjectTracker:
             flat = np.zeros(len(pw), bool)
             flat[near] = True
             robot[valid] = flat
-        return pw[keep], z, robot, float(K.fx) / s.stride
+        return pw[keep], z, robot
 
     # -- the visibility check ----------------------------------------------------------------
     def _check(
@@ -364,7 +364,7 @@ class ObjectTracker:
             )
         s = self.settings
         t = float(frame.timestamp)
-        pts, z, robot, _ = self._lift(frame, T_wc, robot_points)
+        pts, z, robot = self._lift(frame, T_wc, robot_points)
         T_cw = invert(T_wc)
         guesses = {n: self._predict(st, t) for n, st in self.states.items()}
         # assign each point near a predicted object to the nearest predicted surface
