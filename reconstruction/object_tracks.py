@@ -1,7 +1,8 @@
 """Tracked object poses as trajectory channels.
 
-`track_frames` runs an `ObjectTracker` over a frame sequence; `add_object_tracks` writes the
-result into a `Trajectory` as, per object,
+`object_channels(frames, camera_pose, models, base)` tracks the objects through a frame
+sequence (`track_sequence`) and writes the result into a `Trajectory` (`add_object_tracks`)
+as, per object,
 
 - `objects/<name>/pose` (T, 7): xyz (m) + quaternion xyzw of the object's (scan) frame in the
   world, unit `xyz_m+quat_xyzw`;
@@ -51,26 +52,50 @@ def quality_channel(name: str) -> str:
     return f"objects/{name}/track_quality"
 
 
-def track_frames(
+def track_sequence(
     frames: Iterable[RGBDFrame],
-    camera_pose: CameraPose,
+    camera_pose: CameraPose | None,
     models: Sequence[ObjectModel],
     robot_points: RobotPoints | None = None,
     table: Plane | None = None,
     settings: ObjectTrackSettings | None = None,
 ) -> list[FrameTracks]:
-    """Track `models` through `frames`. `camera_pose` is one T_world_camera (fixed camera)
-    or a function of the frame (wrist camera: FK at the frame's time x hand-eye);
-    `robot_points(frame)` gives world points on the robot's surface for the occlusion mask.
-    Raises ObjectTrackingError for bad models, poses or an empty frame sequence."""
+    """Track `models` through `frames`. `camera_pose` is one T_world_camera (fixed camera),
+    a function of the frame (wrist camera: FK at the frame's time x hand-eye), or None for
+    frames that carry their own `T_world_camera`; `robot_points(frame)` gives world points on
+    the robot's surface for the occlusion mask. Raises ObjectTrackingError for bad models,
+    poses or an empty frame sequence."""
     tracker = ObjectTracker(models, table, settings)
     out = []
     for f in frames:
         T = camera_pose(f) if callable(camera_pose) else camera_pose
+        if T is None:
+            T = f.T_world_camera
+        if T is None:
+            raise ObjectTrackingError(
+                f"object tracking: frame {f.index} (t={f.timestamp:.3f} s) has no camera pose; "
+                "give the calibrated camera pose"
+            )
         out.append(tracker.update(f, T, robot_points(f) if robot_points else None))
     if not out:
         raise ObjectTrackingError("object tracking: the frame sequence is empty")
     return out
+
+
+def object_channels(
+    frames: Iterable[RGBDFrame],
+    camera_pose: CameraPose | None,
+    models: Sequence[ObjectModel],
+    base: Trajectory | None = None,
+    robot_points: RobotPoints | None = None,
+    table: Plane | None = None,
+    settings: ObjectTrackSettings | None = None,
+) -> Trajectory:
+    """RGB-D frames + camera pose(s) + object models -> `base` with the objects' pose and
+    track-quality channels (or an object-only trajectory on the frames' time base):
+    `track_sequence` then `add_object_tracks`."""
+    tracks = track_sequence(frames, camera_pose, models, robot_points, table, settings)
+    return add_object_tracks(tracks, base)
 
 
 def _per_object(

@@ -5,6 +5,7 @@ carried off and put back far away (lost, then re-detected); tracks as trajectory
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -23,7 +24,12 @@ from reconstruction.object_tracking import (
     ObjectTracker,
     ObjectTrackingError,
 )
-from reconstruction.object_tracks import add_object_tracks, pose_error, shape_symmetries
+from reconstruction.object_tracks import (
+    add_object_tracks,
+    object_channels,
+    pose_error,
+    shape_symmetries,
+)
 from reconstruction.segment import Plane
 
 TABLE = Plane(np.array([0.0, 0.0, 1.0]), 0.0)
@@ -173,3 +179,24 @@ def test_bad_models_and_camera_poses_are_refused_by_name() -> None:
         ObjectTracker([ObjectModel("cube", box, np.full((4, 4), np.nan))])
     with pytest.raises(ObjectTrackingError, match="frame timestamps"):
         add_object_tracks([_track(0.1, (0, 0, 0), 0, False), _track(0.1, (0, 0, 0), 0, False)])
+
+
+def test_frames_with_their_own_camera_pose_become_object_channels(
+    lab: tuple[LabSim, LabCamera],
+) -> None:
+    sim, cam = lab
+    sim.reset()
+    T_wc = truth_camera_pose(sim.config, "fixed")
+    frames = []
+    for _ in range(4):
+        sim.run_for(1 / FPS)
+        frames.append(replace(cam.grab(), T_world_camera=T_wc))
+    out = object_channels(frames, None, _scan_models(sim, seed=2), table=TABLE)
+    truth = sim.truth_object_poses()
+    assert out.t.tolist() == [f.timestamp for f in frames]
+    for name, pose in truth.items():
+        assert np.linalg.norm(out[f"objects/{name}/pose"][-1, :3] - pose[:3]) < 0.003
+        assert out[f"objects/{name}/track_quality"][:, 1].sum() == 0
+    bare = [replace(f, T_world_camera=None) for f in frames]
+    with pytest.raises(ObjectTrackingError, match="has no camera pose"):
+        object_channels(bare, None, _scan_models(sim))
