@@ -93,9 +93,10 @@ def _grow(dt: NDArray[np.float64], y: NDArray[np.float64], degree: int, k0: int)
 def initial_object_state(
     t: NDArray[np.float64], poses: NDArray[np.float64], good: NDArray[np.bool_] | None = None
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], bool] | None:
-    """(pose (7,), twist (6,), in free fall) at the first usable sample of `poses` (T, 7),
-    using only samples where `good`; None when fewer than 4 usable samples lie in the first
-    FIT_MAX_SPAN_S. Pose and velocity come from one curve through the first samples (the
+    """(pose (7,), twist (6,), in free fall) at t[0] from the first usable samples of
+    `poses` (T, 7), those where `good` (a start the tracker lost is extrapolated back from
+    the curve, at most FIT_SPAN_S); None when fewer than 4 usable samples lie in the first
+    FIT_MAX_SPAN_S or the first usable one comes too late. Pose and velocity come from one curve through the first samples (the
     pose of a single noisy sample would start every replay off by its noise): in free fall
     (vertical acceleration within 20 % of gravity's) the ballistic p0 + v t - g t^2 / 2 over
     the whole flight before the first contact, otherwise a quadratic over the samples one
@@ -105,6 +106,9 @@ def initial_object_state(
     if not ok.any():
         return None
     t0 = t[np.argmax(ok)]
+    back = float(t[0] - t0)  # <= 0: where the curve is read, from the first usable sample
+    if back < -FIT_SPAN_S - 1e-9:
+        return None
     use = ok & (t <= t0 + FIT_MAX_SPAN_S + 1e-9)
     if use.sum() < 4:
         return None
@@ -120,12 +124,14 @@ def initial_object_state(
     else:
         k = _grow(dt, P[:, :3], 2, k0)
         coef, v_se, _ = _poly(dt[:k], P[:k, :3], 2)
-    p0, v = coef[0], coef[1]
+    acc = np.array([0.0, 0.0, -GRAVITY]) if falling else 2 * coef[2]
+    p0 = coef[0] + coef[1] * back + 0.5 * acc * back**2
+    v = coef[1] + acc * back
     R_ref = Rotation.from_quat(P[0, 3:7])
     rv = (R_ref.inv() * Rotation.from_quat(P[:k, 3:7])).as_rotvec()
     rcoef, w_se, _ = _poly(dt[:k], rv, 1 if falling else 2)
-    R0 = R_ref * Rotation.from_rotvec(rcoef[0])
-    w_body = rcoef[1]
+    w_body = rcoef[1] + (0.0 if falling else 2 * rcoef[2] * back)
+    R0 = R_ref * Rotation.from_rotvec(rcoef[0] + rcoef[1] * back)
     v = np.where(np.abs(v) > np.maximum(3 * v_se, MIN_SPEED), v, 0.0)
     w_body = np.where(np.abs(w_body) > np.maximum(3 * w_se, MIN_SPIN), w_body, 0.0)
     # the free-fall half-step correction only for a start velocity actually measured

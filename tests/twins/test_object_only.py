@@ -166,3 +166,23 @@ def test_samples_a_tracker_flagged_lost_are_not_evidence(recordings: dict) -> No
     excluded = replay_rmse(spec, [flagged], None, TRUTH, ch)["objects/box/pose"]
     assert wrong > 5 * clean
     assert excluded <= clean * 1.05
+
+
+def test_a_start_the_tracker_lost_is_read_back_from_the_curve(recordings: dict) -> None:
+    spec, toss = recordings["spec"], recordings["toss"]
+    P = np.array(toss["objects/box/pose"])
+    P[:4, :3] += 0.05  # the first 4 samples (50 ms) were something else ...
+    flags = np.zeros((len(toss), 2))
+    flags[:4, 1] = 1.0  # ... and the tracker said so
+    lost_start = toss.with_channels(
+        channels={
+            **dict(toss.channels),
+            "objects/box/pose": P,
+            "objects/box/track_quality": flags,
+        },
+        units={**dict(toss.units), "objects/box/track_quality": "1"},
+    )
+    true = recordings["toss_true"]["objects/box/pose"]
+    sim = replay(spec, TRUTH, lost_start)["objects/box/pose"]
+    assert np.sqrt(np.mean((sim[:, :3] - true[:, :3]) ** 2)) < 0.003
+    assert np.linalg.norm(sim[0, :3] - true[0, :3]) < 0.002
