@@ -138,6 +138,7 @@ def test_a_tied_latency_moves_every_actuator() -> None:
     assert v["robot.joints.pendulum.damping"] == v["robot.joints.arm.damping"] > 0
 
 
+@pytest.mark.slow
 def test_cmaes_stops_early_when_it_stalls_and_the_polish_finishes() -> None:
     from twins.fit import fit
 
