@@ -452,8 +452,13 @@ def open_job(project: Any, twin_id: str | None, trajectory_ids: Sequence[str]) -
         try:
             traj = load_recording(project, rid)
             check_recording(spec, traj, rid)
-            if "robot/command" in traj.channels:
-                traj.check_finite(f"recording '{rid}'")
+            if "robot/command" in traj.channels and not np.all(np.isfinite(traj["robot/command"])):
+                raise TwinbenchError(
+                    f"recording '{rid}' has no complete commands to replay (robot/command is "
+                    "NaN where nothing was commanded: it recorded the robot's state only); "
+                    "record a motion with the Record panel to compare it with the twin"
+                )
+            traj.check_finite(f"recording '{rid}'")
         except TwinbenchError as exc:
             refused[rid] = str(exc)
             continue

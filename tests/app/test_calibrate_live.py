@@ -135,3 +135,31 @@ def test_worker_processes_give_the_in_thread_numbers() -> None:
     for i in starts[1:]:
         assert abs(out[0][i + 1, 1] - real[i + 1]) < 2e-3
         assert abs(whole[i + 1] - real[i + 1]) > 5 * abs(out[0][i + 1, 1] - real[i + 1])
+
+
+def test_a_state_only_recording_is_refused_with_a_reason(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from app.jobs import run_to_end
+    from app.project import Project
+    from app.workflows import fit as fit_flow
+    from app.workflows.calibrate_live import open_job
+
+    proj = Project.create(tmp_path / "p")
+    tid = fit_flow.import_rig_twin(proj, "qube_servo2")
+    good = released_pendulum(qube_twin(), seconds=0.5)
+    cmd = np.full((len(good), 1), np.nan)  # the lab's state stream: nothing was commanded
+    state_only = good.with_channels(
+        channels={**dict(good.channels), "robot/command": cmd},
+        units={**dict(good.units), "robot/command": "V"},
+        meta={**dict(good.meta), "command_joints": ["arm"]},
+    )
+    ids = []
+    for traj in (good, state_only):
+        with proj.new_artifact("trajectory") as folder:
+            traj.save(folder)
+        ids.append(proj.artifacts("trajectory")[-1].id)
+    inputs = run_to_end(open_job(proj, tid, ids))
+    assert list(inputs.recordings) == [ids[0]]
+    assert (
+        "no complete commands" in inputs.refused[ids[1]]
+        and "Record panel" in inputs.refused[ids[1]]
+    )
