@@ -1,0 +1,167 @@
+"""Deploy over loopback to the robot agent in front of the ideal driver: the twin's shadow
+run predicts the real run's final error; Stop leaves the robot at rest and the run saved; a
+policy whose spec does not fit the robot is refused before anything is uploaded; the real
+run is a trajectory artifact (input: the policy) that "Send to Real2Sim" adds to a refit."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from app.jobs import run_to_end
+from app.project import Project, ProjectError
+from app.workflows.deploy import deploy_job, plan_deploy, refit_request
+from app.workflows.twin import build_twin, load_twin
+from devices.errors import DeviceError
+from devices.robots.agent import Agent
+from devices.robots.auth import new_token
+from devices.robots.client import RobotClient
+from devices.robots.drivers.ideal import IdealDriver, panda_like_info
+from devices.robots.server import RobotServer
+from policies.errors import PolicyError
+from policies.export import to_onnx
+from policies.policy import Policy
+from policies.primitives import torch_module
+from policies.tasks import make_env
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, str, np.ndarray]:
+    """A project with the procedural twin and a stiff joint-space reach policy in it."""
+    proj = Project.create(Path(tmp_path_factory.mktemp("proj")) / "p")
+    tid = run_to_end(build_twin(proj, None, procedural=True))
+    _, twin = load_twin(proj, tid)
+    env = make_env("reach", twin, {"episode_s": 1.5})
+    spec, home, cfg = env.policy_spec, env.q_home.copy(), env.config.to_json()
+    env.close()
+    n = spec.n
+    params = np.concatenate([np.full(n, np.log(1.0 / spec.action_scale)), np.full(n, np.log(0.01))])
+    pol = Policy(
+        to_onnx(torch_module("joint_pd", spec, params), spec.obs_dim),
+        spec,
+        {"task": "reach", "twin_id": tid, "task_config": cfg},
+    )
+    with proj.new_artifact("policy", inputs=[tid], settings={"task": "reach"}) as f:
+        pol.save(f)
+    return proj, proj.artifacts("policy")[-1].id, home
+
+
+@pytest.fixture
+def robot(project: tuple[Project, str, np.ndarray]) -> Iterator[tuple[RobotClient, Agent]]:
+    proj, pid, home = project
+    joints = Policy.load(proj.path_of(pid)).spec.joints
+    info = dataclasses.replace(panda_like_info(250.0), joint_names=joints)
+    agent = Agent(IdealDriver(info, initial=home))
+    agent.start()
+    token = new_token()
+    server = RobotServer(agent, token)
+    server.start()
+    try:
+        with RobotClient("127.0.0.1", server.port, token) as c:
+            yield c, agent
+    finally:
+        server.close()
+        agent.close()
+
+
+def test_real_run_matches_the_shadow_prediction_and_is_saved_with_lineage(
+    project: tuple[Project, str, np.ndarray], robot: tuple[RobotClient, Agent]
+) -> None:
+    proj, pid, _ = project
+    client, _ = robot
+    plan = plan_deploy(proj, client, pid, goal_seed=3)
+    assert np.max(np.abs(plan.start - plan.goal)) > 0.1  # the robot has somewhere to go
+    assert plan.shadow.success and plan.shadow.final_error < 0.05
+    # the predicted curves start at the measured state and end at the goal
+    assert np.allclose(plan.shadow.joint_pos[0], plan.start, atol=1e-3)
+    parts: list[Any] = []
+    res = run_to_end(deploy_job(proj, client, plan, ramp_s=0.3), lambda p: parts.append(p.partial))
+    out = res.outcome
+    assert out["ended"] == "duration"
+    # the real (ideal-driver) run ends where the twin said it would, within 0.02 rad
+    assert abs(out["final_error"] - plan.shadow.final_error) < 0.02
+    assert out["success"] is True and out["predicted_success"] is True
+    # the live samples streamed: command and measured
+    live = [p for p in parts if isinstance(p, dict) and p.get("t")]
+    assert sum(len(p["t"]) for p in live) > 100
+    # artifacts: trajectory (input: the policy), run (inputs: policy, trajectory)
+    traj = proj.artifact(res.trajectory_id)
+    assert traj.kind == "trajectory" and list(traj.inputs) == [pid]
+    run = proj.artifact(res.run_id)
+    assert run.kind == "run" and list(run.inputs) == [pid, res.trajectory_id]
+    from devices.trajectory import Trajectory
+
+    rec = Trajectory.load(proj.path_of(res.trajectory_id))
+    q_final = rec["robot/joint_pos"][-1]
+    assert np.max(np.abs(q_final - plan.goal)) < 0.05
+    assert np.isfinite(rec["robot/command"]).any()
+
+
+def test_stop_leaves_the_robot_at_rest_and_saves_the_run(
+    project: tuple[Project, str, np.ndarray], robot: tuple[RobotClient, Agent]
+) -> None:
+    proj, pid, _ = project
+    client, _ = robot
+    plan = plan_deploy(proj, client, pid, goal_seed=5)
+    stop = threading.Event()
+    before = len(proj.artifacts("trajectory"))
+    job = deploy_job(proj, client, plan, duration_s=10.0, ramp_s=0.1, stop_event=stop)
+    t0 = time.monotonic()
+
+    def on_progress(_: Any) -> None:
+        if time.monotonic() - t0 > 0.25:
+            stop.set()
+
+    res = run_to_end(job, on_progress)
+    assert time.monotonic() - t0 < 5.0
+    assert res.outcome["ended"] == "operator stop" and res.outcome["success"] is False
+    assert len(proj.artifacts("trajectory")) == before + 1
+    time.sleep(0.2)
+    st = client.latest_state()
+    assert float(np.max(np.abs(st.joint_vel))) < 0.01
+    assert client.latest_status()["mode"] == "stopped"
+    # stopped before the goal: the saved run is what happened, not the prediction
+    assert res.outcome["final_error"] > plan.shadow.final_error + 0.02
+
+
+def test_spec_mismatch_is_refused_before_upload(project: tuple[Project, str, np.ndarray]) -> None:
+    proj, pid, _ = project
+    agent = Agent(IdealDriver(panda_like_info(100.0)))  # other joint names, other rate
+    agent.start()
+    token = new_token()
+    server = RobotServer(agent, token)
+    server.start()
+    try:
+        with RobotClient("127.0.0.1", server.port, token) as c:
+            with pytest.raises(PolicyError, match=r"joints: .*control rate: .*100 Hz"):
+                plan_deploy(proj, c, pid)
+            with pytest.raises(DeviceError, match="no policy uploaded"):
+                c.run_policy()  # nothing reached the agent
+    finally:
+        server.close()
+        agent.close()
+
+
+def test_send_to_real2sim_adds_the_run_to_the_twins_fit(
+    project: tuple[Project, str, np.ndarray],
+) -> None:
+    proj, pid, _ = project
+    runs = [a for a in proj.artifacts("trajectory") if pid in a.inputs]
+    assert runs
+    tid = Policy.load(proj.path_of(pid)).record["twin_id"]
+    with pytest.raises(ProjectError, match="never fitted"):
+        refit_request(proj, runs[0].id)
+    cfg = {"params": ["robot.joints.panda_joint2.damping"], "budget": 8}
+    with proj.new_artifact("fit", inputs=[tid], settings={"twin": tid, "config": cfg}) as f:
+        (f / "fit.json").write_text("{}")
+    twin_id, recs, got = refit_request(proj, runs[0].id)
+    assert twin_id == tid and recs == [runs[0].id] and got["params"] == cfg["params"]
