@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "design": "app.commands.design",
     "train": "app.commands.train",
     "evaluate": "app.commands.evaluate",
+    "deploy": "app.commands.deploy",
     "bench": "app.bench",
 }
 GUI_COMMANDS: dict[str, str] = {
@@ -53,6 +54,7 @@ SUMMARIES: dict[str, str] = {
     "design": "which recording to make next: library motions ranked by information gain",
     "train": "train a policy (reach, push) in the (randomized) twin into an ONNX policy artifact",
     "evaluate": "success rate of a policy in a twin, nominal or randomized, with a 95 %% interval",
+    "deploy": "a policy onto a connected robot: spec check, twin prediction, run, record",
     "bench": "run a benchmark; --json prints one JSON object on the last line",
 }
 

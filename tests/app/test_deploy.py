@@ -56,7 +56,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, str, np.
 
 
 @pytest.fixture
-def robot(project: tuple[Project, str, np.ndarray]) -> Iterator[tuple[RobotClient, Agent]]:
+def robot(
+    project: tuple[Project, str, np.ndarray],
+) -> Iterator[tuple[RobotClient, Agent, int, str]]:
     proj, pid, home = project
     joints = Policy.load(proj.path_of(pid)).spec.joints
     info = dataclasses.replace(panda_like_info(250.0), joint_names=joints)
@@ -67,17 +69,17 @@ def robot(project: tuple[Project, str, np.ndarray]) -> Iterator[tuple[RobotClien
     server.start()
     try:
         with RobotClient("127.0.0.1", server.port, token) as c:
-            yield c, agent
+            yield c, agent, server.port, token
     finally:
         server.close()
         agent.close()
 
 
 def test_real_run_matches_the_shadow_prediction_and_is_saved_with_lineage(
-    project: tuple[Project, str, np.ndarray], robot: tuple[RobotClient, Agent]
+    project: tuple[Project, str, np.ndarray], robot: tuple[RobotClient, Agent, int, str]
 ) -> None:
     proj, pid, _ = project
-    client, _ = robot
+    client = robot[0]
     plan = plan_deploy(proj, client, pid, goal_seed=3)
     assert np.max(np.abs(plan.start - plan.goal)) > 0.1  # the robot has somewhere to go
     assert plan.shadow.success and plan.shadow.final_error < 0.05
@@ -107,10 +109,10 @@ def test_real_run_matches_the_shadow_prediction_and_is_saved_with_lineage(
 
 
 def test_stop_leaves_the_robot_at_rest_and_saves_the_run(
-    project: tuple[Project, str, np.ndarray], robot: tuple[RobotClient, Agent]
+    project: tuple[Project, str, np.ndarray], robot: tuple[RobotClient, Agent, int, str]
 ) -> None:
     proj, pid, _ = project
-    client, _ = robot
+    client = robot[0]
     plan = plan_deploy(proj, client, pid, goal_seed=5)
     stop = threading.Event()
     before = len(proj.artifacts("trajectory"))
@@ -165,3 +167,37 @@ def test_send_to_real2sim_adds_the_run_to_the_twins_fit(
         (f / "fit.json").write_text("{}")
     twin_id, recs, got = refit_request(proj, runs[0].id)
     assert twin_id == tid and recs == [runs[0].id] and got["params"] == cfg["params"]
+
+
+def test_cli_predicts_then_deploys_and_names_a_mismatch(
+    project: tuple[Project, str, np.ndarray],
+    robot: tuple[RobotClient, Agent, int, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from app.cli import main
+    from devices.robots.auth import write_token_file
+
+    proj, pid, _ = project
+    _, _, port, token = robot
+    tok = tmp_path / "token"
+    write_token_file(tok, token)
+    base = ["deploy", "--project", str(proj.root), "--policy", pid, "--port", str(port)]
+    base += ["--token-file", str(tok), "--goal-seed", "7", "--json"]
+
+    def n_runs() -> int:  # the CLI writes through its own Project
+        return len(Project.open(proj.root).artifacts("run"))
+
+    before = n_runs()
+    assert main([*base, "--shadow-only"]) == 0
+    shadow = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert n_runs() == before  # a prediction moves and saves nothing
+    assert main([*base, "--ramp", "0.2"]) == 0
+    real = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert real["goal"] == shadow["goal"] and real["success"] is True
+    assert abs(real["final_error"] - shadow["predicted_final_error"]) < 0.02
+    assert n_runs() == before + 1
+    assert main([*base, "--target", "0.1", "0.2"]) == 2
+    assert "--target has 2 values" in capsys.readouterr().err

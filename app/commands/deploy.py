@@ -1,0 +1,81 @@
+"""`python main.py deploy --project P --policy ID --host H --port N --token-file F
+[--target Q...] [--goal-seed K] [--shadow-only] [--duration S] [--ramp S] [--json]`.
+
+Checks the policy's spec against the robot (refused before upload, naming what differs),
+predicts the run in the policy's twin from the robot's measured state (shadow run), then
+uploads and runs it inside the robot's envelope and saves the real run (trajectory + run
+artifacts: success by the task's criterion on the measured state, predicted vs real).
+Ctrl-C stops the robot; what happened until then is saved. `--refit` afterwards sends the
+run to Real2Sim (a refit of the twin with the new recording added)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HELP = "Deploy a policy to a connected robot: spec check, twin prediction, run, record."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--project", type=Path, required=True, help="project folder")
+    p.add_argument("--policy", required=True, help="policy artifact id")
+    p.add_argument("--host", default="127.0.0.1", help="robot agent host")
+    p.add_argument("--port", type=int, required=True, help="robot agent port")
+    p.add_argument("--token-file", type=Path, default=None, help="robot token file")
+    p.add_argument(
+        "--target", type=float, nargs="+", default=None, help="reach goal, joint values (rad)"
+    )
+    p.add_argument(
+        "--goal-seed", type=int, default=0, help="without --target: goal drawn by the task"
+    )
+    p.add_argument("--shadow-only", action="store_true", help="predict only; nothing moves")
+    p.add_argument("--duration", type=float, default=None, help="s (default: episode + ramp)")
+    p.add_argument("--ramp", type=float, default=0.5, help="start ramp on the robot, s")
+    p.add_argument("--refit", action="store_true", help="then send the run to Real2Sim")
+    p.add_argument("--json", action="store_true", help="print the outcome as one JSON line")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from app.jobs import run_cli
+    from app.project import Project
+    from app.workflows.deploy import deploy_job, plan_deploy, refit_job
+    from devices.robots.auth import load_token
+    from devices.robots.client import RobotClient
+
+    project = Project.open(args.project)
+    with RobotClient(
+        args.host, args.port, load_token(args.token_file), name="twinbench-deploy"
+    ) as robot:
+        plan = plan_deploy(project, robot, args.policy, args.target, args.goal_seed)
+        shadow = {
+            "predicted_success": plan.shadow.success,
+            "predicted_final_error": plan.shadow.final_error,
+            "goal": plan.goal.tolist(),
+            "start": plan.start.tolist(),
+        }
+        if not args.json:
+            print(f"spec fits {plan.robot}; {plan.summary()}")
+        if args.shadow_only:
+            if args.json:
+                print(json.dumps({"policy": args.policy, **shadow}))
+            return 0
+        res = run_cli(
+            deploy_job(project, robot, plan, args.duration, args.ramp), args.quiet or args.json
+        )
+    out = res.outcome
+    fit_id = None
+    if args.refit:
+        fit_id = run_cli(refit_job(project, res.trajectory_id), args.quiet or args.json)
+    if args.json:
+        print(json.dumps({"run": res.run_id, **out, **({"refit": fit_id} if fit_id else {})}))
+        return 0 if out["success"] else 1
+    print(
+        f"run {res.run_id} (trajectory {res.trajectory_id}): {out['result']} ({out['ended']}); "
+        f"final error {out['final_error']:.3f} rad, twin predicted "
+        f"{out['predicted_final_error']:.3f}"
+    )
+    if fit_id:
+        print(f"refit {fit_id}: the twin fitted again with this run added")
+    return 0 if out["success"] else 1
