@@ -76,6 +76,9 @@ def _servo_setup(vendor: str, start_q: list[float] | None = None) -> tuple[Any, 
     return cal, bus, make(bus.port, cal, rate_hz=SERVO_RATE_HZ)
 
 
+_why: dict[str, str] = {}  # what a fault run ended in (reported for the failed ones)
+
+
 def _servo_fault(vendor: str, fault: str) -> tuple[bool, int]:
     """Inject one fault mid-motion; (handled safely, unsafe goals on the wire)."""
     from devices.robots.emulators.judge import unsafe_goals
@@ -116,11 +119,13 @@ def _servo_fault(vendor: str, fault: str) -> tuple[bool, int]:
         _drive(agent, wave, 1.5, stop_when=lambda: agent.stop_reason is not None)
         if expect is None:
             ok = agent.mode == "command" and drv.bus_retries >= 1
+            _why[fault] = f"mode {agent.mode}, {drv.bus_retries} retried reads, {agent.stop_reason}"
         else:
             n = len(bus.goals)
             time.sleep(0.2)
             still = len({raw for _, _, raw in bus.goals[n:]}) <= len(cal.ids)
             ok = expect in (agent.stop_reason or "") and agent.mode != "command" and still
+            _why[fault] = f"mode {agent.mode}, still {still}, {agent.stop_reason}"
     finally:
         agent.close()
         bus.close()
@@ -176,7 +181,7 @@ def servo_arm(vendor: str, quick: bool) -> dict[str, Any]:
         "stop_latency_ms": round(stop_ms, 2),
         "faults_injected": len(faults),
         "faults_stopped_safely": sum(ok for ok, _ in outcomes.values()),
-        "faults_failed": [f for f, (ok, _) in outcomes.items() if not ok],
+        "faults_failed": {f: _why.get(f, "") for f, (ok, _) in outcomes.items() if not ok},
         "unsafe_commands_on_wire": unsafe + sum(u for _, u in outcomes.values()),
         "goals_judged": len(bus.goals),
     }
