@@ -75,9 +75,7 @@ STEPS: tuple[Step, ...] = (
         "Policies",
         "Train a policy in the calibrated twin under domain randomization and evaluate it.",
         (Need("a twin (Twin page), ideally calibrated (Calibrate page)", kind="twin"),),
-        None,
-        built=False,
-        coming="Policy training is not built yet: there are no controls on this page.",
+        "python main.py train …",
     ),
     Step(
         "deploy",

@@ -345,3 +345,62 @@ def train_subprocess_job(
         if proc.stdout is not None:
             proc.stdout.close()
         errlog.close()
+
+
+# -- for the Policies page: interrupted runs and what each policy artifact says -----------
+def interrupted_runs(project: Project) -> dict[str, list[str] | None]:
+    """Training runs with a checkpoint left behind (cancelled or crashed), newest last:
+    run -> the `train` arguments it was started with (None when not remembered)."""
+    root = _ckpt_root(project)
+    out: dict[str, list[str] | None] = {}
+    if not root.is_dir():
+        return out
+    for d in sorted(root.iterdir(), key=lambda p: p.stat().st_mtime):
+        if not d.is_dir() or not any(d.iterdir()):
+            continue
+        try:
+            argv = json.loads((d / "argv.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            argv = None
+        out[d.name] = [str(a) for a in argv] if isinstance(argv, list) else None
+    return out
+
+
+def remember_run_argv(project: Project, run: str, argv: Sequence[str]) -> None:
+    """Keep a run's `train` arguments next to its checkpoint, so Resume can repeat them."""
+    d = _ckpt_root(project) / run
+    if d.is_dir():
+        atomic.write_json(d / "argv.json", list(argv))
+
+
+def policy_overview(project: Project, policy_id: str) -> dict[str, Any]:
+    """What a policy artifact says without loading its model: its record (policy.json),
+    with `evaluation` updated by the newest twin-evaluation runs of it (nominal / dr)."""
+    path = project.path_of(policy_id) / "policy.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PolicyError(f"{path}: not readable ({exc})") from None
+    rec = dict(meta.get("record", {}))
+    ev = dict(rec.get("evaluation", {}))
+    for art in project.artifacts("run"):
+        if art.settings.get("kind") != "twin-evaluation" or art.inputs[:1] != (policy_id,):
+            continue
+        try:
+            res = json.loads((project.path_of(art.id) / "eval.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        dr = str(art.settings.get("dr", "none"))
+        ev["nominal" if dr == "none" else dr] = {**res, "run": art.id}
+    rec["evaluation"] = ev
+    return rec
+
+
+def policy_curve(project: Project, policy_id: str) -> list[dict[str, Any]]:
+    """A policy's learning curve (curve.json: one row per CEM generation / PPO chunk)."""
+    path = project.path_of(policy_id) / "curve.json"
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
