@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from devices.errors import DeviceError
 from devices.robots.drivers.calibration import ArmCalibration
-from devices.robots.drivers.servo_bus import BusError, Reading, ServoArmDriver
+from devices.robots.drivers.servo_bus import RETRIES, BusError, Reading, ServoArmDriver
 
 OPERATING_MODE, MAX_POS, MIN_POS, TORQUE_ENABLE, BUS_WATCHDOG = 11, 48, 52, 64, 98
 GOAL_POSITION, PRESENT_CURRENT, READ_LEN = 116, 126, 10  # current(2) velocity(4) position(4)
@@ -147,7 +147,7 @@ def make_driver(
     rate_hz: float = 100.0,
     baud: int = 1_000_000,
     urdf: Path | None = None,
-    retries: int = 2,
+    retries: int = RETRIES,
 ) -> ServoArmDriver:
     """A Koch-style Dynamixel arm on `port` with its calibration (object or JSON file)."""
     from devices.robots.drivers.arm_description import bundle

@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 
 from devices.errors import DeviceError
 from devices.robots.drivers.calibration import ArmCalibration
-from devices.robots.drivers.servo_bus import BusError, Reading, ServoArmDriver
+from devices.robots.drivers.servo_bus import RETRIES, BusError, Reading, ServoArmDriver
 
 MIN_ANGLE, MAX_ANGLE, TORQUE_ENABLE, GOAL_POSITION, LOCK = 9, 11, 40, 42, 55
 PRESENT_POSITION, READ_LEN = 56, 6  # position(2) speed(2) load(2)
@@ -135,7 +135,7 @@ def make_driver(
     rate_hz: float = 100.0,
     baud: int = 1_000_000,
     urdf: Path | None = None,
-    retries: int = 2,
+    retries: int = RETRIES,
 ) -> ServoArmDriver:
     """An SO-100/SO-101 Feetech arm on `port` with its calibration (object or JSON file)."""
     from devices.robots.drivers.arm_description import bundle

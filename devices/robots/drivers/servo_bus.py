@@ -28,6 +28,9 @@ from devices.robots.drivers.calibration import ArmCalibration
 
 Vec = NDArray[np.float64]
 RANGE_TOLERANCE = 0.02  # rad a joint may sit outside its calibrated range at start
+# extra tries per bus transaction: a burst of two bad packets plus one late reply (a loaded
+# machine) is absorbed; a dead servo is found within 4 x the SDK's 34 ms packet timeout
+RETRIES = 3
 
 
 class BusError(Exception):
@@ -70,7 +73,7 @@ class ServoArmDriver:
         bus: ServoBus,
         calibration: ArmCalibration,
         rate_hz: float = 100.0,
-        retries: int = 2,
+        retries: int = RETRIES,
         watchdog_s: float = 0.2,
         bundle: dict[str, Any] | None = None,
     ) -> None:
