@@ -1,17 +1,406 @@
-"""Deploy page (workflow step: deploy). Shows its empty state until the step's tools are built.
+"""Deploy page (workflow step: deploy): a policy onto the connected robot, predicted first.
+
+1. Predict: the policy's spec is checked against the robot (refused naming what differs)
+   and the twin runs it from the robot's measured state (app.workflows.deploy.plan_deploy,
+   off the GUI thread): predicted success, final error and joint curves (dashed).
+2. Run on robot: upload and run inside the robot's envelope with the start ramp; measured
+   joints (solid) and the commands the envelope let through (dotted) are drawn live over
+   the prediction; the big STOP stops the robot at once and the run is still saved.
+3. Send to Real2Sim: the saved run is added to the recordings of the twin's fit and the
+   twin is fitted again (a fit job; its result opens on the Calibrate page).
 
 See widgets/pages.py for the page contract.
 """
 
 from __future__ import annotations
 
-from widgets.pages import WorkflowPage, preview
+import logging
+import threading
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6 import QtCore, QtWidgets
+
+from app.jobs import Job, Progress
+from resources.errors import TwinbenchError
+from widgets.jobs import JobRunner, JobTask
+from widgets.pages import StatusLine, WorkflowPage, preview
+from widgets.record_panel import PALETTE
+
+log = logging.getLogger(__name__)
+
+STOP_STYLE = (
+    "QPushButton { background: #c62828; color: white; font-size: 22px; font-weight: bold; "
+    "border-radius: 6px; } QPushButton:disabled { background: #e0a0a0; }"
+)
 
 
 class DeployPage(WorkflowPage):
     """Workflow page for the 'deploy' step; constructed as `DeployPage(controller, parent=None)`."""
 
     step = "deploy"
+    sig_run_saved = QtCore.Signal(object)  # DeployResult
+    sig_refit_done = QtCore.Signal(str)  # fit artifact id
+
+    def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
+        self.runner = JobRunner(self)
+        self.plan: Any = None  # app.workflows.deploy.DeployPlan of the last prediction
+        self.result: Any = None  # DeployResult of the last run
+        self._task: JobTask | None = None
+        self._stop = threading.Event()
+        self._live: dict[str, list[Any]] | None = None
+        self._curves: dict[str, Any] = {}
+        row = QtWidgets.QHBoxLayout()
+        layout.addLayout(row, 1)
+        side = QtWidgets.QVBoxLayout()
+        row.addLayout(side, 0)
+        form = QtWidgets.QFormLayout()
+        self.policy_box = QtWidgets.QComboBox()
+        self.policy_box.setToolTip("a trained policy of the open project (Policies page)")
+        self.policy_box.setMinimumWidth(300)
+        self.robot_label = QtWidgets.QLabel("")
+        self.robot_label.setWordWrap(True)
+        self.goal_seed = QtWidgets.QSpinBox()
+        self.goal_seed.setRange(0, 1_000_000)
+        self.goal_seed.setToolTip("the goal is drawn like the goals the policy was trained on")
+        self.ramp = _spin(0.0, 10.0, 0.5, 0.1, "blend from the current pose into the policy", " s")
+        self.duration = _spin(0.0, 60.0, 0.0, 0.5, "0: the task's episode plus the ramp", " s")
+        self.duration.setSpecialValueText("episode + ramp")
+        form.addRow("Policy", self.policy_box)
+        form.addRow("Robot", self.robot_label)
+        form.addRow("Goal (draw no.)", self.goal_seed)
+        form.addRow("Start ramp", self.ramp)
+        form.addRow("Run for", self.duration)
+        side.addLayout(form)
+        self.predict_button = QtWidgets.QPushButton("1. Check and predict in the twin")
+        self.predict_button.setToolTip(
+            "Check the policy against the robot, then run it in its twin from the robot's "
+            "current pose; nothing moves"
+        )
+        self.predict_button.clicked.connect(self.predict)
+        side.addWidget(self.predict_button)
+        self.prediction = QtWidgets.QLabel("Press 1 to see what the twin predicts.")
+        self.prediction.setWordWrap(True)
+        self.prediction.setTextFormat(QtCore.Qt.TextFormat.RichText)
+        self.prediction.setMinimumHeight(60)
+        side.addWidget(self.prediction)
+        self.run_button = QtWidgets.QPushButton("2. Run on the robot")
+        self.run_button.setEnabled(False)
+        self.run_button.setToolTip("Upload the policy and run it inside the robot's envelope")
+        self.run_button.clicked.connect(self.run)
+        side.addWidget(self.run_button)
+        self.stop_button = QtWidgets.QPushButton("STOP")
+        self.stop_button.setMinimumHeight(64)
+        self.stop_button.setStyleSheet(STOP_STYLE)
+        self.stop_button.setToolTip("Stop the robot now (held in place); the run is saved")
+        self.stop_button.clicked.connect(self.stop)
+        side.addWidget(self.stop_button)
+        self.progress = QtWidgets.QProgressBar()
+        self.progress.setRange(0, 1000)
+        side.addWidget(self.progress)
+        self.outcome = QtWidgets.QLabel("")
+        self.outcome.setWordWrap(True)
+        self.outcome.setTextFormat(QtCore.Qt.TextFormat.RichText)
+        side.addWidget(self.outcome)
+        self.refit_button = QtWidgets.QPushButton("3. Send to Real2Sim (refit the twin)")
+        self.refit_button.setEnabled(False)
+        self.refit_button.setToolTip(
+            "Add this run's recording to the recordings of the twin's fit and fit it again"
+        )
+        self.refit_button.clicked.connect(self.refit)
+        side.addWidget(self.refit_button)
+        side.addStretch(1)
+        self.status = StatusLine("")
+        side.addWidget(self.status)
+        plots = QtWidgets.QVBoxLayout()
+        row.addLayout(plots, 1)
+        self.plot = pg.PlotWidget()
+        self.plot.setBackground("w")
+        self.plot.setLabel("bottom", "time since the policy started", units="s")
+        self.plot.setLabel("left", "joint position (rad)")
+        self.plot.addLegend(offset=(5, 5))
+        plots.addWidget(self.plot, 1)
+        self.key = QtWidgets.QLabel(
+            "dashed: twin prediction · solid: measured on the robot · dotted: command sent "
+            "(after the envelope) · grey line: goal"
+        )
+        self.key.setWordWrap(True)
+        plots.addWidget(self.key)
+        self.timer = QtCore.QTimer(self)
+        self.timer.setInterval(100)
+        self.timer.timeout.connect(self._draw_live)
+        self.policy_box.currentIndexChanged.connect(self._invalidate)
+
+    # -- state ---------------------------------------------------------------------------
+    def has_content(self) -> bool:
+        p = self.controller.project
+        return p is not None and p.latest("policy") is not None
+
+    def refresh(self) -> None:
+        super().refresh()
+        if not hasattr(self, "policy_box") or not self.has_content():
+            return
+        project = self.controller.project
+        assert project is not None
+        current = self.policy_box.currentData()
+        ids = [a.id for a in project.artifacts("policy")]
+        if [self.policy_box.itemData(i) for i in range(self.policy_box.count())] != ids:
+            self.policy_box.blockSignals(True)
+            self.policy_box.clear()
+            for a in project.artifacts("policy"):
+                self.policy_box.addItem(f"{a.id}: {a.summary}", a.id)
+                self.policy_box.setItemData(
+                    self.policy_box.count() - 1, a.summary, QtCore.Qt.ItemDataRole.ToolTipRole
+                )
+            idx = ids.index(current) if current in ids else len(ids) - 1
+            self.policy_box.setCurrentIndex(idx)
+            self.policy_box.blockSignals(False)
+        info = self.controller.robot_info
+        link = self.controller.robot_link
+        client = link.protocol_client() if link is not None else None
+        if info is None or client is None:
+            self.robot_label.setText("<span style='color:#c62828'>no robot connected</span>")
+        else:
+            self.robot_label.setText(
+                f"{info.name} at {client.address}, {len(info.joint_names)} joints, "
+                f"{info.control_rate_hz:g} Hz"
+            )
+        busy = self._task is not None and not self._task.done
+        self.predict_button.setEnabled(not busy and client is not None)
+
+    def _client(self) -> Any:
+        link = self.controller.robot_link
+        client = link.protocol_client() if link is not None else None
+        if client is None:
+            raise TwinbenchError("no robot connected (Devices ▸ connect a robot or start the lab)")
+        return client
+
+    def _invalidate(self, *_: Any) -> None:
+        if self._task is not None and not self._task.done:
+            return
+        self.plan = None
+        self.run_button.setEnabled(False)
+
+    # -- 1. predict ------------------------------------------------------------------------
+    def predict(self) -> None:
+        from app.workflows.deploy import plan_deploy
+
+        project, pid = self.controller.project, self.policy_box.currentData()
+        try:
+            client = self._client()
+        except TwinbenchError as exc:
+            self._say(str(exc), error=True)
+            return
+        if project is None or pid is None:
+            return
+        seed = self.goal_seed.value()
+
+        def job() -> Job[Any]:
+            yield Progress(None, f"checking {pid} against the robot and predicting…")
+            return plan_deploy(project, client, pid, goal_seed=seed)
+
+        self._invalidate()
+        self.predict_button.setEnabled(False)
+        self.prediction.setText("checking the policy against the robot and predicting…")
+        task = self.runner.start("Predict deployment", job())
+        task.sig_finished.connect(self._predicted)
+        task.sig_failed.connect(self._refused)
+        task.sig_done.connect(lambda: self.predict_button.setEnabled(True))
+
+    def _refused(self, msg: str) -> None:
+        self.prediction.setText(f"<span style='color:#c62828'><b>Refused.</b> {_esc(msg)}</span>")
+        self._say("nothing was uploaded", error=True)
+
+    def _predicted(self, plan: Any) -> None:
+        self.plan = plan
+        s = plan.shadow
+        verdict = (
+            "<span style='color:#2e7d32'><b>SUCCESS</b></span>"
+            if s.success
+            else "<span style='color:#c62828'><b>FAILURE</b></span>"
+        )
+        tol = float(getattr(plan.config, "success_tol", 0.05))
+        self.prediction.setText(
+            f"Spec fits <b>{_esc(plan.robot)}</b> (joints, rate, observations).<br>"
+            f"Twin {_esc(plan.twin_id)} predicts {verdict}: final error "
+            f"<b>{s.final_error:.3f} rad</b> (success below {tol:g}) after "
+            f"{float(s.t[-1]):.1f} s." + (f" Stopped: {_esc(s.stopped)}." if s.stopped else "")
+        )
+        self._draw_prediction()
+        self.run_button.setEnabled(True)
+        self.outcome.setText("")
+        self._say("prediction ready: Run on the robot, or predict again")
+
+    def _draw_prediction(self) -> None:
+        self.plot.clear()
+        self._curves = {}
+        plan = self.plan
+        if plan is None:
+            return
+        s = plan.shadow
+        moved = np.flatnonzero(np.abs(plan.goal - plan.start) > 1e-3)
+        for k, j in enumerate(moved):
+            name = plan.spec.joints[j]
+            col = PALETTE[k % len(PALETTE)]
+            self.plot.plot(
+                s.t,
+                s.joint_pos[:, j],
+                pen=pg.mkPen(col, width=2, style=QtCore.Qt.PenStyle.DashLine),
+                name=name,
+            )
+            self._curves[name] = (
+                self.plot.plot([], [], pen=pg.mkPen(col, width=2)),
+                self.plot.plot(
+                    [], [], pen=pg.mkPen(col, width=1, style=QtCore.Qt.PenStyle.DotLine)
+                ),
+                j,
+            )
+            line = pg.InfiniteLine(pos=float(plan.goal[j]), angle=0, pen=pg.mkPen("#9e9e9e"))
+            self.plot.addItem(line)
+
+    # -- 2. run ----------------------------------------------------------------------------
+    def run(self) -> None:
+        from app.workflows.deploy import deploy_job
+
+        project, plan = self.controller.project, self.plan
+        if project is None or plan is None:
+            return
+        try:
+            client = self._client()
+        except TwinbenchError as exc:
+            self._say(str(exc), error=True)
+            return
+        self._stop.clear()
+        job = deploy_job(
+            project,
+            client,
+            plan,
+            duration_s=self.duration.value() or None,
+            ramp_s=self.ramp.value(),
+            stop_event=self._stop,
+        )
+        self._task = task = self.runner.start(f"Deploy {plan.policy_id}", job)
+        for w in (self.run_button, self.predict_button, self.refit_button, self.policy_box):
+            w.setEnabled(False)
+        self.progress.setValue(0)
+        self.outcome.setText("running on the robot…")
+        task.sig_progress.connect(self._on_progress)
+        task.sig_finished.connect(self._ran)
+        task.sig_failed.connect(lambda msg: self._say(msg, error=True))
+        task.sig_done.connect(self._ended)
+        self.timer.start()
+
+    def _on_progress(self, p: Progress) -> None:
+        if p.fraction is not None:
+            self.progress.setValue(int(1000 * p.fraction))
+        if isinstance(p.partial, dict) and "measured" in p.partial:
+            self._live = p.partial
+        self._say(p.message)
+
+    def _draw_live(self) -> None:
+        live = self._live
+        if not live:
+            return
+        k = min(len(live["t"]), len(live["measured"]), len(live["command"]))
+        if k == 0:
+            return
+        t = np.asarray(live["t"][:k], float)
+        q = np.asarray(live["measured"][:k], float)
+        nan = [np.nan] * q.shape[1]
+        c = np.asarray([x if x is not None else nan for x in live["command"][:k]], float)
+        for solid, dotted, j in self._curves.values():
+            solid.setData(t, q[:, j])
+            dotted.setData(t, c[:, j], connect="finite")
+
+    def curves(self) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
+        """Drawn curves per joint: {"predicted"|"measured"|"command": (t, y)} (tests read it)."""
+        out: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+        items = {id(it): it for it in self.plot.getPlotItem().listDataItems()}
+        for name, (solid, dotted, _) in self._curves.items():
+            pred = [it for it in items.values() if it.name() == name]
+            d = {"measured": solid.getData(), "command": dotted.getData()}
+            if pred:
+                d["predicted"] = pred[0].getData()
+            out[name] = {k: (np.asarray(v[0]), np.asarray(v[1])) for k, v in d.items()}
+        return out
+
+    def _ran(self, res: Any) -> None:
+        self.result = res
+        self._draw_live()
+        o = res.outcome
+        ok = "<span style='color:#2e7d32'><b>SUCCESS</b></span>"
+        bad = "<span style='color:#c62828'><b>FAILURE</b></span>"
+        self.outcome.setText(
+            f"Robot: {ok if o['success'] else bad} ({_esc(o['ended'])}), final error "
+            f"<b>{o['final_error']:.3f} rad</b>; twin predicted {o['predicted_final_error']:.3f}."
+            f"<br>Saved trajectory {res.trajectory_id} and run {res.run_id}."
+        )
+        self.progress.setValue(1000)
+        self.refit_button.setEnabled(True)
+        self.controller.notify_project_changed()
+        self.sig_run_saved.emit(res)
+
+    def _ended(self) -> None:
+        self._task = None
+        self.timer.stop()
+        self.plan = None  # the robot moved: predict again from where it is now
+        self.predict_button.setEnabled(True)
+        self.policy_box.setEnabled(True)
+        self.run_button.setEnabled(False)
+
+    def stop(self) -> None:
+        """Stop now: the robot is held; the run (if one is going) is saved as it happened."""
+        self._stop.set()
+        try:
+            self._client().stop("STOP pressed on the Deploy page")
+        except TwinbenchError as exc:
+            log.warning("stop: %s", exc)
+        self._say("stopped: the robot holds its position")
+
+    # -- 3. close the loop ------------------------------------------------------------------
+    def refit(self) -> None:
+        from app.workflows.deploy import refit_job
+
+        project, res = self.controller.project, self.result
+        if project is None or res is None:
+            return
+        self.refit_button.setEnabled(False)
+        task = self.runner.start("Refit with the real run", refit_job(project, res.trajectory_id))
+        task.sig_progress.connect(lambda p: self._say(f"refit: {p.message}"))
+        task.sig_finished.connect(self._refitted)
+        task.sig_failed.connect(lambda msg: self._say(f"refit: {msg}", error=True))
+
+    def _refitted(self, fit_id: str) -> None:
+        self._say(f"refit {fit_id} saved (see the Calibrate page)")
+        self.controller.notify_project_changed()
+        self.sig_refit_done.emit(fit_id)
+
+    def _say(self, text: str, error: bool = False) -> None:
+        self.status.setStyleSheet("color: #c62828;" if error else "")
+        self.status.setText(text)
+
+    def detach(self) -> None:
+        if hasattr(self, "timer"):
+            self.timer.stop()
+        super().detach()
+
+
+def _spin(
+    lo: float, hi: float, value: float, step: float, tip: str, suffix: str
+) -> QtWidgets.QDoubleSpinBox:
+    s = QtWidgets.QDoubleSpinBox()
+    s.setRange(lo, hi)
+    s.setDecimals(2)
+    s.setSingleStep(step)
+    s.setValue(value)
+    s.setSuffix(suffix)
+    s.setToolTip(tip)
+    return s
+
+
+def _esc(text: str) -> str:
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 if __name__ == "__main__":

@@ -86,9 +86,7 @@ STEPS: tuple[Step, ...] = (
             Need("a trained policy (Policies page)", kind="policy"),
             Need("a connected robot (Devices panel)", device="robot"),
         ),
-        None,
-        built=False,
-        coming="Deploying policies is not built yet: there are no controls on this page.",
+        "python main.py deploy …",
     ),
 )
 

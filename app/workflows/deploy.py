@@ -235,7 +235,7 @@ def deploy_job(
     start_tol: float = 0.02,
 ) -> Job[DeployResult]:
     """Job: upload the policy, run it for `duration_s` (default: the task's episode plus the
-    ramp), record, save. Progress partials carry new samples: {"t", "measured", "command"}.
+    ramp), record, save. Progress partials: every sample so far, {"t", "measured", "command"}.
     The Stop button (`stop_event`), a cancel, an agent stop or a lost link end the run; the
     robot is stopped and what happened is saved (a cancel saves too, as 'cancelled')."""
     info = client.info
@@ -254,6 +254,7 @@ def deploy_job(
     client.upload_policy(plan.policy.onnx, plan.spec.to_dict())
     client.take_control()
     ended, seen, running = "cancelled", 0, False
+    live: dict[str, list[Any]] = {"t": [], "measured": [], "command": []}
     rec: list[dict[str, Any]] = []
     t_start = float("nan")
     saved: DeployResult | None = None
@@ -279,12 +280,12 @@ def deploy_job(
                     t_start = float(new[0]["t"])
                 if running and new and new[-1].get("mode") in ("stopped", "estop"):
                     ended = f"robot stopped: {new[-1].get('stop_reason') or new[-1].get('mode')}"
-                    yield _samples(new, t_start, now, duration)
+                    yield _samples(live, new, t_start, now, duration)
                     break
                 if now >= duration:
                     break
                 if new:
-                    yield _samples(new, t_start, now, duration)
+                    yield _samples(live, new, t_start, now, duration)
                 time.sleep(0.05)
             _stop(client, f"deploy {plan.policy_id}: {ended}")
             _settle(client)
@@ -299,17 +300,16 @@ def deploy_job(
     return saved
 
 
-def _samples(new: list[dict[str, Any]], t0: float, now: float, total: float) -> Progress:
-    cmd = [m["command"] if m.get("command") is not None else None for m in new]
-    return Progress(
-        min(now / total, 0.99),
-        f"running {now:.1f} / {total:.1f} s",
-        {
-            "t": [float(m["t"]) - t0 for m in new],
-            "measured": [list(m["joint_pos"]) for m in new],
-            "command": cmd,
-        },
-    )
+def _samples(
+    live: dict[str, list[Any]], new: list[dict[str, Any]], t0: float, now: float, total: float
+) -> Progress:
+    """Append `new` states to the run's live lists; the partial is those (growing) lists,
+    so a reader that skips progress records still sees every sample (t from the start)."""
+    for m in new:
+        live["t"].append(float(m["t"]) - t0)
+        live["measured"].append(list(m["joint_pos"]))
+        live["command"].append(list(m["command"]) if m.get("command") is not None else None)
+    return Progress(min(now / total, 0.99), f"running {now:.1f} / {total:.1f} s", live)
 
 
 def _stop(client: RobotClient, reason: str) -> None:

@@ -93,8 +93,9 @@ def test_real_run_matches_the_shadow_prediction_and_is_saved_with_lineage(
     assert abs(out["final_error"] - plan.shadow.final_error) < 0.02
     assert out["success"] is True and out["predicted_success"] is True
     # the live samples streamed: command and measured
-    live = [p for p in parts if isinstance(p, dict) and p.get("t")]
-    assert sum(len(p["t"]) for p in live) > 100
+    live = [p for p in parts if isinstance(p, dict) and p.get("t")][-1]
+    assert len(live["t"]) > 100 and len(live["measured"]) == len(live["t"])
+    assert np.allclose(live["measured"][0], plan.start, atol=0.01)
     # artifacts: trajectory (input: the policy), run (inputs: policy, trajectory)
     traj = proj.artifact(res.trajectory_id)
     assert traj.kind == "trajectory" and list(traj.inputs) == [pid]
