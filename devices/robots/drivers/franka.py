@@ -6,9 +6,10 @@ arm's velocity, acceleration and jerk limits x `dynamics_factor`):
 position -> `JointMotion`, velocity -> `JointVelocityMotion` held for three control periods
 only, so the arm stops by itself if the agent goes quiet. A stop (`hold`) is franky's
 `JointStopMotion` (or a zero-velocity motion). The library's collision thresholds stay at
-franky's defaults; a reflex or any motion error the robot reports becomes a fault that
-names the arm and the error: the agent stops, the driver runs franky's error recovery, and
-motion needs a new command from whoever takes control.
+franky's defaults; a reflex or other error the arm reports becomes a fault naming the arm
+and the error, handed to `on_reflex` (`attach_estop`: the agent's latched e-stop); the
+driver runs franky's error recovery as the agent halts, and the arm moves again only after
+the operator resets the e-stop. A lost arm (network, controller) stays faulted.
 
 The robot-description bundle carries the URDF the arm itself reports (`Robot.model_urdf`).
 franky is imported when the driver connects.
