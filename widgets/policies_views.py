@@ -19,7 +19,8 @@ from app.workflows import train as train_flow
 from policies.tasks import task_config
 
 log = logging.getLogger(__name__)
-MAX_HIST = 6  # parameters drawn (the rest are named in a line below)
+MAX_HIST = 4  # parameters drawn (the rest are named in a line below)
+COLS = 2
 
 # the task settings the page offers: label, unit (per task where it differs), explanation
 KNOBS: dict[str, tuple[str, Mapping[str, str], str]] = {
@@ -82,17 +83,13 @@ class DistributionView(pg.GraphicsLayoutWidget):
         every = names + [n for n in pnames if n not in names]
         self.clear()
         self.shown = every[:MAX_HIST]
-        head = {
-            "none": "Training: the twin's own values (no randomization)",
-            "manual": "Training: hand-set distributions",
-            "posterior": "Training: rows of the fit's posterior",
-        }[mode]
-        legend = "blue bars: training draws" + (
-            "; orange line: the fit's posterior" if pnames else ""
+        head = {"none": "no randomization", "manual": "set by hand", "posterior": "fit's posterior"}
+        legend = f"blue: training draws ({head[mode]})" + (
+            " · orange: the fit's posterior" if pnames else ""
         )
-        self.addLabel(f"{head}. {legend}", row=0, col=0, colspan=3, size="9pt", color="#333")
+        self.addLabel(legend, row=0, col=0, colspan=COLS, size="9pt", color="#333")
         for k, name in enumerate(self.shown):
-            p = self.addPlot(row=1 + k // 3, col=k % 3)
+            p = self.addPlot(row=1 + k // COLS, col=k % COLS)
             unit = units.get(name, "")
             p.setTitle(f"{_short(name)}" + (f" ({unit})" if unit else ""), size="8pt")
             p.getAxis("left").setStyle(showValues=False)
@@ -114,8 +111,11 @@ class DistributionView(pg.GraphicsLayoutWidget):
                 y, _ = np.histogram(px[:, pnames.index(name)], bins=edges, density=True)
                 p.plot(edges, y, stepMode="center", pen=pg.mkPen("#ff7f0e", width=2))
         if len(every) > MAX_HIST:
-            rest = ", ".join(_short(n) for n in every[MAX_HIST:])
-            self.addLabel(f"also: {rest}", row=3, col=0, colspan=3, size="8pt", color="#555")
+            more = every[MAX_HIST:]
+            rest = ", ".join(_short(n) for n in more[:2]) + (", …" if len(more) > 2 else "")
+            self.addLabel(
+                f"{len(more)} more: {rest}", row=3, col=0, colspan=COLS, size="8pt", color="#555"
+            )
 
 
 def _rate(ev: Mapping[str, Any] | None) -> str:

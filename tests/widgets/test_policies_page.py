@@ -33,33 +33,39 @@ def test_train_cancel_resume_evaluate(window, controller, qtbot, tmp_path: Path)
     controller.notify_project_changed()
     page = window.show_step("policies")
     qtbot.waitUntil(lambda: not page.showing_empty_state(), timeout=5000)
-    assert page.twin_combo.currentData() == tid
-    assert page.task_combo.currentData() == "reach"
+    assert page.setup.twin_combo.currentData() == tid
+    assert page.setup.task_combo.currentData() == "reach"
     # the task's settings come with units
-    assert page.knobs["episode_s"].suffix() == " s" and page.knobs["success_tol"].suffix() == " rad"
+    assert (
+        page.setup.knobs["episode_s"].suffix() == " s"
+        and page.setup.knobs["success_tol"].suffix() == " rad"
+    )
 
     # hand-set randomization: the training draws stay inside the typed range
     page.setup.setCurrentIndex(1)
-    page.dr_combo.setCurrentIndex(page.dr_combo.findData("manual"))
-    rows = {page.param_table.item(r, 0).text(): r for r in range(page.param_table.rowCount())}
+    page.setup.dr_combo.setCurrentIndex(page.setup.dr_combo.findData("manual"))
+    rows = {
+        page.setup.param_table.item(r, 0).text(): r
+        for r in range(page.setup.param_table.rowCount())
+    }
     name = "robot.joints.panda_joint2.damping"
     assert name in rows
-    page.param_table.item(rows[name], 2).setText("uniform:0.1:0.2")
-    page.param_table.item(rows[name], 0).setCheckState(QtCore.Qt.CheckState.Checked)
+    page.setup.param_table.item(rows[name], 2).setText("uniform:0.1:0.2")
+    page.setup.param_table.item(rows[name], 0).setCheckState(QtCore.Qt.CheckState.Checked)
     names, draws = page.dist_view.last
     assert names == [name] and draws.shape == (400, 1)
     assert 0.1 <= draws.min() < 0.11 and 0.19 < draws.max() <= 0.2
     assert name in page.dist_view.shown
-    page.dr_combo.setCurrentIndex(page.dr_combo.findData("none"))
+    page.setup.dr_combo.setCurrentIndex(page.setup.dr_combo.findData("none"))
 
     # a tiny CEM run
     page.setup.setCurrentIndex(2)
-    page.budget.setValue(8)
-    page.population.setValue(4)
-    page.episodes.setValue(1)
-    page.after_eval.setValue(4)
-    page.knobs["episode_s"].setValue(1.0)
-    argv = page.train_argv()
+    page.setup.budget.setValue(8)
+    page.setup.population.setValue(4)
+    page.setup.episodes.setValue(1)
+    page.setup.after_eval.setValue(4)
+    page.setup.knobs["episode_s"].setValue(1.0)
+    argv = page.setup.train_argv()
     assert argv[argv.index("--budget") + 1] == "8" and "episode_s=1" in argv
     page.train_btn.click()
     assert page.cancel_btn.isEnabled() and not page.train_btn.isEnabled()
@@ -126,17 +132,17 @@ def test_posterior_randomization_shows_the_fit_next_to_training(
     fid = proj.artifacts("fit")[-1].id
     controller.notify_project_changed()
     page = window.show_step("policies")
-    qtbot.waitUntil(lambda: page.fit_combo.currentData() == fid, timeout=5000)
+    qtbot.waitUntil(lambda: page.setup.fit_combo.currentData() == fid, timeout=5000)
     page.setup.setCurrentIndex(1)
-    page.dr_combo.setCurrentIndex(page.dr_combo.findData("posterior"))
+    page.setup.dr_combo.setCurrentIndex(page.setup.dr_combo.findData("posterior"))
     names, draws = page.dist_view.last
     assert names == [name] and name in page.dist_view.shown
     # every episode takes one posterior row: the training draws are the fit's samples
     assert np.isin(draws[:, 0], samples[:, 0]).all()
     assert len(np.unique(draws)) > 30
-    argv = page.train_argv()
+    argv = page.setup.train_argv()
     assert argv[argv.index("--dr") + 1] == "posterior" and argv[argv.index("--fit") + 1] == fid
     # no fit chosen for a posterior: Train says what to do instead of starting
-    page.fit_combo.clear()
+    page.setup.fit_combo.clear()
     page.train_btn.click()
     assert "fit it on the Calibrate page" in page.status.text() and page.train_btn.isEnabled()
