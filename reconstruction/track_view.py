@@ -1,0 +1,214 @@
+"""What handheld tracking compares: camera views of depth, and the valid-pixel gate.
+
+A `View` is one depth image seen from its own camera: points with normals, a small depth
+image and sampled points for the gate, and (built on first use, they cost) Open3D point
+clouds for ICP and FPFH features. The gate
+(`gate`) scores a registration over *valid* pixels only (DESIGN §9: Open3D's odometry
+`fitness` counts pixels without depth).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from typing import Any
+
+import numpy as np
+import open3d as o3d
+from numpy.typing import NDArray
+
+Mat4 = NDArray[np.float64]
+_legacy = o3d.pipelines.registration
+
+
+@dataclass(frozen=True)
+class TrackingSettings:
+    """`voxel` is the finest ICP scale (m); coarser scales are 2x and 4x it."""
+
+    voxel: float = 0.01
+    depth_min: float = 0.1  # m
+    depth_max: float = 3.0  # m
+    min_inlier_ratio: float = 0.6  # of frame points landing on model pixels with depth
+    min_overlap: float = 0.15  # share of frame points that must land on model depth
+    keyframe_m: float = 0.1
+    keyframe_deg: float = 10.0
+    global_registration: str = "fallback"  # "fallback" | "always" | "never"
+    relocalise: bool = True
+    # loop edges + pose graph: off by default — as configured it made the TUM cabinet worse
+    # (ATE 7.8-13.9 cm over runs, 0.6-1.0 fps) than frame-to-model alone (6.5 cm, 1.7 fps)
+    loop_closure: bool = False
+    loop_radius_m: float = 1.0
+    loop_max_deg: float = 60.0
+    loop_candidates: int = 5
+    raycast_down: int = 1  # model view at 1/raycast_down of the frame's resolution (2 tilts
+    # Open3D's raycast by ~0.7 deg against its own input, measured)
+    video_dt_s: float = 0.1  # frames closer than this take the one-ICP fast path first
+    fast_accept_ratio: float = 0.9
+    # video fast path: ICP levels (3: 4x, 2x and 1x voxel), and reuse of a model view for up
+    # to `reuse_view_frames` frames while the camera stays within `reuse_view_m` /
+    # `reuse_view_deg` of the pose it was raycast at. Defaults: every frame raycast, all
+    # levels; the cheaper settings (2 levels, or a view reused for 4 frames) measured ~1.5x
+    # faster on the lab hand path but lost track there (ATE 2-6 cm): tracking on the lab's
+    # noisy table is chaotic at the mm level and needs every bit of the finer model
+    fast_icp_levels: int = 3
+    reuse_view_frames: int = 1
+    reuse_view_m: float = 0.03
+    reuse_view_deg: float = 4.0
+    # a frame near a keyframe this many keyframes old is also registered to it (0: never)
+    revisit_gap: int = 10
+    revisit_min_ratio: float = 0.9
+    max_speed_mps: float = 2.0  # a pose jump faster than this is a failure
+    max_turn_dps: float = 360.0
+
+    @property
+    def corr(self) -> tuple[float, float, float]:
+        return (20 * self.voxel, 8 * self.voxel, 3 * self.voxel)
+
+    def inlier_m(self, z: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Inlier distance at depth z (m): ICP scale plus the sensor's quadratic noise."""
+        return 2 * self.voxel + 0.005 * z * z
+
+
+@dataclass
+class View:
+    """One camera view (its own camera frame). Arrays are ready; Open3D clouds are built on
+    first use."""
+
+    depth: NDArray[np.float32]  # (h, w) metres, 0 = none, at the gate's resolution
+    K: NDArray[np.float64]  # intrinsics of `depth`
+    sample: NDArray[np.float64]  # (n, 3) camera-frame points for the gate
+    points: NDArray[np.float64]  # (m, 3) points with normals: ICP source, cloud input
+    normals: NDArray[np.float64]  # (m, 3) facing the camera
+    voxel: float  # finest ICP scale (m)
+    # T_true_rendered: applied to registrations against this view (a model raycast's offset)
+    correction: NDArray[np.float64] | None = None
+    _cloud: Any = None
+    _levels: dict[float, Any] = dataclass_field(default_factory=dict)
+    _fpfh: Any = None
+    _down: Any = None
+
+    @property
+    def cloud(self) -> o3d.geometry.PointCloud:
+        """Voxel-downsampled points with normals (Open3D), built on first use."""
+        if self._cloud is None:
+            pc = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(self.points))
+            pc.normals = o3d.utility.Vector3dVector(self.normals)
+            pc = pc.voxel_down_sample(self.voxel)
+            pc.normalize_normals()
+            self._cloud = pc
+        return self._cloud
+
+    def level(self, voxel: float) -> o3d.geometry.PointCloud:
+        """The cloud at ICP scale `voxel` (normals averaged over each voxel)."""
+        if voxel <= self.voxel * 1.01:
+            return self.cloud
+        if voxel not in self._levels:
+            pc = self.cloud.voxel_down_sample(voxel)
+            pc.normalize_normals()
+            self._levels[voxel] = pc
+        return self._levels[voxel]
+
+    def size(self) -> int:
+        """Points with normals (before voxel downsampling)."""
+        return len(self.points)
+
+    def global_features(self, voxel: float) -> tuple[Any, Any]:
+        """(downsampled cloud, FPFH features) at `voxel`, computed once."""
+        if self._fpfh is None:
+            pc = self.cloud.voxel_down_sample(voxel)
+            pc.estimate_normals(o3d.geometry.KDTreeSearchParamHybrid(2 * voxel, 30))
+            self._down = pc
+            self._fpfh = _legacy.compute_fpfh_feature(  # type: ignore[call-arg]
+                pc, o3d.geometry.KDTreeSearchParamHybrid(5 * voxel, 100)
+            )
+        return self._down, self._fpfh
+
+
+def make_view(depth: NDArray[np.float32], K: NDArray[np.float64], voxel: float) -> View:
+    """A View of a depth image (m, 0 = none) with intrinsics K."""
+    h, w = depth.shape
+    # ~20k points for KD-tree ICP whatever the resolution
+    stride = max(1, int(round(np.sqrt(h * w / 20000))))
+    P, N, ok = _vertex_normal_maps(depth, K, stride, 4 * voxel)
+    gs = max(1, int(round(np.sqrt(h * w / 4000))))
+    small = np.ascontiguousarray(depth[::gs, ::gs])
+    Ks = K.copy()
+    Ks[:2] /= gs
+    return View(small, Ks, _backproject(depth, K, gs * 2), P[ok], N[ok], voxel)
+
+
+def gate(s: TrackingSettings, src: View, tgt: View, T_tgt_src: Mat4) -> tuple[float, float, float]:
+    """(inlier ratio, overlap, inlier ratio at a third of the inlier distance) of `src` seen
+    from `tgt` through T_tgt_src, over valid pixels only: points landing on target pixels
+    with depth count; inliers are within `inlier_m` of the target depth; points behind it
+    (occluded) are not evidence, points in front of it violate free space. The last value
+    ranks hypotheses that all pass the gate."""
+    p = src.sample @ T_tgt_src[:3, :3].T + T_tgt_src[:3, 3]
+    if len(p) == 0:
+        return 0.0, 0.0, 0.0
+    z = p[:, 2]
+    K, D = tgt.K, tgt.depth
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = np.round(K[0, 0] * p[:, 0] / z + K[0, 2])
+        v = np.round(K[1, 1] * p[:, 1] / z + K[1, 2])
+    inside = (z > 1e-3) & (u >= 0) & (v >= 0) & (u < D.shape[1]) & (v < D.shape[0])
+    zt = np.zeros(len(p))
+    zt[inside] = D[v[inside].astype(np.int64), u[inside].astype(np.int64)]
+    has = zt > 0
+    tau = s.inlier_m(zt)
+    dz = z - zt
+    inl = has & (np.abs(dz) < tau)
+    viol = has & (dz <= -tau)
+    n = int(inl.sum() + viol.sum())
+    if n == 0:
+        return 0.0, 0.0, 0.0
+    tight = has & (np.abs(dz) < tau / 3)
+    return float(inl.sum() / n), float(n / len(p)), float(tight.sum() / n)
+
+
+def _vertex_normal_maps(
+    depth: NDArray[np.float32], K: NDArray[np.float64], stride: int, max_jump: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
+    """Vertex and normal maps (camera frame) of every `stride`-th pixel, and where both are
+    valid: normals from the depth map's neighbours (central differences), facing the camera;
+    pixels at depth jumps > `max_jump` have none."""
+    d = depth[::stride, ::stride].astype(np.float64)
+    h, w = d.shape
+    v, u = np.mgrid[0:h, 0:w]
+    P = np.stack(
+        [(u * stride - K[0, 2]) / K[0, 0] * d, (v * stride - K[1, 2]) / K[1, 1] * d, d], axis=-1
+    )
+    ok = d > 0
+    dx = P[1:-1, 2:] - P[1:-1, :-2]
+    dy = P[2:, 1:-1] - P[:-2, 1:-1]
+    n = np.cross(dx, dy)
+    norm = np.linalg.norm(n, axis=-1)
+    inner = (
+        ok[1:-1, 1:-1]
+        & ok[1:-1, 2:]
+        & ok[1:-1, :-2]
+        & ok[2:, 1:-1]
+        & ok[:-2, 1:-1]
+        & (np.abs(dx[..., 2]) < max_jump)
+        & (np.abs(dy[..., 2]) < max_jump)
+        & (norm > 0)
+    )
+    N = np.zeros_like(P)
+    n = n / np.where(norm > 0, norm, 1.0)[..., None]
+    flip = (n * P[1:-1, 1:-1]).sum(axis=-1) > 0  # normals face the camera
+    n[flip] *= -1
+    N[1:-1, 1:-1] = n
+    valid = np.zeros_like(ok)
+    valid[1:-1, 1:-1] = inner
+    return P, N, valid
+
+
+def _backproject(
+    depth: NDArray[np.float32], K: NDArray[np.float64], stride: int
+) -> NDArray[np.float64]:
+    d = depth[::stride, ::stride]
+    v, u = np.nonzero(d > 0)
+    z = d[v, u].astype(np.float64)
+    x = (u * stride - K[0, 2]) / K[0, 0] * z
+    y = (v * stride - K[1, 2]) / K[1, 1] * z
+    return np.column_stack([x, y, z])
