@@ -75,32 +75,36 @@ class PoliciesPage(WorkflowPage):
         left.addWidget(self.status)
         self.views = QtWidgets.QTabWidget()
         top.addWidget(self.views, 3)
-        self.curve_plot = pg.PlotWidget(background="w")
-        self.curve_plot.setLabel("left", "success (fraction of episodes)")
-        self.curve_plot.setLabel("bottom", "episodes simulated")
-        for ax in ("left", "bottom"):
-            self.curve_plot.getAxis(ax).enableAutoSIPrefix(False)
-        self.curve_plot.showGrid(x=True, y=True, alpha=0.25)
-        self.curve_plot.setYRange(0.0, 1.0)
+        self.curve_view = pg.GraphicsLayoutWidget()
+        self.curve_view.setBackground("w")
+        self.curve_plot = self.curve_view.addPlot(row=0, col=0)
+        self.curve_plot.setLabel("left", "success")
+        self.curve_plot.setYRange(0.0, 1.05, padding=0)
+        self.score_plot = self.curve_view.addPlot(row=1, col=0)
+        self.score_plot.setLabel("left", "score")
+        self.score_plot.setXLink(self.curve_plot)
+        for plot in (self.curve_plot, self.score_plot):
+            for ax in ("left", "bottom"):
+                plot.getAxis(ax).enableAutoSIPrefix(False)
+            plot.showGrid(x=True, y=True, alpha=0.25)
+        self.curve_plot.getAxis("left").setToolTip("fraction of training episodes that succeeded")
+        self.score_plot.getAxis("left").setToolTip(
+            "the task's reward summed over an episode (higher is better; it keeps improving "
+            "after success saturates)"
+        )
         self.curve_plot.addLegend(offset=(-10, -10))
-        self.curve_best = self.curve_plot.plot(
-            [],
-            [],
-            pen=pg.mkPen("#1f77b4", width=2),
-            symbol="o",
-            symbolSize=5,
-            name="best candidate",
-        )
-        self.curve_mean = self.curve_plot.plot(
-            [],
-            [],
-            pen=pg.mkPen("#ff7f0e", width=2, style=QtCore.Qt.PenStyle.DashLine),
-            name="current policy",
-        )
+        best = {"pen": pg.mkPen("#1f77b4", width=2), "symbol": "o", "symbolSize": 5}
+        mean = {"pen": pg.mkPen("#ff7f0e", width=2, style=QtCore.Qt.PenStyle.DashLine)}
+        self.curve_best = self.curve_plot.plot([], [], name="best candidate", **best)
+        self.curve_mean = self.curve_plot.plot([], [], name="current policy", **mean)
+        self.score_best = self.score_plot.plot([], [], **best)
+        self.score_mean = self.score_plot.plot([], [], **mean)
         self.curve_x: list[float] = []
         self.curve_y: list[float] = []
         self.curve_y2: list[float] = []
-        self.views.addTab(self.curve_plot, "Learning curve")
+        self.score_y: list[float] = []
+        self.score_y2: list[float] = []
+        self.views.addTab(self.curve_view, "Learning curve")
         self.views.addTab(self.dist_view, "Training distribution")
         self.table = PolicyTable()
         self.table.itemSelectionChanged.connect(self._selection_changed)
@@ -170,14 +174,12 @@ class PoliciesPage(WorkflowPage):
         assert proj is not None
         self._argv, self._run, self._run_saved = argv, resume, resume is not None
         if resume is None or resume != self._shown_run:
-            self.curve_x, self.curve_y, self.curve_y2 = [], [], []
+            self._clear_curve()
             self._draw_curve()
         self._shown_run = resume
         self.curve_plot.setTitle(f"resuming {resume}" if resume else "training (live)", size="9pt")
-        self.curve_plot.setLabel(
-            "bottom", "episodes simulated" if "cem" in argv else "environment steps"
-        )
-        self.views.setCurrentWidget(self.curve_plot)
+        self._set_x_label("cem" in argv)
+        self.views.setCurrentWidget(self.curve_view)
         self._stop.clear()
         self._set_running(True)
         self.status.setText("starting the training process…")
@@ -220,21 +222,41 @@ class PoliciesPage(WorkflowPage):
             self.status.setText(p.message)
 
     def _add_curve_row(self, row: dict[str, Any]) -> bool:
+        """CEM rows: best candidate and current mean; PPO rows: the policy's episodes."""
         x = row.get("episodes") if "generation" in row else row.get("timesteps")
         y = row.get("success_best", row.get("success"))
         if x is None or y is None:
             return False
+
+        def num(v: Any) -> float:
+            return float(v) if v is not None else float("nan")
+
         self.curve_x.append(float(x))
         self.curve_y.append(float(y))
-        y2 = row.get("success_mean_params")
-        self.curve_y2.append(float(y2) if y2 is not None else float("nan"))
+        self.curve_y2.append(num(row.get("success_mean_params")))
+        self.score_y.append(num(row.get("best_return", row.get("mean_return"))))
+        self.score_y2.append(num(row.get("mean_return") if "best_return" in row else None))
         return True
 
     def _draw_curve(self) -> None:
-        self.curve_best.setData(self.curve_x, self.curve_y)
-        y2 = np.asarray(self.curve_y2, float)
-        ok = np.isfinite(y2)
-        self.curve_mean.setData(np.asarray(self.curve_x)[ok], y2[ok])
+        x = np.asarray(self.curve_x, float)
+        for item, ys in (
+            (self.curve_best, self.curve_y),
+            (self.curve_mean, self.curve_y2),
+            (self.score_best, self.score_y),
+            (self.score_mean, self.score_y2),
+        ):
+            y = np.asarray(ys, float)
+            ok = np.isfinite(y)
+            item.setData(x[ok], y[ok])
+
+    def _clear_curve(self) -> None:
+        for ys in (self.curve_x, self.curve_y, self.curve_y2, self.score_y, self.score_y2):
+            ys.clear()
+
+    def _set_x_label(self, cem: bool) -> None:
+        self.curve_plot.getAxis("bottom").showLabel(False)
+        self.score_plot.setLabel("bottom", "episodes simulated" if cem else "environment steps")
 
     def curve_points(self) -> int:
         return len(self.curve_x)
@@ -299,11 +321,11 @@ class PoliciesPage(WorkflowPage):
         rows = train_flow.policy_curve(proj, pid)
         self._shown_run = None
         cem = bool(rows) and "generation" in rows[0]
-        self.curve_x, self.curve_y, self.curve_y2 = [], [], []
+        self._clear_curve()
         for row in rows:
             self._add_curve_row(row)
         self._draw_curve()
-        self.curve_plot.setLabel("bottom", "episodes simulated" if cem else "environment steps")
+        self._set_x_label(cem)
         self.curve_plot.setTitle(f"learning curve of {pid}", size="9pt")
 
     def evaluate_selected(self) -> None:

@@ -150,6 +150,8 @@ class PolicyTable(QtWidgets.QTableWidget):
         self.setEditTriggers(QtWidgets.QAbstractItemView.EditTrigger.NoEditTriggers)
         self.verticalHeader().setVisible(False)
         self.horizontalHeader().setStretchLastSection(True)
+        self.setTextElideMode(QtCore.Qt.TextElideMode.ElideMiddle)
+        self.setWordWrap(False)
         self.rows: dict[str, dict[str, str]] = {}
 
     def show_policies(self, project: Project) -> None:
@@ -187,9 +189,10 @@ class PolicyTable(QtWidgets.QTableWidget):
             for c, col in enumerate(self.COLUMNS):
                 it = QtWidgets.QTableWidgetItem(cells[col])
                 it.setData(QtCore.Qt.ItemDataRole.UserRole, art.id)
-                it.setToolTip(art.summary if col == "policy" else cells[col])
+                it.setToolTip(f"{art.id}: {art.summary}" if col == "policy" else cells[col])
                 self.setItem(r, c, it)
         self.resizeColumnsToContents()
+        self.setColumnWidth(0, min(self.columnWidth(0), 150))  # ids: the tooltip has them whole
         self.blockSignals(False)
         if keep is not None:
             self.select(keep)

@@ -204,7 +204,7 @@ class TrainSetup(QtWidgets.QTabWidget):
 
     def _dr_changed(self) -> None:
         mode = self.dr_combo.currentData()
-        self.fit_combo.setEnabled(mode == "posterior")
+        self.fit_combo.setEnabled(mode != "none")  # by hand: its posterior for comparison
         self.param_table.setEnabled(mode == "manual")
         self._update_distribution()
 
