@@ -53,23 +53,32 @@ class DeployPage(WorkflowPage):
         self._curves: dict[str, Any] = {}
         row = QtWidgets.QHBoxLayout()
         layout.addLayout(row, 1)
-        side = QtWidgets.QVBoxLayout()
-        row.addLayout(side, 0)
+        side_box = QtWidgets.QWidget()
+        side_box.setMaximumWidth(460)
+        side = QtWidgets.QVBoxLayout(side_box)
+        side.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(side_box, 0)
         form = QtWidgets.QFormLayout()
         self.policy_box = QtWidgets.QComboBox()
         self.policy_box.setToolTip("a trained policy of the open project (Policies page)")
-        self.policy_box.setMinimumWidth(300)
+        self.policy_box.setSizeAdjustPolicy(
+            QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.policy_box.setMinimumContentsLength(24)
         self.robot_label = QtWidgets.QLabel("")
         self.robot_label.setWordWrap(True)
         self.goal_seed = QtWidgets.QSpinBox()
         self.goal_seed.setRange(0, 1_000_000)
-        self.goal_seed.setToolTip("the goal is drawn like the goals the policy was trained on")
+        self.goal_seed.setPrefix("task goal no. ")
+        self.goal_seed.setToolTip(
+            "which goal: drawn from the task's goal distribution (as in training), by number"
+        )
         self.ramp = _spin(0.0, 10.0, 0.5, 0.1, "blend from the current pose into the policy", " s")
         self.duration = _spin(0.0, 60.0, 0.0, 0.5, "0: the task's episode plus the ramp", " s")
         self.duration.setSpecialValueText("episode + ramp")
         form.addRow("Policy", self.policy_box)
         form.addRow("Robot", self.robot_label)
-        form.addRow("Goal (draw no.)", self.goal_seed)
+        form.addRow("Goal", self.goal_seed)
         form.addRow("Start ramp", self.ramp)
         form.addRow("Run for", self.duration)
         side.addLayout(form)
@@ -119,7 +128,8 @@ class DeployPage(WorkflowPage):
         self.plot.setBackground("w")
         self.plot.setLabel("bottom", "time since the policy started", units="s")
         self.plot.setLabel("left", "joint position (rad)")
-        self.plot.addLegend(offset=(5, 5))
+        self.plot.addLegend(offset=(-5, -5), brush=(255, 255, 255, 210))  # bottom right
+        self.plot.setMinimumWidth(420)
         plots.addWidget(self.plot, 1)
         self.key = QtWidgets.QLabel(
             "dashed: twin prediction · solid: measured on the robot · dotted: command sent "
@@ -149,9 +159,11 @@ class DeployPage(WorkflowPage):
             self.policy_box.blockSignals(True)
             self.policy_box.clear()
             for a in project.artifacts("policy"):
-                self.policy_box.addItem(f"{a.id}: {a.summary}", a.id)
+                self.policy_box.addItem(f"{a.summary} · {a.id}", a.id)
                 self.policy_box.setItemData(
-                    self.policy_box.count() - 1, a.summary, QtCore.Qt.ItemDataRole.ToolTipRole
+                    self.policy_box.count() - 1,
+                    f"{a.id}: {a.summary}",
+                    QtCore.Qt.ItemDataRole.ToolTipRole,
                 )
             idx = ids.index(current) if current in ids else len(ids) - 1
             self.policy_box.setCurrentIndex(idx)
@@ -221,8 +233,11 @@ class DeployPage(WorkflowPage):
             else "<span style='color:#c62828'><b>FAILURE</b></span>"
         )
         tol = float(getattr(plan.config, "success_tol", 0.05))
+        move = np.abs(plan.goal - plan.start)
         self.prediction.setText(
             f"Spec fits <b>{_esc(plan.robot)}</b> (joints, rate, observations).<br>"
+            f"Goal: {int(np.sum(move > 1e-3))} joints move, up to {float(move.max()):.2f} rad "
+            f"from the robot's pose now.<br>"
             f"Twin {_esc(plan.twin_id)} predicts {verdict}: final error "
             f"<b>{s.final_error:.3f} rad</b> (success below {tol:g}) after "
             f"{float(s.t[-1]):.1f} s." + (f" Stopped: {_esc(s.stopped)}." if s.stopped else "")

@@ -86,9 +86,12 @@ def test_real_run_matches_the_shadow_prediction_and_is_saved_with_lineage(
     # the predicted curves start at the measured state and end at the goal
     assert np.allclose(plan.shadow.joint_pos[0], plan.start, atol=1e-3)
     parts: list[Any] = []
-    res = run_to_end(deploy_job(proj, client, plan, ramp_s=0.3), lambda p: parts.append(p.partial))
+    res = run_to_end(
+        deploy_job(proj, client, plan, duration_s=4.0, ramp_s=0.3),
+        lambda p: parts.append(p.partial),
+    )
     out = res.outcome
-    assert out["ended"] == "duration"
+    assert out["ended"] == "duration", out
     # the real (ideal-driver) run ends where the twin said it would, within 0.02 rad
     assert abs(out["final_error"] - plan.shadow.final_error) < 0.02
     assert out["success"] is True and out["predicted_success"] is True
@@ -195,7 +198,7 @@ def test_cli_predicts_then_deploys_and_names_a_mismatch(
     assert main([*base, "--shadow-only"]) == 0
     shadow = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert n_runs() == before  # a prediction moves and saves nothing
-    assert main([*base, "--ramp", "0.2"]) == 0
+    assert main([*base, "--ramp", "0.2", "--duration", "4"]) == 0
     real = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert real["goal"] == shadow["goal"] and real["success"] is True
     assert abs(real["final_error"] - shadow["predicted_final_error"]) < 0.02
