@@ -59,9 +59,11 @@ class DistributionView(pg.GraphicsLayoutWidget):
         self.setBackground("w")
         self.shown: list[str] = []
         self.last: tuple[list[str], np.ndarray] = ([], np.zeros((0, 0)))  # training draws
+        self.message = ""
         self.show_message("No randomization: every episode uses the twin's own values.")
 
     def show_message(self, text: str) -> None:
+        self.message = text
         self.clear()
         self.shown = []
         self.addLabel(text, row=0, col=0, color="#444", size="10pt")
@@ -77,6 +79,7 @@ class DistributionView(pg.GraphicsLayoutWidget):
         pnames, px = posterior if posterior is not None else ([], np.zeros((0, 0)))
         names = list(names)
         self.last = (names, np.asarray(draws, float))
+        self.message = ""
         if not names and not pnames:
             self.show_message("No randomization: every episode uses the twin's own values.")
             return

@@ -14,6 +14,7 @@ from PySide6 import QtCore
 
 from app.jobs import run_to_end
 from app.project import Project
+from app.workflows import train as train_flow
 from app.workflows import twin as twin_flow
 
 pytestmark = [pytest.mark.gui, pytest.mark.slow]
@@ -81,6 +82,8 @@ def test_train_cancel_resume_evaluate(window, controller, qtbot, tmp_path: Path)
     run = page._run
     assert run and (proj.root / ".train" / run / "cem.json").is_file()
     assert Project.open(proj.root).artifacts("policy") == []
+    # the run's settings are kept with its checkpoint, so a later session can resume it too
+    assert train_flow.interrupted_runs(controller.project) == {run: page._argv}
 
     page.resume_btn.click()
     qtbot.waitUntil(lambda: page.table.rowCount() == 1, timeout=120000)
@@ -146,3 +149,15 @@ def test_posterior_randomization_shows_the_fit_next_to_training(
     page.setup.fit_combo.clear()
     page.train_btn.click()
     assert "fit it on the Calibrate page" in page.status.text() and page.train_btn.isEnabled()
+    # a training process that fails leaves the page usable and says why
+    page.setup.dr_combo.setCurrentIndex(page.setup.dr_combo.findData("manual"))
+    page.setup.param_table.item(0, 2).setText("uniform:2:1")
+    page.setup.param_table.item(0, 0).setCheckState(QtCore.Qt.CheckState.Checked)
+    assert "high is below low" in page.dist_view.message
+    page.train_btn.click()
+    qtbot.waitUntil(lambda: page.train_btn.isEnabled(), timeout=60000)
+    assert (
+        page.status.text().startswith("Training failed")
+        and "high is below low" in page.status.text()
+    )
+    assert controller.project.artifacts("policy") == []
