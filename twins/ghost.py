@@ -51,16 +51,27 @@ def _at(traj: Trajectory, name: str, times: NDArray[np.float64]) -> NDArray[np.f
     return np.asarray(traj[name][idx])
 
 
-def body_tracks(
-    world: TwinWorld, traj: Trajectory, times: NDArray[np.float64]
-) -> dict[str, NDArray[np.float64]]:
-    """Body name -> (K, 4, 4) world poses at `times` (see the module docstring)."""
+def start_poses(world: TwinWorld) -> dict[str, NDArray[np.float64]]:
+    """Body name -> (4, 4) pose of every drawn body at the twin's start (resets `world`)."""
     from twins.view import poses
 
+    world.reset()
+    return poses(world)
+
+
+def body_tracks(
+    world: TwinWorld,
+    traj: Trajectory,
+    times: NDArray[np.float64],
+    start: dict[str, NDArray[np.float64]] | None = None,
+) -> dict[str, NDArray[np.float64]]:
+    """Body name -> (K, 4, 4) world poses at `times` (see the module docstring). `start`:
+    `start_poses(world)` when the caller keeps them (saves a reset and the pose reads: a
+    live replayer asks for every window after every slider move)."""
     times = np.asarray(times, dtype=float).reshape(-1)
     K = len(times)
-    world.reset()
-    start = poses(world)
+    if start is None:
+        start = start_poses(world)
     out = {name: np.repeat(T[None], K, axis=0) for name, T in start.items()}
     for o in world.spec.objects:
         ch = f"objects/{o.name}/pose"

@@ -44,6 +44,7 @@ class Replayer:
         self.spec = spec
         self.world: Any = None
         self._zero: Any = None
+        self._start: dict[str, NDArray[np.float64]] | None = None  # ghost start poses
         self.values: dict[str, float] = spec.params.nominal()
 
     @property
@@ -68,6 +69,8 @@ class Replayer:
         from twins.retune import retune
 
         new = self.spec.params.validate({**self.values, **values})
+        if new != self.values:
+            self._start = None
         if self.world is not None and retune(self.world, new):
             self.values = new
             return False
@@ -89,12 +92,14 @@ class Replayer:
     ) -> tuple[Trajectory, dict[str, NDArray[np.float64]]]:
         """`replay(w)` and, at `times` (s from the window's start), where every drawn body
         of the twin is in it (`twins.ghost.body_tracks`; kinematics only)."""
-        from twins.ghost import body_tracks
+        from twins.ghost import body_tracks, start_poses
 
         sim = self.replay(w)
         if times is None or not len(times):
             return sim, {}
-        return sim, body_tracks(self.world, sim, np.asarray(times, dtype=float))
+        if self._start is None:  # the same after every reset until the values change
+            self._start = start_poses(self.world)
+        return sim, body_tracks(self.world, sim, np.asarray(times, dtype=float), self._start)
 
     def close(self) -> None:
         for w in (self.world, self._zero):

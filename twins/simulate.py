@@ -18,6 +18,7 @@ import numpy as np
 
 from devices.poses import POSE_UNIT, matrix_to_pose
 from devices.trajectory import Trajectory
+from twins import sleeping
 from twins.actuators import Actuators
 from twins.builder import TwinWorld
 from twins.engine import pb
@@ -141,6 +142,9 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
     twists = dict(real.meta.get(TWIST_KEY) or {})
     falling = dict(real.meta.get(FALLING_KEY) or {})
     g = float(world.values.get("sim.gravity", 9.81))
+    # sleepers about to be placed wake together: one throw-away step for all of them, not
+    # one each (twins/sleeping.py; a wake step costs a saved state)
+    sleeping.wake_asleep(world, [n for n in obj_names if f"objects/{n}/pose" in real.channels])
     for name in obj_names:
         ch = f"objects/{name}/pose"
         if ch in real.channels:

@@ -157,3 +157,13 @@ def wake(world: TwinWorld, names: list[str]) -> None:
     pb.stepSimulation(physicsClientId=cid)
     pb.restoreState(state, physicsClientId=cid)
     pb.removeState(state, physicsClientId=cid)
+
+
+def wake_asleep(world: TwinWorld, names: list[str]) -> None:
+    """`wake` those of `names` that sleep now (sleepers not woken since the last reset),
+    all with one step, and mark them woken: placing several objects after a reset then
+    costs one throw-away step and one saved state, not one each."""
+    asleep = [n for n in names if n in world.sleepers and n not in world._woken]
+    if asleep:
+        wake(world, asleep)
+        world._woken.update(asleep)

@@ -181,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         wait(lambda: False, 1.0)
         win.grab().save(str(args.screenshot))
     args.out.write_text(json.dumps(report))
+    win.shutdown()  # first: closing asks whether to keep the tuned values (a modal box)
     win.close()
-    win.shutdown()
     controller.shutdown()
     return 0
 
