@@ -29,6 +29,7 @@ from widgets.policies_views import DistributionView, PolicyTable
 from widgets.policy_setup import TrainSetup, wrapped_label
 
 log = logging.getLogger(__name__)
+IDLE = "Choose a task, a twin and a trainer, then press Train."
 
 
 class PoliciesPage(WorkflowPage):
@@ -48,7 +49,7 @@ class PoliciesPage(WorkflowPage):
         layout.addLayout(top, 3)
         left = QtWidgets.QVBoxLayout()
         top.addLayout(left, 2)
-        self.status = StatusLine("Choose a task, a twin and a trainer, then press Train.")
+        self.status = StatusLine(IDLE)
         self.dist_view = DistributionView()
         self.setup = TrainSetup(self.controller, self.dist_view)
         self.setup.sig_message.connect(lambda text: self.status.setText(text))
@@ -278,6 +279,11 @@ class PoliciesPage(WorkflowPage):
             argv or (r == self._run and self._argv) for r, argv in runs.items()
         )
         self.resume_btn.setEnabled(bool(ok))
+        if ok:
+            last = next(reversed(runs))
+            self.resume_btn.setToolTip(f"continue the interrupted run {last} from its checkpoint")
+            if self.status.text() == IDLE:  # a run left from an earlier session
+                self.status.setText(f"Run {last} was interrupted: Resume continues it.")
 
     def _reload_project(self) -> None:
         """The child process wrote to the project: read it again."""

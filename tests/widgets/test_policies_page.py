@@ -84,6 +84,12 @@ def test_train_cancel_resume_evaluate(window, controller, qtbot, tmp_path: Path)
     assert Project.open(proj.root).artifacts("policy") == []
     # the run's settings are kept with its checkpoint, so a later session can resume it too
     assert train_flow.interrupted_runs(controller.project) == {run: page._argv}
+    from widgets.policies_page import PoliciesPage
+
+    later = PoliciesPage(controller)  # e.g. the app opened again
+    qtbot.addWidget(later)
+    assert later.resume_btn.isEnabled() and f"Run {run} was interrupted" in later.status.text()
+    later.detach()
 
     page.resume_btn.click()
     qtbot.waitUntil(lambda: page.table.rowCount() == 1, timeout=120000)
