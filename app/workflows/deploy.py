@@ -236,8 +236,9 @@ def deploy_job(
 ) -> Job[DeployResult]:
     """Job: upload the policy, run it for `duration_s` (default: the task's episode plus the
     ramp), record, save. Progress partials: every sample so far, {"t", "measured", "command"}.
-    The Stop button (`stop_event`), a cancel, an agent stop or a lost link end the run; the
-    robot is stopped and what happened is saved (a cancel saves too, as 'cancelled')."""
+    The Stop button (`stop_event`), a cancel, an agent stop, a non-finite policy output (the
+    envelope reports it) or a lost link end the run; the robot is stopped and what happened
+    is saved as a failure (a cancel saves too, as 'cancelled')."""
     info = client.info
     if info is None:
         raise DeviceError(f"robot at {client.address}: not connected")
@@ -259,6 +260,7 @@ def deploy_job(
     t_start = float("nan")
     saved: DeployResult | None = None
     try:
+        before = client.latest_status().get("stop_reason")
         with client.recording() as rec:
             client.run_policy(ramp_s=ramp_s)
             t0 = time.monotonic()
@@ -278,8 +280,15 @@ def deploy_job(
                 running = running or any(m.get("mode") == "policy" for m in new)
                 if new and not np.isfinite(t_start):
                     t_start = float(new[0]["t"])
-                if running and new and new[-1].get("mode") in ("stopped", "estop"):
-                    ended = f"robot stopped: {new[-1].get('stop_reason') or new[-1].get('mode')}"
+                if any("nonfinite" in (m.get("acted") or ()) for m in new):
+                    ended = "policy output NaN/inf: stopped by the robot's envelope"
+                    yield _samples(live, new, t_start, now, duration)
+                    break
+                last = new[-1] if new else {}
+                if last.get("mode") in ("stopped", "estop") and (
+                    running or last.get("stop_reason") != before
+                ):  # a stop after the start (one on the first tick never shows 'policy')
+                    ended = f"robot stopped: {last.get('stop_reason') or last.get('mode')}"
                     yield _samples(live, new, t_start, now, duration)
                     break
                 if now >= duration:
@@ -354,8 +363,10 @@ def _save(
     err = final_error(plan.task, plan.goal, q_end)
     tol = float(getattr(plan.config, "success_tol", 0.05))
     success = ended == "duration" and err < tol
+    acted = sorted({a for m in msgs for a in (m.get("acted") or ())})
     outcome = {
         "result": "success" if success else "failure",
+        "safety_acted": acted,
         "ended": ended,
         "success": success,
         "final_error": err,

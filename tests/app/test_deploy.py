@@ -25,11 +25,16 @@ from devices.robots.auth import new_token
 from devices.robots.client import RobotClient
 from devices.robots.drivers.ideal import IdealDriver, panda_like_info
 from devices.robots.server import RobotServer
+from devices.robots.watchdog import WatchdogConfig
 from policies.errors import PolicyError
 from policies.export import to_onnx
 from policies.policy import Policy
 from policies.primitives import torch_module
 from policies.tasks import make_env
+
+# 2 shared cores under load: a policy output may come 20+ ms late (the agent's default
+# deadline is 5 control periods); the deploy logic does not depend on it
+LOADED = WatchdogConfig(policy_timeout_s=0.2)
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +67,7 @@ def robot(
     proj, pid, home = project
     joints = Policy.load(proj.path_of(pid)).spec.joints
     info = dataclasses.replace(panda_like_info(250.0), joint_names=joints)
-    agent = Agent(IdealDriver(info, initial=home))
+    agent = Agent(watchdog=LOADED, driver=IdealDriver(info, initial=home))
     agent.start()
     token = new_token()
     server = RobotServer(agent, token)
@@ -141,7 +146,9 @@ def test_stop_leaves_the_robot_at_rest_and_saves_the_run(
 
 def test_spec_mismatch_is_refused_before_upload(project: tuple[Project, str, np.ndarray]) -> None:
     proj, pid, _ = project
-    agent = Agent(IdealDriver(panda_like_info(100.0)))  # other joint names, other rate
+    agent = Agent(
+        watchdog=LOADED, driver=IdealDriver(panda_like_info(100.0))
+    )  # other joint names, other rate
     agent.start()
     token = new_token()
     server = RobotServer(agent, token)
@@ -205,3 +212,71 @@ def test_cli_predicts_then_deploys_and_names_a_mismatch(
     assert n_runs() == before + 1
     assert main([*base, "--target", "0.1", "0.2"]) == 2
     assert "--target has 2 values" in capsys.readouterr().err
+
+
+def _nan_policy(proj: Project, pid: str) -> str:
+    """A copy of the reach policy whose model outputs NaN (a broken export)."""
+    import torch
+
+    good = Policy.load(proj.path_of(pid))
+    n = good.spec.n
+
+    class NaNs(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[:, :n] * float("nan")
+
+    bad = Policy(to_onnx(NaNs(), good.spec.obs_dim), good.spec, dict(good.record))
+    with proj.new_artifact("policy", inputs=list(proj.artifact(pid).inputs)) as f:
+        bad.save(f)
+    return proj.artifacts("policy")[-1].id
+
+
+def test_a_nan_policy_is_predicted_to_fail_stopped_by_the_envelope_and_saved_failed(
+    project: tuple[Project, str, np.ndarray], robot: tuple[RobotClient, Agent, int, str]
+) -> None:
+    proj, pid, _ = project
+    client = robot[0]
+    bad = _nan_policy(proj, pid)
+    plan = plan_deploy(proj, client, bad, goal_seed=3)
+    assert not plan.shadow.success and plan.shadow.stopped == "non-finite action"
+    q0 = client.latest_state().joint_pos.copy()
+    res = run_to_end(deploy_job(proj, client, plan, duration_s=3.0, ramp_s=0.0))
+    out = res.outcome
+    assert out["ended"].startswith("policy output NaN") and out["success"] is False, out
+    assert "nonfinite" in out["safety_acted"]
+    assert client.latest_status()["mode"] == "stopped"
+    assert np.max(np.abs(client.latest_state().joint_pos - q0)) < 0.01  # nothing moved
+    assert proj.artifact(res.run_id).settings["ended"] == out["ended"]
+
+
+def test_a_lost_link_mid_run_saves_the_partial_run_and_the_agent_stops(
+    project: tuple[Project, str, np.ndarray],
+) -> None:
+    proj, pid, home = project
+    joints = Policy.load(proj.path_of(pid)).spec.joints
+    info = dataclasses.replace(panda_like_info(250.0), joint_names=joints)
+    agent = Agent(watchdog=LOADED, driver=IdealDriver(info, initial=home))
+    agent.start()
+    token = new_token()
+    server = RobotServer(agent, token)
+    server.start()
+    try:
+        with RobotClient("127.0.0.1", server.port, token) as c:
+            plan = plan_deploy(proj, c, pid, goal_seed=8)
+            t0 = time.monotonic()
+
+            def on_progress(_: Any) -> None:
+                if time.monotonic() - t0 > 0.3 and server.port:
+                    server.close()  # the robot side goes away mid-run
+
+            res = run_to_end(deploy_job(proj, c, plan, duration_s=8.0, ramp_s=0.1), on_progress)
+        assert res.outcome["ended"].startswith("link lost") and not res.outcome["success"]
+        saved = proj.artifact(res.trajectory_id)
+        assert saved.kind == "trajectory" and list(saved.inputs) == [pid]
+        deadline = time.monotonic() + 3.0  # the agent's watchdog stops the robot
+        while agent.mode not in ("stopped", "estop", "idle") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert agent.mode in ("stopped", "estop", "idle")
+    finally:
+        server.close()
+        agent.close()

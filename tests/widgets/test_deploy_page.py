@@ -23,11 +23,16 @@ from devices.robots.client import RobotClient
 from devices.robots.driver import RobotInfo, RobotState
 from devices.robots.drivers.ideal import IdealDriver, panda_like_info
 from devices.robots.server import RobotServer
+from devices.robots.watchdog import WatchdogConfig
 from policies.export import to_onnx
 from policies.policy import Policy
 from policies.primitives import torch_module
 from policies.tasks import make_env
 from widgets.deploy_page import DeployPage
+
+# 2 shared cores under load: a policy output may come 20+ ms late (the agent's default
+# deadline is 5 control periods); the deploy logic does not depend on it
+LOADED = WatchdogConfig(policy_timeout_s=0.2)
 
 pytestmark = [pytest.mark.gui, pytest.mark.slow]
 
@@ -36,7 +41,7 @@ class _Link:
     """A RobotLink over a RobotClient to an in-process agent (the ideal driver)."""
 
     def __init__(self, info: RobotInfo, home: np.ndarray) -> None:
-        self.agent = Agent(IdealDriver(info, initial=home))
+        self.agent = Agent(watchdog=LOADED, driver=IdealDriver(info, initial=home))
         self.agent.start()
         token = new_token()
         self.server = RobotServer(self.agent, token)
