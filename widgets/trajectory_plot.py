@@ -266,6 +266,10 @@ class TrajectoryPlot(QtWidgets.QWidget):
             # a fixed axis width: stacked plots line up in time, and new tick labels
             # (live re-simulation) do not re-lay out and repaint the whole stack
             p.getAxis("left").setWidth(LEFT_AXIS_PX)
+            # axes (with their grid lines, drawn over the whole plot) kept as pixmaps: a
+            # curve re-fed at slider speed then repaints without replaying every tick label
+            for ax in p.axes.values():
+                ax["item"].setCacheMode(QtWidgets.QGraphicsItem.CacheMode.DeviceCoordinateCache)
             p.setLabel("left", units=_si(unit))
             for s in members:
                 color = (
