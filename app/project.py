@@ -10,10 +10,14 @@ Artifacts are immutable once written. A new artifact is written into a hidden te
 renamed into place, and only then recorded in the manifest (itself written atomically), so
 killing the program at any moment leaves a project that opens with everything committed
 before. Folders not in the manifest (a crash between rename and manifest write) are ignored.
+Several processes may add artifacts to one project at once (the app, a training subprocess, a
+CLI command): each manifest write holds a lock (`.twinbench.lock`) and merges what the others
+recorded, so none of their artifacts is lost.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import re
@@ -30,6 +34,7 @@ from resources import atomic
 from resources.errors import TwinbenchError
 
 MANIFEST = "twinbench.json"
+LOCK = ".twinbench.lock"  # flock target: one manifest writer at a time (never data)
 FORMAT = "twinbench-project"
 FORMAT_VERSION = 1
 KINDS: dict[str, str] = {
@@ -227,12 +232,44 @@ class Project:
             "artifacts": [a.to_json() for a in self._artifacts.values()],
         }
 
-    def save(self) -> None:
-        """Write the manifest atomically."""
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the project's manifest lock (an flock on LOCK beside the manifest): the app, a
+        training subprocess and a CLI command may add artifacts to one project at once."""
         try:
-            atomic.write_json(self.root / MANIFEST, self.to_manifest())
+            fd = open(self.root / LOCK, "a+b")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise ProjectError(f"{self.root / LOCK}: cannot lock the project ({exc})") from exc
+        try:
+            fcntl.flock(fd.fileno(), fcntl.LOCK_EX)
+            yield
+        finally:
+            fd.close()  # releases the lock
+
+    def _merge_from_disk(self) -> None:
+        """Add the artifacts another process recorded since this one read the manifest
+        (artifacts are immutable and never removed, so a union loses nothing)."""
+        try:
+            disk = Project.open(self.root)
+        except ProjectError:
+            return  # a missing or broken manifest is replaced by ours
+        for aid, art in disk._artifacts.items():
+            self._artifacts.setdefault(aid, art)
+
+    def save(self) -> None:
+        """Write the manifest atomically, merged with artifacts other processes recorded
+        meanwhile (never drops one of theirs)."""
+        try:
+            with self._locked():
+                self._merge_from_disk()
+                atomic.write_json(self.root / MANIFEST, self.to_manifest())
         except (OSError, ValueError) as exc:
             raise ProjectError(f"{self.root / MANIFEST}: cannot write manifest ({exc})") from exc
+
+    def refresh(self) -> None:
+        """Pick up artifacts other processes recorded since this project was opened."""
+        with self._locked():
+            self._merge_from_disk()
 
     # -- artifacts -----------------------------------------------------------------------
     def artifacts(self, kind: str | None = None) -> list[Artifact]:
@@ -292,7 +329,10 @@ class Project:
         """
         if kind not in KINDS:
             raise ProjectError(f"unknown artifact kind '{kind}' (one of {', '.join(KINDS)})")
-        for ref in (*inputs, *([parent] if parent else [])):
+        refs = (*inputs, *([parent] if parent else []))
+        if any(ref not in self._artifacts for ref in refs):
+            self.refresh()  # made by another process since we opened the project?
+        for ref in refs:
             if ref not in self._artifacts:
                 raise ProjectError(f"{self.root}: input artifact '{ref}' does not exist")
         aid = artifact_id or _new_id(kind)

@@ -242,3 +242,44 @@ def test_project_info_with_corrupt_time_is_a_message_not_a_traceback(tmp_path: P
     )
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr and "created" in proc.stderr + proc.stdout
+
+
+def test_two_processes_adding_artifacts_lose_none(tmp_path: Path) -> None:
+    """The app and a training subprocess each hold the project open and add artifacts; each
+    manifest write merges the other's, so every artifact stays recorded (none lost)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    root = tmp_path / "p"
+    app_side = Project.create(root)
+    child = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from app.project import Project
+        p = Project.open(Path({str(root)!r}))
+        for i in range(20):
+            with p.new_artifact("run", summary=f"child {{i}}") as f:
+                (f / "x.txt").write_text(str(i))
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", child], cwd=Path(__file__).parents[2])
+    mine = []
+    for i in range(20):
+        with app_side.new_artifact("trajectory", summary=f"app {i}") as f:
+            (f / "x.txt").write_text(str(i))
+        mine.append(app_side.artifacts()[-1].id)
+    assert proc.wait(timeout=120) == 0
+    app_side.refresh()
+    reopened = Project.open(root)
+    summaries = sorted(a.summary for a in reopened.artifacts())
+    assert summaries == sorted([f"app {i}" for i in range(20)] + [f"child {i}" for i in range(20)])
+    assert {a.id for a in app_side.artifacts()} == {a.id for a in reopened.artifacts()}
+    # an artifact made by the other process can be an input here without reopening
+    child_id = next(a.id for a in reopened.artifacts("run"))
+    fresh = Project.open(root)
+    with fresh.new_artifact("trajectory"):
+        pass
+    with app_side.new_artifact("fit", inputs=[fresh.artifacts()[-1].id, child_id]):
+        pass
+    assert len(Project.open(root).artifacts()) == 42
