@@ -94,6 +94,7 @@ def body_tracks(
             reset(rid, j, q, 0.0, physicsClientId=cid)
         states = link_states(rid, link_ids, computeForwardKinematics=True, physicsClientId=cid)
         P[:, k] = [(*st[4], *st[5]) for st in states]
-    for (name, _), p in zip(links, P, strict=True):
-        out[f"robot/{name}"] = _quat_to_matrices(p)
+    T = _quat_to_matrices(P.reshape(-1, 7)).reshape(len(links), K, 4, 4)  # one call
+    for (name, _), T_link in zip(links, T, strict=True):
+        out[f"robot/{name}"] = T_link
     return out
