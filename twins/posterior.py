@@ -54,9 +54,9 @@ class ParamPosterior:
             "names": list(self.names),
             "params": {
                 n: {
-                    "estimate": self.estimate[n],
-                    "std": self.std[n],
-                    "interval90": list(self.interval90[n]),
+                    "estimate": _finite(self.estimate[n]),
+                    "std": _finite(self.std[n]),
+                    "interval90": [_finite(v) for v in self.interval90[n]],
                     "identifiable": self.identifiable[n],
                     "why": self.why[n],
                     "sensitivity": self.sensitivity[n],
@@ -73,9 +73,9 @@ class ParamPosterior:
         p = d["params"]
         return cls(
             names,
-            {n: float(p[n]["estimate"]) for n in names},
-            {n: float(p[n]["std"]) for n in names},
-            {n: (float(p[n]["interval90"][0]), float(p[n]["interval90"][1])) for n in names},
+            {n: _num(p[n]["estimate"]) for n in names},
+            {n: _num(p[n]["std"], float("inf")) for n in names},
+            {n: (_num(p[n]["interval90"][0]), _num(p[n]["interval90"][1])) for n in names},
             np.asarray(d["correlation"], dtype=float),
             {n: bool(p[n]["identifiable"]) for n in names},
             {n: str(p[n]["why"]) for n in names},
@@ -96,6 +96,15 @@ class ParamPosterior:
 
         atomic.write_with(path, write)
         return path
+
+
+def _finite(v: float) -> float | None:
+    """JSON has no inf/nan: a number that is not finite is written as null."""
+    return float(v) if np.isfinite(v) else None
+
+
+def _num(v: Any, missing: float = float("nan")) -> float:
+    return missing if v is None else float(v)
 
 
 def lag1_autocorrelation(r: NDArray[np.float64]) -> float:
@@ -130,13 +139,18 @@ def laplace(
     rho = min(max(lag1_autocorrelation(r), 0.0), 0.99)
     inflate = (1 + rho) / (1 - rho)
     s2 = float(r @ r) / max(m - n, 1) * inflate
-    cov_u = np.full((n, n), np.nan)
+    # The bounds' uniform prior, as a Gaussian with its variance (1/12 in normalised units),
+    # keeps what the data cannot see at the prior's width: a direction the residuals do not
+    # constrain gets a wide interval (and is flagged), never the zero width a truncated
+    # pseudo-inverse gives it. Failed columns keep the prior alone, uncorrelated.
+    prior_prec = 12.0
+    cov_u = np.eye(n) / prior_prec
     eig_flag = np.zeros(n, dtype=bool)
     if ok_cols.any():
         Jk = J[:, ok_cols]
         H = Jk.T @ Jk
         idx = np.flatnonzero(ok_cols)
-        Hinv = np.linalg.pinv(H, rcond=1e-12, hermitian=True)
+        Hinv = np.linalg.inv(H + prior_prec * max(s2, 1e-300) * np.eye(len(idx)))
         cov_k = s2 * Hinv
         if len(blocks) > 1:
             g = np.stack([Jk[b].T @ r[b] for b in blocks])
@@ -158,9 +172,12 @@ def laplace(
     for i, name in enumerate(names):
         est[name] = float(x_star[i])
         sens[name] = float(np.linalg.norm(J[:, i]) / np.sqrt(max(m, 1))) if ok_cols[i] else 0.0
-        if not ok_cols[i] or not np.isfinite(std_u[i]):
-            std[name], iv[name], ident[name] = float("inf"), (float("nan"), float("nan")), False
-            why[name] = "simulations failed around the estimate; no local sensitivity"
+        if not ok_cols[i]:
+            lo_b, hi_b = to_x(np.zeros(n))[i], to_x(np.ones(n))[i]
+            iv[name] = (float(lo_b), float(hi_b))
+            std[name] = float(abs(hi_b - lo_b) / np.sqrt(12.0))
+            ident[name] = False
+            why[name] = "simulations failed around the estimate; no local sensitivity (prior kept)"
             continue
         lo_u = np.array(u_star, dtype=float)
         hi_u = np.array(u_star, dtype=float)

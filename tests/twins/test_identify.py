@@ -156,3 +156,35 @@ def test_cmaes_stops_early_when_it_stalls_and_the_polish_finishes() -> None:
     assert any("CMA-ES stopped after generation" in n for n in res.notes), res.notes
     assert res.evaluations < 200
     assert res.estimate["robot.actuators.arm.resistance"] == pytest.approx(11.0, rel=0.02)
+
+
+def test_what_the_data_cannot_see_keeps_the_prior_width_and_saves_as_json() -> None:
+    """A parameter with no effect on the residuals gets an interval spanning most of its
+    bounds (not the zero width a truncated pseudo-inverse gave it) and is flagged; a failed
+    column keeps the whole prior; the posterior round-trips through JSON (no inf/nan)."""
+    import json
+
+    from twins.posterior import ParamPosterior
+
+    rng = np.random.default_rng(4)
+    m = 300
+    a = rng.normal(size=m)
+    J = np.stack([a, 1e-13 * rng.normal(size=m), np.full(m, np.nan)], axis=1)
+    r = 0.01 * rng.standard_normal(m)
+    u = np.array([0.4, 0.5, 0.6])
+
+    def to_x(v):  # type: ignore[no-untyped-def]
+        return 2.0 + 4.0 * np.asarray(v)  # bounds 2..6
+
+    post = laplace(("seen", "unseen", "failed"), u, J, r, to_x, n_samples=200)
+    lo, hi = post.interval90["seen"]
+    assert hi - lo < 0.01 and post.identifiable["seen"]  # sd ~ 0.01/sqrt(300) in u
+    lo, hi = post.interval90["unseen"]
+    assert hi - lo > 0.8 * 4.0 * 2 * 1.645 / np.sqrt(12) * 0.9 and not post.identifiable["unseen"]
+    assert post.interval90["failed"] == (2.0, 6.0) and not post.identifiable["failed"]
+    assert post.samples.shape == (200, 3) and np.all(np.isfinite(post.samples))
+    text = json.dumps(post.to_json(), allow_nan=False)  # what fit.json's writer does
+    back = ParamPosterior.from_json(json.loads(text))
+    for n in post.names:
+        assert back.interval90[n] == pytest.approx(post.interval90[n])
+        assert back.identifiable[n] == post.identifiable[n]
