@@ -39,6 +39,34 @@ def emf_damping(values: dict[str, float], joint: str) -> float:
     return n * n * k * k / r
 
 
+def step_commands(
+    t: np.ndarray, U_ext: np.ndarray, t_steps: np.ndarray, dt: float, latency: np.ndarray
+) -> np.ndarray:
+    """Command of each physics step: the step's average of the delayed, held command.
+
+    Row k+1 of `U_ext` is commanded at `t[k]` (row 0 holds before) and takes effect
+    `latency[j]` later on joint j; step s spans [t_steps[s], t_steps[s] + dt). Averaging
+    over the step (the impulse a held command gives) rather than sampling at its start
+    makes the replay continuous in the latency (a fit gets a gradient below one step);
+    when every switch falls on a step boundary it equals the sampled command.
+    """
+    t = np.asarray(t, float)
+    out = np.empty((len(t_steps), U_ext.shape[1]))
+    for j, lat in enumerate(np.asarray(latency, float)):
+        u = U_ext[:, j]
+        s = t + lat  # switch k: u[k] -> u[k + 1]
+        # G(x) = integral of (u(tau) - u[0]) from s[0] to x, piecewise linear in x
+        g = np.concatenate([[0.0], np.cumsum((u[1:-1] - u[0]) * np.diff(s))])
+
+        def G(x: np.ndarray, s: np.ndarray = s, g: np.ndarray = g, u: np.ndarray = u) -> np.ndarray:
+            m = np.searchsorted(s, x, side="right") - 1  # last switch at or before x
+            mm = np.clip(m, 0, len(s) - 1)
+            return np.where(m < 0, 0.0, g[mm] + (u[mm + 1] - u[0]) * (x - s[mm]))
+
+        out[:, j] = u[0] + (G(t_steps + dt) - G(t_steps)) / dt
+    return out
+
+
 def configure_joints(world: TwinWorld) -> None:
     """Joint damping (+ back-EMF) and friction motors for every twin joint."""
     r, v, cid = world.spec.robot, world.values, world.cid
@@ -123,8 +151,12 @@ class Actuators:
         self.kp, self.kd = arr(self.pd, "kp"), arr(self.pd, "kd")
         self.gravity_share = arr(self.pd, "gravity_compensation")
         self._gc_links: list[int] = []
-        if np.any(self.gravity_share > 0):
+        arm = np.array([v.get(f"robot.joints.{j.name}.armature", 0.0) for j in r.joints])
+        self._rotor = bool(self.step_ids) and bool(np.any(arm > 0))
+        if np.any(self.gravity_share > 0) or self._rotor:
             self._gravity_setup(world)
+        if self._rotor:
+            self._rotor_setup(world, [j.name for j in r.joints], arm)
         self.pd_force = arr(self.pd, "effort_limit")
         # torque-like models: tau = a * clip(u, -ulim, ulim) + b, then clip(tau, -e, e)
         is_dc = np.array([self.models[i] == "dc_motor" for i in self.tq], dtype=bool)
@@ -196,11 +228,13 @@ class Actuators:
                 self.kp * (self._pd_target - q) - self.kd * qd, -self.pd_force, self.pd_force
             )
             self.last_pd_tau = pd
-            if self._gc_links:
+            if np.any(self.gravity_share > 0):
                 pd = pd + self.gravity_share * self._gravity()
             tau = pd.tolist() + self._tau
         else:
             tau = self._tau
+        if self._rotor:
+            tau = (np.asarray(tau) + self._rotor_coupling()).tolist()
         pb.setJointMotorControlArray(
             self.rid, self.step_ids, pb.TORQUE_CONTROL, forces=tau, physicsClientId=self.cid
         )
@@ -227,6 +261,51 @@ class Actuators:
                 below[row, i] = k == j
         self._gc_below = below
         self._gc_g = np.array([0.0, 0.0, -float(world.values["sim.gravity"])])
+
+    def _rotor_setup(self, world: TwinWorld, names: list[str], arm: np.ndarray) -> None:
+        """What `_rotor_coupling` needs: the twin joints' ids, armatures and which joints
+        carry each rotor (its joint's ancestors)."""
+        self._ro_ids = world.joint_ids(names)
+        self._ro_arm = arm
+        n = pb.getNumJoints(self.rid, physicsClientId=self.cid)
+        parent = [int(pb.getJointInfo(self.rid, i, physicsClientId=self.cid)[16]) for i in range(n)]
+        anc = np.zeros((len(names), len(names)))  # anc[k, i]: joint i carries joint k's link
+        for k, jk in enumerate(self._ro_ids):
+            for i, ji in enumerate(self._ro_ids):
+                p = parent[jk]
+                while p >= 0 and p != ji:
+                    p = parent[p]
+                anc[k, i] = float(p == ji and ji != jk)
+        self._ro_anc = anc
+        self._ro_rows = [self._ro_ids.index(j) for j in self.step_ids]
+        self._ro_qd: np.ndarray | None = None
+
+    def _rotor_coupling(self) -> np.ndarray:
+        """Torques D qdd that turn the builder's armature (rotor inertia added to the child
+        link's inertia about the joint axis, so PyBullet couples it into every ancestor
+        joint: M = M_links + diag(a) + D) into a joint-space diagonal one, as a motor's rotor
+        behaves (MuJoCo's `armature`). D = sum_k a_k (w_k w_k^T - e_k e_k^T), w_k[i] =
+        axis_k . axis_i for the joints i that carry rotor k, w_k[k] = 1. qdd is the last
+        step's velocity change (explicit, but D is small next to M, so it stays stable)."""
+        st = pb.getJointStates(self.rid, self._ro_ids, physicsClientId=self.cid)
+        qd = np.array([s[1] for s in st])
+        prev, self._ro_qd = self._ro_qd, qd
+        if prev is None:
+            return np.zeros(len(self._ro_rows))
+        qdd = (qd - prev) / self.world.dt
+        ls = pb.getLinkStates(
+            self.rid, self._ro_ids, computeForwardKinematics=True, physicsClientId=self.cid
+        )
+        quat = np.array([s[5] for s in ls])
+        a = self._gc_axis[self._ro_ids]
+        qv, qw = quat[:, :3], quat[:, 3:]
+        t = 2 * np.cross(qv, a)
+        axis = a + qw * t + np.cross(qv, t)
+        W = (axis @ axis.T) * self._ro_anc  # W[k, i] = axis_k . axis_i for ancestors i of k
+        # D qdd = sum_k a_k (w_k (w_k . qdd) - e_k qdd_k), with w_k = W[k] + e_k
+        w = W + np.eye(len(a))
+        Dq = w.T @ (self._ro_arm * (w @ qdd)) - self._ro_arm * qdd
+        return np.asarray(Dq[self._ro_rows], dtype=float)
 
     def _gravity(self) -> np.ndarray:
         """Torques (forces) that cancel gravity at the PD joints at the current pose."""

@@ -247,6 +247,7 @@ def _replay_window(worlds: _Worlds, values: dict[str, float], w: Trajectory) -> 
     """Replay one window; with latency, the delayed commands come from the recording
     (including the commands before the window) on the physics-step grid, and the twin runs
     with zero latency, so a window does not start with `latency` seconds of hold command."""
+    from twins.actuators import step_commands
     from twins.simulate import command_joints, replay_in
 
     spec = worlds.spec
@@ -261,10 +262,8 @@ def _replay_window(worlds: _Worlds, values: dict[str, float], w: Trajectory) -> 
     bu = np.asarray(w.meta.get("command_before_u", []), dtype=float).reshape(-1, U.shape[1])
     hist_t = np.concatenate([bt, w.t])
     hist_u = np.vstack([bu, U])
-    fine_u = np.empty((len(ts), U.shape[1]))
-    for j, lat in enumerate(lats):
-        idx = np.searchsorted(hist_t + lat, ts + 1e-9, side="right") - 1
-        fine_u[:, j] = hist_u[np.clip(idx, 0, None), j]
+    # each step's average of the delayed command (continuous in the latency)
+    fine_u = step_commands(hist_t, np.vstack([hist_u[:1], hist_u]), ts, dt, np.asarray(lats))
     chans = {"robot/command": fine_u}
     units = {"robot/command": w.units.get("robot/command", "")}
     for name in ("robot/joint_pos", "robot/joint_vel"):

@@ -19,7 +19,7 @@ import numpy as np
 from devices.poses import POSE_UNIT, matrix_to_pose
 from devices.trajectory import Trajectory
 from twins import sleeping
-from twins.actuators import Actuators
+from twins.actuators import Actuators, step_commands
 from twins.builder import TwinWorld
 from twins.engine import pb
 from twins.errors import TwinError
@@ -167,9 +167,8 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
         U = real["robot/command"]
         q_now, _ = world.joint_state(cj)
         U_ext = np.vstack([bank.hold_command(q_now), U])
-        ts = t[0] + np.arange(steps) * dt + 1e-9
-        idx = np.stack([np.searchsorted(t + lat, ts, side="right") for lat in bank.latency], 1)
-        u_steps = U_ext[idx, np.arange(len(cj))]
+        ts = t[0] + np.arange(steps) * dt
+        u_steps = step_commands(t, U_ext, ts, dt, bank.latency)  # sub-step latency
         changed = np.ones(steps, dtype=bool)
         changed[1:] = np.any(u_steps[1:] != u_steps[:-1], axis=1)
         tau_steps = bank.torques(u_steps)

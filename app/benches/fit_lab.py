@@ -27,12 +27,18 @@ def joint_names(cfg: Any) -> list[str]:
     return list(get_scene(cfg.scene).joint_names)
 
 
-def lab_twin(folder: Path, cfg: Any, time_step: float = 0.004) -> Any:
+def lab_twin(folder: Path, cfg: Any, time_step: float | None = None) -> Any:
     """A PyBullet twin of the lab Panda (pybullet_data URDF, PD actuators with gravity
     compensation) with what a user knows about their robot set from the lab config:
-    controller gains and force limits (they set them), rotor inertias (datasheet). Every
+    controller gains and force limits (they set them), rotor inertias (datasheet), and the
+    damping and friction of the wrist joints the excitation holds still (it cannot identify
+    them; the held joints swing through coupling, so they must be right). Every
     other physical parameter stays at the URDF's nominal (zero damping and friction, no
-    latency) until fitted. Objects are left out: the excitation never touches them."""
+    latency) until fitted. Objects are left out: the excitation never touches them.
+    The physics step defaults to the lab's (its controller runs every physics step: a twin
+    at twice the lab's step is a different discrete controller, which biases the fitted
+    latency by about a step)."""
+    time_step = float(cfg.timestep) if time_step is None else time_step
     from twins.from_scan import PANDA, robot_into
     from twins.make import assemble, sim_params
 
@@ -54,6 +60,9 @@ def lab_twin(folder: Path, cfg: Any, time_step: float = 0.004) -> Any:
         known[f"{pre}.effort_limit"] = float(ac.force_limit[i])
         known[f"{pre}.gravity_compensation"] = 1.0 if ac.gravity_compensation else 0.0
         known[f"robot.joints.{n}.armature"] = float(jc.armature[i])
+        if i not in ACTIVE:  # held wrist joints: not excited, so not identifiable here
+            known[f"robot.joints.{n}.damping"] = float(jc.damping[i])
+            known[f"robot.joints.{n}.friction"] = float(jc.frictionloss[i])
     spec = replace(spec, params=spec.params.replace(*widened))
     return spec.with_values(known)
 
