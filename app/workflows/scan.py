@@ -45,6 +45,9 @@ class ScanOptions:
     triangle_budget: int = 4000
     seed: int = 0
     max_frames: int | None = None
+    # handheld sources: "auto" (from the first frame) or (min, max) in m; for a tabletop the
+    # far walls' noise hurts tracking (reconstruction.tracking.choose_depth_range)
+    depth_range: tuple[float, float] | str = "auto"
     stop: threading.Event | None = None  # set -> stop acquiring, reconstruct what we have
     exclude: list[tuple[NDArray[np.float64], NDArray[np.float64]]] = field(default_factory=list)
 
@@ -221,7 +224,12 @@ def scan_recording(path: Path, options: ScanOptions | None = None) -> Job[ScanRe
     if is_handheld_recording(path):
         from reconstruction.pipeline import require_usable
 
-        hand = HandheldOptions(max_frames=opt.max_frames, seed=opt.seed, preview_hz=opt.preview_hz)
+        hand = HandheldOptions(
+            depth_range=opt.depth_range,
+            max_frames=opt.max_frames,
+            seed=opt.seed,
+            preview_hz=opt.preview_hz,
+        )
         tracked = yield from scan_source(path, hand, stop=opt.stop)
         require_usable(tracked, hand.min_tracked_ratio)
         return tracked
@@ -267,7 +275,9 @@ def scan_realsense(
     from reconstruction.pipeline import require_usable
 
     opt = options or ScanOptions()
-    hand = HandheldOptions(max_frames=frames, seed=opt.seed, preview_hz=opt.preview_hz)
+    hand = HandheldOptions(
+        depth_range=opt.depth_range, max_frames=frames, seed=opt.seed, preview_hz=opt.preview_hz
+    )
     cam = RealSenseSource()
     if record is not None:
         cam.record_to(record)
