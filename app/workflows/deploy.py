@@ -63,7 +63,8 @@ def check_robot(spec: PolicySpec, info: RobotInfo) -> None:
     if abs(info.control_rate_hz - spec.control_rate_hz) > 0.05 * spec.control_rate_hz:
         problems.append(
             f"control rate: policy trained at {spec.control_rate_hz:g} Hz, robot runs at "
-            f"{info.control_rate_hz:g} Hz"
+            f"{info.control_rate_hz:g} Hz (train it for this robot with "
+            f"`train … --set control_rate_hz={info.control_rate_hz:g}`)"
         )
     if spec.action_mode not in info.command_modes:
         problems.append(

@@ -29,7 +29,11 @@ CHAIN = (
 
 def servo_arm_urdf(cal: ArmCalibration) -> str:
     """A URDF serial chain with the calibration's joint names and ranges."""
-    links = ['  <link name="base_link"/>']
+    # the base has an inertial too: without one PyBullet warns on every load and invents 1 kg
+    links = [
+        '  <link name="base_link"><inertial><mass value="0.5"/>'
+        '<inertia ixx="1e-3" iyy="1e-3" izz="1e-3" ixy="0" ixz="0" iyz="0"/></inertial></link>'
+    ]
     joints = []
     parent = "base_link"
     for k, j in enumerate(cal.joints):
