@@ -180,8 +180,8 @@ class AuditedDriver:
 def _fuzz(n_commands: int) -> dict[str, Any]:
     """Fuzzed policy outputs and client commands through the agent in front of the lab
     robot (stepped by hand, so 10,000 ticks take seconds, not 40 s of real time)."""
-    from app.commands.lab import LAB_WORKSPACE
     from devices.lab.driver import make_driver
+    from devices.robots.drivers.lab import LAB_WORKSPACE
 
     lab = make_driver(SCENE, start=False)
     box = (np.asarray(LAB_WORKSPACE["lower"]), np.asarray(LAB_WORKSPACE["upper"]))

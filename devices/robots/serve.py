@@ -34,8 +34,12 @@ from devices.robots.watchdog import WatchdogConfig
 PREFIX = "agent serve"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--driver", required=True, choices=sorted(DRIVERS), help="what moves joints")
+def add_arguments(p: argparse.ArgumentParser, driver: str | None = None) -> None:
+    """The serve options; `driver` fixes the driver (`lab serve` is `--driver lab`)."""
+    if driver is None:
+        p.add_argument("--driver", required=True, choices=sorted(DRIVERS), help="what moves joints")
+    else:
+        p.set_defaults(driver=driver)
     p.add_argument(
         "--host",
         default="127.0.0.1",
@@ -72,6 +76,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=0.25,
         help="watchdog: stop when the controlling client is silent this long (s)",
     )
+    p.add_argument(
+        "--policy-timeout",
+        type=float,
+        default=None,
+        help="watchdog: stop when the policy gives no new output this long (s; "
+        "default 5 control periods)",
+    )
     driver_arguments(p)
 
 
@@ -89,7 +100,10 @@ def build(args: argparse.Namespace) -> tuple[Agent, RobotServer, Served]:
         agent = Agent(
             served.driver,
             safety=served.safety,
-            watchdog=WatchdogConfig(heartbeat_timeout_s=args.heartbeat_timeout),
+            watchdog=WatchdogConfig(
+                heartbeat_timeout_s=args.heartbeat_timeout,
+                policy_timeout_s=args.policy_timeout,
+            ),
             # the SDKs poll the port in a busy loop: SCHED_FIFO would starve an in-process peer
             realtime_priority=(args.rt_priority or None) if served.realtime_ok else None,
         )

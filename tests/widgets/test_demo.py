@@ -106,7 +106,7 @@ def _lab_children() -> list[int]:
             cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ")
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == os.getpid() and b"lab serve" in cmd:
+        if ppid == os.getpid() and (b"lab serve" in cmd or b"--driver lab" in cmd):
             out.append(int(d.name))
     return out
 

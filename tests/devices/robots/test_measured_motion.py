@@ -12,11 +12,11 @@ import time
 import numpy as np
 import pytest
 
-from app.commands.lab import LAB_WORKSPACE
 from devices.lab.driver import LabDriver
 from devices.lab.sim import LabSim
 from devices.robots.agent import Agent
 from devices.robots.client import RobotClient
+from devices.robots.drivers.lab import LAB_WORKSPACE
 from devices.robots.launch import start_lab_process
 from devices.robots.safety import SafetyConfig
 from devices.robots.watchdog import WatchdogConfig
