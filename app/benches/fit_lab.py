@@ -19,6 +19,7 @@ ACTIVE = (0, 1, 2, 3)  # joints the excitation moves (the wrist is held still)
 RATE_HZ = 250.0
 FREQS_HZ = (0.35, 0.8, 1.3)  # multisine components (accelerations stay < 6 rad/s^2)
 AMP_RAD = 0.06  # per component
+LATENCY_MAX_S = 0.02  # the latency's upper bound in the lab twin (the default is 0.1 s)
 
 
 def joint_names(cfg: Any) -> list[str]:
@@ -63,6 +64,9 @@ def lab_twin(folder: Path, cfg: Any, time_step: float | None = None) -> Any:
         if i not in ACTIVE:  # held wrist joints: not excited, so not identifiable here
             known[f"robot.joints.{n}.damping"] = float(jc.damping[i])
             known[f"robot.joints.{n}.friction"] = float(jc.frictionloss[i])
+    for n in names:  # a position-controlled arm's command latency is a few ms, not 100
+        p = spec.params[f"robot.actuators.{n}.latency"]
+        widened.append(replace(p, high=min(p.high, LATENCY_MAX_S)))
     spec = replace(spec, params=spec.params.replace(*widened))
     return spec.with_values(known)
 
