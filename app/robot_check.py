@@ -130,11 +130,48 @@ def save_bundle(info: RobotInfo, folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     name = Path(str(bundle.get("urdf_name") or f"{info.name}.urdf")).name
     urdf = folder / name
-    urdf.write_text(str(bundle["urdf"]))
+    text = str(bundle["urdf"])
+    if isinstance(bundle.get("limits"), dict):
+        text = _with_robot_limits(text, info.joint_names, bundle["limits"])
+    urdf.write_text(text)
     (folder / "limits.json").write_text(json.dumps(bundle.get("limits"), indent=2))
     if bundle.get("calibration"):
         (folder / "calibration.json").write_text(json.dumps(bundle["calibration"], indent=2))
     return urdf
+
+
+def _with_robot_limits(urdf: str, names: tuple[str, ...], limits: dict[str, Any]) -> str:
+    """The URDF with each named joint's <limit> narrowed to the limits the agent enforces
+    (the tighter of both per bound). A Franka's libfranka model URDF is the Panda's, wider
+    than the FR3's envelope (joint 6: lower -0.02 vs 0.54 rad); a twin built from it would
+    train toward and deploy goals the robot refuses. Unparsable URDFs are kept verbatim."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.fromstring(urdf)
+        cols = {k: [float(v) for v in limits[k]] for k in ("lower", "upper", "velocity", "effort")}
+    except (ET.ParseError, KeyError, TypeError, ValueError):
+        return urdf
+    index = {n: i for i, n in enumerate(names)}
+    changed = False
+    for joint in root.iter("joint"):
+        i = index.get(str(joint.get("name")))
+        lim = joint.find("limit")
+        if i is None or lim is None or joint.get("type") not in ("revolute", "prismatic"):
+            continue
+        for key, tighter in (("lower", max), ("upper", min), ("velocity", min), ("effort", min)):
+            robot = cols[key][i] if i < len(cols[key]) else None
+            if robot is None or not np.isfinite(robot):
+                continue
+            own = lim.get(key)
+            value = tighter(float(own), robot) if own is not None else robot
+            if own is None or value != float(own):
+                lim.set(key, repr(value))
+                changed = True
+        if float(lim.get("lower", "0")) > float(lim.get("upper", "0")):  # disjoint: the robot's
+            lim.set("lower", repr(cols["lower"][i]))
+            lim.set("upper", repr(cols["upper"][i]))
+    return ET.tostring(root, encoding="unicode") if changed else urdf
 
 
 def start_emulated_agent(vendor: str = "feetech") -> Any:

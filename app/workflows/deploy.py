@@ -297,6 +297,10 @@ def deploy_job(
                 if new:
                     yield _samples(live, new, t_start, now, duration)
                 time.sleep(0.05)
+            if ended == "duration" and not running:  # stopped before its first tick, with
+                # the reason it already had (a fault latched while idle): not a finished run
+                why = (list(rec)[-1:] or [{}])[0].get("stop_reason") or "stopped"
+                ended = f"robot stopped: {why} (the policy never ran)"
             _stop(client, f"deploy {plan.policy_id}: {ended}")
             _settle(client)
     finally:
