@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -138,6 +139,15 @@ def test_describe_twin_train_deploy_on_a_real_protocol_peer(
     with _served(robot) as proc, RobotClient(proc.host, proc.port, proc.token) as c:
         assert c.info is not None
         info = c.info
+        # the described URDF's joints range no wider than the envelope the agent enforces
+        # (franky's model URDF is the Panda's, wider than the FR3's limits)
+        urdf_lim = {j.get("name"): j.find("limit") for j in ET.parse(urdfs[0]).iter("joint")}
+        for i, name in enumerate(info.joint_names):
+            lim = urdf_lim[name]
+            assert lim is not None
+            assert float(lim.get("lower", "nan")) >= info.limits.lower[i] - 1e-9, name
+            assert float(lim.get("upper", "nan")) <= info.limits.upper[i] + 1e-9, name
+            assert float(lim.get("velocity", "nan")) <= info.limits.velocity[i] + 1e-9, name
         plan = plan_deploy(proj, c, pid, goal_seed=3)
         # the policy was trained for this robot: its joints (from its URDF) and its rate
         assert plan.spec.joints == tuple(info.joint_names)
