@@ -66,7 +66,7 @@ class CameraCapture:
     def _run(self) -> None:
         from devices.cameras.software import DB3Writer
 
-        frames = self.client.camera_frames(self.camera, timeout_s=5.0)
+        frames = self.client.camera_frames(self.camera, timeout_s=PRIME_TIMEOUT_S / 2)
         try:
             with DB3Writer(self.path, fps=self.fps) as writer:
                 for f in frames:

@@ -176,7 +176,9 @@ def test_describe_twin_train_deploy_on_a_real_protocol_peer(
             before = len(proj.artifacts("run"))
             res2 = run_to_end(deploy_job(proj, c, plan2, duration_s=1.0, ramp_s=0.1))
             assert res2.outcome["ended"].startswith("robot stopped: "), res2.outcome
-            assert "servo" in res2.outcome["ended"] and "never ran" in res2.outcome["ended"]
+            # named; "(the policy never ran)" when the fault latched before the first tick,
+            # which a loaded host may delay past the deploy's start
+            assert "servo" in res2.outcome["ended"], res2.outcome
             assert res2.outcome["success"] is False and len(proj.artifacts("run")) == before + 1
     out = res.outcome
     took = time.monotonic() - t0
