@@ -1,11 +1,14 @@
 """`FrankaDriver`: Franka FR3 / Panda arms through `franky-control` (libfranka underneath).
 
-franky runs libfranka's 1 kHz loop itself; the agent hands it a new target every control
-tick as an asynchronous motion that replaces the running one (Ruckig re-plans within the
-arm's velocity, acceleration and jerk limits x `dynamics_factor`):
-position -> `JointMotion`, velocity -> `JointVelocityMotion` held for three control periods
-only, so the arm stops by itself if the agent goes quiet. A stop (`hold`) is franky's
-`JointStopMotion` (or a zero-velocity motion). The library's collision thresholds stay at
+franky runs libfranka's 1 kHz loop itself; the agent hands it a new command every control
+tick as an asynchronous `JointVelocityMotion` that replaces the running one (Ruckig re-plans
+within the arm's velocity, acceleration and jerk limits x `dynamics_factor`), held for three
+control periods only, so the arm stops by itself if the agent goes quiet. A position target
+is servoed: velocity = `servo_gain` x (target - commanded position), no faster than the
+arm can still stop at the target (sqrt(2 a |error|)) and within the velocity limits, both x
+`dynamics_factor`. (A `JointMotion` per tick is a rest-to-rest plan that is
+replaced before it gets up to speed: a stream of targets 0.05 rad ahead moved the joints at
+~0.3 rad/s, see docs/TRAPS.md.) A stop (`hold`) is a zero-velocity motion. The library's collision thresholds stay at
 franky's defaults; a reflex or other error the arm reports becomes a fault naming the arm
 and the error, handed to `on_reflex` (`attach_estop`: the agent's latched e-stop); the
 driver runs franky's error recovery as the agent halts, and the arm moves again only after
@@ -34,6 +37,12 @@ FR3_LOWER = (-2.7437, -1.7837, -2.9007, -3.0421, -2.8065, 0.5445, -3.0159)
 FR3_UPPER = (2.7437, 1.7837, 2.9007, -0.1518, 2.8065, 4.5169, 3.0159)
 FR3_VEL = (2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26)
 FR3_EFFORT = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)
+FR3_ACC = (15.0, 7.5, 10.0, 12.5, 15.0, 20.0, 20.0)  # rad/s^2, the arm's joint limits
+# 1/s: position error -> velocity (time constant 25 ms); with the stopping-distance cap
+# it neither overshoots a step nor rings on a stream of targets (franky's jerk-limited
+# velocity motions lag ~2 ticks at 100 Hz; without the cap a target held 0.05 rad ahead
+# made the joints ring at +-0.2 rad)
+SERVO_GAIN = 40.0
 STALE_S = 0.25  # s without a new robot state during a motion: the arm is lost
 
 
@@ -50,9 +59,20 @@ def active_errors(errors: Any) -> list[str]:
 class FrankaDriver:
     """A RobotDriver for a Franka arm at `host` (its FCI address, or franky-sim's)."""
 
-    def __init__(self, host: str, rate_hz: float = 250.0, dynamics_factor: float = 0.1) -> None:
+    def __init__(
+        self,
+        host: str,
+        rate_hz: float = 250.0,
+        dynamics_factor: float = 0.1,
+        servo_gain: float = SERVO_GAIN,
+    ) -> None:
         if not 0 < dynamics_factor <= 1:
             raise DeviceError(f"franka: dynamics factor must be in (0, 1], got {dynamics_factor}")
+        if not 0 < servo_gain <= rate_hz:
+            raise DeviceError(f"franka: servo gain must be in (0, rate {rate_hz:g}] 1/s")
+        self.servo_gain = servo_gain
+        self._vmax = np.array(FR3_VEL) * dynamics_factor
+        self._amax = np.array(FR3_ACC) * dynamics_factor
         import franky
 
         self._f: Any = franky
@@ -175,16 +195,11 @@ class FrankaDriver:
             if self.fault is not None:
                 raise DeviceError(self.fault)
             if mode == "position":
-                motion = f.JointMotion(f.JointState(v.tolist()), return_when_finished=False)
-            elif mode == "velocity":
-                hold_ms = max(1, int(3000.0 / self.rate_hz))
-                motion = f.JointVelocityMotion(v.tolist(), duration=f.Duration(hold_ms))
-            else:
+                v = self._servo(v)
+            elif mode != "velocity":
                 raise DeviceError(f"franka {self.host}: '{mode}' commands are not supported")
-            if self._kind not in (None, mode):
-                self._stop_motion()
-                self.robot.join_motion(timeout=2.0)
-            self._move(motion)
+            hold_ms = max(1, int(3000.0 / self.rate_hz))
+            self._move(f.JointVelocityMotion(v.tolist(), duration=f.Duration(hold_ms)))
             self._kind = mode
 
     def hold(self) -> None:
@@ -208,6 +223,19 @@ class FrankaDriver:
         return None
 
     # -- internals ---------------------------------------------------------------------------
+    def _servo(self, target: Vec) -> Vec:
+        """The velocity that servos towards a position target, from the commanded position
+        (franky's q_d: where the motion generator is, not where the arm lags behind)."""
+        try:
+            q_d = np.array(self.robot.state.q_d, dtype=float)
+        except Exception as exc:
+            self._set_fault(f"state not readable ({type(exc).__name__}: {exc})")
+            raise DeviceError(self.fault) from None
+        e = target - q_d
+        # no faster than the arm can still stop at the target: sqrt(2 a |e|)
+        cap = np.minimum(self._vmax, np.sqrt(2.0 * self._amax * np.abs(e)))
+        return np.clip(self.servo_gain * e, -cap, cap)
+
     def _move(self, motion: Any) -> None:
         try:
             self.robot.move(motion, asynchronous=True)
@@ -221,9 +249,7 @@ class FrankaDriver:
 
     def _stop_motion(self) -> None:
         f = self._f
-        if self._kind == "position":
-            self.robot.move(f.JointStopMotion(), asynchronous=True)
-        elif self._kind == "velocity":
+        if self._kind is not None:
             self.robot.move(
                 f.JointVelocityMotion([0.0] * 7, duration=f.Duration(1)), asynchronous=True
             )
