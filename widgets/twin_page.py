@@ -264,6 +264,7 @@ class TwinPage(WorkflowPage):
         return []
 
     def detach(self) -> None:
+        self._detached = True  # a twin opened by a job still in flight is closed on arrival
         self._close_live()
         super().detach()
 
@@ -293,6 +294,9 @@ class TwinPage(WorkflowPage):
         )
 
     def _set_session(self, session: twin_flow.TwinSession) -> None:
+        if getattr(self, "_detached", False):  # the window shut down while it was opening
+            session.close()
+            return
         if session.twin_id != self._loading_id:  # another twin was asked for meanwhile
             session.close()
             return
