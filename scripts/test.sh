@@ -12,4 +12,11 @@ echo "== mypy"
 .venv/bin/mypy
 echo "== pytest"
 export QT_QPA_PLATFORM=offscreen MUJOCO_GL=egl PYOPENGL_PLATFORM=egl
-exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
+# Tests judged against the wall clock (a real-time lab, servo buses, live robot links) run on
+# their own after the rest: beside another worker's multi-process tests on 2 cores they were
+# starved (fresh-clone runs: the lab at 0.89x real time, links lost after 1 s of silence).
+status=0
+run() { "$@" || { rc=$?; [ "$rc" -eq 5 ] || status=$rc; }; }  # 5: none selected by a filter
+run .venv/bin/python -m pytest -n 2 --dist loadfile -m "not realtime" "$@"
+run .venv/bin/python -m pytest -p no:xdist -m realtime "$@"
+exit $status

@@ -24,7 +24,7 @@ from devices.robots.excitation import MotionError
 from devices.robots.launch import REPO_ROOT, LabProcess, start_lab_process
 from devices.trajectory import Trajectory
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 
 
 @pytest.fixture(scope="module")

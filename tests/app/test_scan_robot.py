@@ -16,7 +16,7 @@ from app.workflows.scan_robot import RobotScanError, RobotScanPlan, scan_robot
 from devices.robots.client import RobotClient
 from devices.robots.launch import LabProcess, start_lab_process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 
 
 @pytest.fixture(scope="module")

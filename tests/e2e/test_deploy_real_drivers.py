@@ -37,7 +37,7 @@ from devices.robots.emulators.judge import unsafe_goals
 from devices.robots.launch import LabProcess, start_agent_process
 from devices.trajectory import Trajectory
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 
 RATE_HZ = 100.0  # the servo bus's rate; franky-sim is served at it too (the policy's rate)
 # 2 shared cores under load: a policy output may come 100+ ms late (default deadline: 5

@@ -11,7 +11,7 @@ import pytest
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 
 
 @pytest.fixture(scope="module")

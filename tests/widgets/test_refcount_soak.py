@@ -21,7 +21,7 @@ from app.jobs import run_to_end
 from app.workflows import twin as twin_flow
 from devices.trajectory import Trajectory
 
-pytestmark = [pytest.mark.gui, pytest.mark.slow]
+pytestmark = [pytest.mark.gui, pytest.mark.slow, pytest.mark.realtime]
 
 TICKS = 10_000
 CHECK_EVERY = 250

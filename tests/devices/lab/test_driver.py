@@ -12,6 +12,8 @@ from devices.lab.config import LabError
 from devices.lab.driver import LabDriver, make_driver
 from devices.robots.driver import RobotDriver
 
+pytestmark = pytest.mark.realtime
+
 
 def test_driver_runs_in_real_time_and_moves() -> None:
     drv = make_driver("panda_table")

@@ -12,7 +12,7 @@ from devices.robots.client import RobotClient
 from devices.robots.launch import start_lab_process
 from tests.devices.robots.helpers import constant_policy, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 
 
 def test_lab_serve_robot_policy_and_camera() -> None:

@@ -22,7 +22,7 @@ from devices.robots.safety import SafetyConfig
 from devices.robots.watchdog import WatchdogConfig
 from tests.devices.robots.helpers import wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 
 READY = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])
 
