@@ -17,6 +17,8 @@ export QT_QPA_PLATFORM=offscreen MUJOCO_GL=egl PYOPENGL_PLATFORM=egl
 # starved (fresh-clone runs: the lab at 0.89x real time, links lost after 1 s of silence).
 status=0
 run() { "$@" || { rc=$?; [ "$rc" -eq 5 ] || status=$rc; }; }  # 5: none selected by a filter
-run .venv/bin/python -m pytest -n 2 --dist loadfile -m "not realtime" "$@"
-run .venv/bin/python -m pytest -p no:xdist -m realtime "$@"
+# Hard ceilings (coreutils timeout) so a hang fails the run with the stacks printed instead of
+# holding CI until its own limit: the two runs take ~4 and ~5 minutes on 2 cores.
+run timeout -k 30 1800 .venv/bin/python -m pytest -n 2 --dist loadfile -m "not realtime" "$@"
+run timeout -k 30 1200 .venv/bin/python -m pytest -p no:xdist -m realtime "$@"
 exit $status
