@@ -32,7 +32,7 @@ from widgets.trajectory_plot import Series, TrajectoryPlot
 
 log = logging.getLogger(__name__)
 GHOST_RGBA = (0.35, 0.65, 1.0, 0.35)
-WINDOWS = (("restart every 1 s (as the fit)", 1.0), ("whole recording", None))
+WINDOWS = (("1 s windows (as the fit)", 1.0), ("whole recording", None))
 # replays run in worker processes (PyBullet keeps Python's GIL while it steps)
 REPLAY_PROCESSES = max(1, min(4, os.cpu_count() or 1))
 POSE_UNIT = "xyz_m+quat_xyzw"
@@ -110,7 +110,7 @@ class CalibratePage(WorkflowPage):
         self.twin_combo.setSizeAdjustPolicy(
             QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )
-        self.twin_combo.setMinimumContentsLength(16)
+        self.twin_combo.setMinimumContentsLength(12)
         self.twin_combo.activated.connect(lambda _i: self.reload())
         bar.addWidget(self.twin_combo, 1)
         self.reset_btn = QtWidgets.QPushButton("Reset values")
@@ -132,7 +132,7 @@ class CalibratePage(WorkflowPage):
         )
         self.window_combo.currentIndexChanged.connect(self._window_changed)
         bar.addWidget(self.window_combo)
-        self.save_btn = QtWidgets.QPushButton("Save as new twin")
+        self.save_btn = QtWidgets.QPushButton("Save as twin")
         self.save_btn.setToolTip(
             "keep the values tuned here: a new twin whose parent is this twin and whose "
             "inputs add the ticked recordings"

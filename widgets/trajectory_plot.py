@@ -112,6 +112,7 @@ class TrajectoryPlot(QtWidgets.QWidget):
             "No series yet: load a trajectory to compare real and simulated motion."
         )
         self.hint.setAlignment(QtCore.Qt.AlignmentFlag.AlignCenter)
+        self.hint.setWordWrap(True)  # never widens the page beside other panels
         right = QtWidgets.QWidget()
         rl = QtWidgets.QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
