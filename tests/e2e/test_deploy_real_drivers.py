@@ -147,7 +147,7 @@ def test_describe_twin_train_deploy_on_a_real_protocol_peer(
         assert plan.spec.joints == tuple(info.joint_names)
         assert np.max(np.abs(plan.start - plan.goal)) > 0.1  # somewhere to go
         assert np.allclose(plan.shadow.joint_pos[0], plan.start, atol=1e-3)
-        res = run_to_end(deploy_job(proj, c, plan, duration_s=3.0, ramp_s=0.3))
+        res = run_to_end(deploy_job(proj, c, plan, duration_s=4.0, ramp_s=0.3))
         end = time.monotonic() + 2.0  # franky's stop motion decelerates within its limits
         while time.monotonic() < end:
             st = c.latest_state()

@@ -106,6 +106,7 @@ def _page(qtbot: Any, controller: Any) -> DeployPage:
     return page
 
 
+@pytest.mark.realtime  # the agent's watchdog judges the policy's outputs on the wall clock
 def test_predict_run_stop_and_send_to_real2sim(
     setup: Any, qtbot: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
