@@ -7,14 +7,15 @@ policy needs, so a policy trained here carries exactly the dict the robot agent 
      "target": [n floats],                                   # when "target" is observed
      "object": "cylinder",                                   # when an object term is observed
      "object_goal": [x, y],                                  # m, robot base frame
+     "object_max_age_s": 0.2,          # tracked pose older than this stops the policy
      "action": {"mode": "position", "type": "delta", "scale": 0.05},
      "joints": [n joint names], "control_rate_hz": 250.0}
 
 Terms and their sizes: `joint_pos`, `joint_vel`, `target` (n each, rad / rad/s / rad);
 `object_pose` (7: position m + quaternion xyzw of the tracked object in the robot base
-frame, from the workbench's camera tracker); `object_goal` (2: x, y in m on the table).
-The agent knows the first three today; the object terms need the agent-side feed (a later
-step), and until then the agent refuses such a spec, naming the unknown term.
+frame, from the workbench's camera tracker, streamed to the agent as `object_pose`
+messages); `object_goal` (2: x, y in m on the table). The agent stops a policy whose
+object's newest good tracked pose is older than `object_max_age_s`, and so does the twin.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class PolicySpec:
     object: str | None = None
     object_goal: tuple[float, float] | None = None
     control_rate_hz: float = 250.0
+    object_max_age_s: float = 0.2
 
     def __post_init__(self) -> None:
         bad = [t for t in self.observation if t not in TERMS]
@@ -63,6 +65,11 @@ class PolicySpec:
             raise PolicyError(f"policy spec: action scale must be > 0, not {self.action_scale}")
         if any(t in OBJECT_TERMS for t in self.observation) and not self.object:
             raise PolicyError("policy spec observes an object term but names no 'object'")
+        if not 0.005 <= self.object_max_age_s <= 5.0:
+            raise PolicyError(
+                f"policy spec: object_max_age_s must be in [0.005, 5] s, not "
+                f"{self.object_max_age_s}"
+            )
 
     @property
     def n(self) -> int:
@@ -114,6 +121,7 @@ class PolicySpec:
             d["target"] = list(self.target)
         if self.object:
             d["object"] = self.object
+            d["object_max_age_s"] = self.object_max_age_s
         if self.object_goal is not None:
             d["object_goal"] = list(self.object_goal)
         return d
@@ -136,6 +144,7 @@ class PolicySpec:
                 object=str(d["object"]) if d.get("object") else None,
                 object_goal=(float(goal[0]), float(goal[1])) if goal else None,
                 control_rate_hz=float(d.get("control_rate_hz", 250.0)),
+                object_max_age_s=float(d.get("object_max_age_s", 0.2)),
             )
         except KeyError as exc:
             raise PolicyError(f"{where}: missing entry {exc}") from None

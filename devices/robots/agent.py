@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 from devices.errors import DeviceError
 from devices.robots.agent_log import AgentLog
 from devices.robots.driver import RobotDriver, RobotState
+from devices.robots.object_feed import ObjectFeed, ObjectPoseError, ObjectReport
 from devices.robots.policy_runner import OnnxPolicy, PolicySpec
 from devices.robots.policy_worker import PolicyFn, PolicyWorker
 from devices.robots.safety import SafetyConfig, SafetyEnvelope, default_config
@@ -79,6 +80,10 @@ class Agent:
         self._due = 0.0
         self._last_driver_seq = -1
         self._acted: tuple[str, ...] = ()
+        self.objects = ObjectFeed()  # poses streamed by the workbench's camera tracker
+        self.object_stops: list[dict[str, float]] = []  # deadline_t, stopped_t (robot clock)
+        self._robot_t = float("nan")  # newest measured state's time (the robot's clock)
+        self._policy_t0 = 0.0  # robot time the policy started
         self._state_listeners: list[StateListener] = []
         self._event_listeners: list[EventListener] = []
         self._running = False
@@ -214,13 +219,13 @@ class Agent:
         """Load an ONNX policy with its spec and (optionally tighter) safety config; runs it
         once on the current state to check its output. Returns a summary."""
         pspec = PolicySpec.from_dict(spec, self.n)
-        policy = OnnxPolicy(onnx_bytes, pspec, self.info)
+        policy = OnnxPolicy(onnx_bytes, pspec, self.info, ObjectFeed())
         cfg = self.base_safety
         if safety:
             cfg = self.base_safety.tightened(SafetyConfig.from_dict(safety, "policy safety config"))
         state = self.driver.read_state()
         t0 = time.perf_counter()
-        policy.raw_output(state)
+        policy.raw_output(state, probe=True)
         infer_ms = (time.perf_counter() - t0) * 1e3
 
         def fn(s: RobotState) -> Vec:
@@ -228,13 +233,43 @@ class Agent:
 
         with self._lock:
             self.load_policy(fn, pspec.action_mode)
+            policy.feed = self.objects
+            self.objects.expect([pspec.object] if pspec.object else [], pspec.object_min_quality)
             self._policy, self._policy_safety = policy, cfg
         return {
             "observation": list(pspec.observation),
             "action_mode": pspec.action_mode,
             "inference_ms": infer_ms,
             "safety": cfg.to_dict(),
+            "object": pspec.object,
+            "object_max_age_s": pspec.object_max_age_s,
         }
+
+    def object_pose(
+        self, name: Any, pose: Any, t: Any, quality: Any, lost: Any, owner: str = LOCAL
+    ) -> ObjectReport:
+        """Keep a tracked object pose streamed by the workbench (capture time `t` on the
+        robot's clock). ObjectPoseError naming what is wrong with a report (object_feed)."""
+        with self._lock:
+            if self.owner not in (None, owner):
+                raise ObjectPoseError(
+                    "refused",
+                    f"{self.info.name} is controlled by another client ({self.owner}); only "
+                    "it may stream object poses",
+                )
+            now = self._robot_t
+            if not np.isfinite(now):
+                now = self.driver.read_state().t
+        return self.objects.update(name, pose, t, quality, lost, now)
+
+    def _object_stale(self, now_t: float) -> str | None:
+        """Why the running policy must stop for its object's tracking, or None."""
+        pol = self._policy
+        if pol is None or "object_pose" not in pol.spec.observation:
+            return None
+        return self.objects.stale(
+            str(pol.spec.object), now_t, pol.spec.object_max_age_s, self._policy_t0
+        )
 
     def run_policy(self, ramp_s: float = 1.0, owner: str = LOCAL) -> None:
         """Start the loaded policy, blending in from the current pose over `ramp_s` seconds."""
@@ -244,6 +279,18 @@ class Agent:
             self._claim(owner)
             now = time.monotonic()
             state = self.driver.read_state()
+            self._policy_t0 = state.t
+            stale = self._object_stale(state.t)
+            if stale is None and self._policy is not None and self._policy.spec.object:
+                if "object_pose" in self._policy.spec.observation and (
+                    self.objects.good(self._policy.spec.object) is None
+                ):
+                    stale = f"object tracking: no pose of '{self._policy.spec.object}' yet"
+            if stale is not None:
+                raise DeviceError(
+                    f"{self.info.name}: policy not started, {stale}; stream the object's "
+                    "tracked pose (object_pose) first"
+                )
             self._cmd_mode = self._policy_mode
             self.mode = "idle"
             self.envelope.configure(self._policy_safety)
@@ -306,6 +353,7 @@ class Agent:
         t_start = time.perf_counter()
         state = self._fresh_state()
         with self._lock:
+            self._robot_t = state.t
             now = time.monotonic()
             raw: Vec | None = None
             sent: Vec | None = None
@@ -333,6 +381,8 @@ class Agent:
                     )
                 elif mode == "command":
                     raw = self._target
+                elif (stale := self._object_stale(state.t)) is not None:
+                    self._stop_for_tracking(stale, state.t)
                 else:
                     raw = self._policy_step(state, now)
                 if raw is not None and self.mode in ("command", "policy"):
@@ -361,6 +411,18 @@ class Agent:
         for fn in self._state_listeners:
             fn(seq, state, sent, mode_now, status)
         self.tick_work_s[seq % self.tick_work_s.size] = time.perf_counter() - t_start
+
+    def _stop_for_tracking(self, reason: str, now_t: float) -> None:
+        """Stale or lost object tracking: a watchdog stop (sticks until `acquire`)."""
+        self._halt(reason, "stopped")
+        self.watchdog_latched = reason
+        pol = self._policy
+        assert pol is not None
+        good = self.objects.good(str(pol.spec.object))
+        seen = good.t if good is not None else self._policy_t0
+        deadline = seen + pol.spec.object_max_age_s
+        self.object_stops.append({"deadline_t": deadline, "stopped_t": now_t})
+        self._event("watchdog", reason, object=pol.spec.object, late_s=now_t - deadline)
 
     def _fresh_state(self) -> RobotState:
         # A driver with `wait_state(after_seq, timeout)` (the lab) can tell us when a newer
@@ -427,4 +489,10 @@ class Agent:
             "watchdog": self.watchdog.config.to_dict(),
             "realtime": self.realtime,
             "jitter_ms": self.loop.jitter_ms(last),
+            "objects": {
+                n: {"t": r.t, "quality": r.quality, "lost": r.lost, "received": r.received}
+                for n in self.objects.objects
+                if (r := self.objects.last(n)) is not None
+            },
+            "object_stops": list(self.object_stops[-20:]),
         }

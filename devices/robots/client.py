@@ -410,6 +410,32 @@ class RobotClient:
         result: dict[str, Any] = self.request("policy_upload", onnx=data, spec=spec, safety=safety)
         return result
 
+    def send_object_pose(
+        self,
+        name: str,
+        pose: ArrayLike,
+        t: float,
+        quality: float = 1.0,
+        lost: bool = False,
+        wait: bool = False,
+    ) -> dict[str, Any] | None:
+        """Stream a tracked object pose to the agent (xyz m + quaternion xyzw, robot base
+        frame; `t` the camera's capture time on the robot's clock). `wait`: ask for a reply
+        and raise DeviceError if the agent refuses it; else a refusal arrives as an
+        `error` event (fire and forget, for the live feed)."""
+        fields: dict[str, Any] = {
+            "object": name,
+            "pose": [float(v) for v in np.asarray(pose, dtype=float).reshape(-1)],
+            "t": float(t),
+            "quality": float(quality),
+            "lost": bool(lost),
+        }
+        if wait:
+            result: dict[str, Any] = self.request("object_pose", **fields)
+            return result
+        self.send("object_pose", **fields)
+        return None
+
     def take_control(self) -> None:
         """Become the robot's operator (needed after a watchdog stop before moving again)."""
         self.request("acquire")

@@ -2,18 +2,25 @@
 
 The observation/action spec (a JSON-able dict sent with the ONNX bytes, see PROTOCOL.md):
 
-    {"observation": ["joint_pos", "joint_vel"] (+ "target"),   # concatenated in this order
+    {"observation": ["joint_pos", "joint_vel"] (+ "target", "object_pose", "object_goal"),
      "target": [..n floats..],          # required when "target" is observed
+     "object": "cylinder",              # required when an object term is observed
+     "object_goal": [x, y],             # m, robot base frame; required with "object_goal"
+     "object_max_age_s": 0.2,           # newest good tracked pose older -> the policy stops
+     "object_min_quality": 0.0,         # tracker quality below it counts as lost
      "action": {"mode": "position" | "velocity",
                 "type": "absolute" | "delta",   # delta: added to the measured joint_pos
                 "scale": 1.0}}
 
 The model takes one float32 input of shape (obs_dim,) or (1, obs_dim) and its first output
-holds n joint values (any shape with n elements).
+holds n joint values (any shape with n elements). Terms are n values each, except
+`object_pose` (7: the newest good pose the workbench streamed, xyz m + quaternion xyzw in
+the robot base frame; devices/robots/object_feed.py) and `object_goal` (2).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +29,11 @@ from numpy.typing import NDArray
 
 from devices.errors import DeviceError
 from devices.robots.driver import RobotInfo, RobotState
+from devices.robots.object_feed import ObjectFeed
 
-OBS_TERMS = ("joint_pos", "joint_vel", "target")
+OBS_TERMS = ("joint_pos", "joint_vel", "target", "object_pose", "object_goal")
+OBJECT_TERM_SIZES = {"object_pose": 7, "object_goal": 2}
+MAX_AGE_RANGE_S = (0.005, 5.0)
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,10 @@ class PolicySpec:
     action_type: str
     action_scale: float
     target: tuple[float, ...] | None
+    object: str | None = None
+    object_goal: tuple[float, float] | None = None
+    object_max_age_s: float = 0.2
+    object_min_quality: float = 0.0
 
     @classmethod
     def from_dict(cls, d: Any, n_joints: int) -> PolicySpec:
@@ -61,20 +75,44 @@ class PolicySpec:
                     f"policy spec observes 'target' but 'target' is not {n_joints} numbers"
                 )
             target = tuple(float(x) for x in target)
-        return cls(obs, mode, typ, float(act.get("scale", 1.0)), target)
+        obj, goal, age, qmin = None, None, 0.2, 0.0
+        if any(o in OBJECT_TERM_SIZES for o in obs):
+            obj = d.get("object")
+            if not isinstance(obj, str) or not obj:
+                raise DeviceError("policy spec observes an object term but names no 'object'")
+            age = _spec_number(d, "object_max_age_s", 0.2, *MAX_AGE_RANGE_S)
+            qmin = _spec_number(d, "object_min_quality", 0.0, 0.0, 1.0)
+        if "object_goal" in obs:
+            g = d.get("object_goal")
+            try:
+                goal = (float(g[0]), float(g[1]))  # type: ignore[index]
+                ok = len(g) == 2 and all(math.isfinite(v) for v in goal)  # type: ignore[arg-type]
+            except (TypeError, ValueError, IndexError, KeyError):
+                ok = False
+            if not ok:
+                raise DeviceError(
+                    "policy spec observes 'object_goal' but 'object_goal' is not 2 numbers"
+                )
+        return cls(obs, mode, typ, float(act.get("scale", 1.0)), target, obj, goal, age, qmin)
+
+    def term_size(self, term: str, n: int) -> int:
+        return OBJECT_TERM_SIZES.get(term, n)
 
     def obs_dim(self, n: int) -> int:
-        return n * len(self.observation)
+        return sum(self.term_size(t, n) for t in self.observation)
 
 
 class OnnxPolicy:
     """An onnxruntime session plus the spec; `act(state)` returns the raw joint command."""
 
-    def __init__(self, onnx_bytes: bytes, spec: PolicySpec, info: RobotInfo) -> None:
+    def __init__(
+        self, onnx_bytes: bytes, spec: PolicySpec, info: RobotInfo, feed: ObjectFeed | None = None
+    ) -> None:
         import onnxruntime as ort  # heavy import, only when a policy is uploaded
 
         self.spec = spec
         self.n = len(info.joint_names)
+        self.feed = feed or ObjectFeed()
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
@@ -100,23 +138,38 @@ class OnnxPolicy:
         self.obs = np.zeros((1, dim) if self.batched else (dim,), dtype=np.float32)
         self.flat_obs = self.obs.reshape(-1)
         self.target = np.asarray(spec.target, dtype=np.float32) if spec.target is not None else None
+        self.goal = np.asarray(spec.object_goal or (0.0, 0.0), dtype=np.float32)
         self.output_name = self.session.get_outputs()[0].name
 
-    def observe(self, state: RobotState) -> NDArray[np.float32]:
-        """Fill the (preallocated) observation vector from `state`."""
-        n, o = self.n, self.flat_obs
-        for i, term in enumerate(self.spec.observation):
+    def observe(self, state: RobotState, probe: bool = False) -> NDArray[np.float32]:
+        """Fill the (preallocated) observation vector from `state` and the newest good
+        object pose (`probe`: a placeholder pose, to check the model before any arrives)."""
+        n, o, i = self.n, self.flat_obs, 0
+        for term in self.spec.observation:
+            k = self.spec.term_size(term, n)
             if term == "joint_pos":
-                o[i * n : (i + 1) * n] = state.joint_pos
+                o[i : i + k] = state.joint_pos
             elif term == "joint_vel":
-                o[i * n : (i + 1) * n] = state.joint_vel
-            else:
-                o[i * n : (i + 1) * n] = self.target  # type: ignore[assignment]
+                o[i : i + k] = state.joint_vel
+            elif term == "target":
+                o[i : i + k] = self.target  # type: ignore[assignment]
+            elif term == "object_goal":
+                o[i : i + k] = self.goal
+            else:  # the control loop checked its age before this inference was started
+                rep = self.feed.good(str(self.spec.object))
+                if rep is not None:
+                    o[i : i + k] = rep.pose
+                elif probe:
+                    o[i : i + k] = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0)
+                else:
+                    raise DeviceError(f"no tracked pose of object '{self.spec.object}' yet")
+            i += k
         return self.obs
 
-    def raw_output(self, state: RobotState) -> NDArray[np.float64]:
+    def raw_output(self, state: RobotState, probe: bool = False) -> NDArray[np.float64]:
         """Run the model; returns its n output values as float64 (unchecked)."""
-        out = self.session.run([self.output_name], {self.input_name: self.observe(state)})[0]
+        obs = self.observe(state, probe)
+        out = self.session.run([self.output_name], {self.input_name: obs})[0]
         arr = np.asarray(out, dtype=np.float64).reshape(-1)
         if arr.size != self.n:
             raise DeviceError(f"policy output has {arr.size} values, the robot has {self.n} joints")
@@ -128,3 +181,12 @@ class OnnxPolicy:
         if self.spec.action_type == "delta":
             cmd = cmd + state.joint_pos
         return cmd
+
+
+def _spec_number(d: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
+    v = d.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high:
+        raise DeviceError(
+            f"policy spec: '{key}' must be a number in [{low:g}, {high:g}], not {v!r:.40}"
+        )
+    return float(v)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from devices.errors import DeviceError
 from devices.robots import protocol as P
 from devices.robots.auth import client_proof, new_nonce, proof_matches, server_proof
+from devices.robots.object_feed import ObjectPoseError
 
 if TYPE_CHECKING:
     from devices.robots.server import RobotServer
@@ -234,6 +235,18 @@ class Session:
                 agent.command(_text(msg, "mode", "position"), values, self.sid)
                 if req_id is None:
                     return
+            elif kind == "object_pose":
+                rep = agent.object_pose(
+                    msg.get("object"),
+                    msg.get("pose"),
+                    msg.get("t"),
+                    msg.get("quality", 1.0),
+                    msg.get("lost", False),
+                    self.sid,
+                )
+                if req_id is None:
+                    return
+                result = {"object": rep.name, "t": rep.t, "received": rep.received}
             elif kind == "subscribe":
                 self.subscribed_state = _flag(msg, "state", True)
             elif kind == "camera_subscribe":
@@ -276,7 +289,7 @@ class Session:
             else:
                 raise P.ProtocolError("bad_request", f"unknown message type '{kind}'")
             self.send({"type": "reply", "id": req_id, "ok": True, "result": result})
-        except P.ProtocolError as exc:
+        except (P.ProtocolError, ObjectPoseError) as exc:
             self.send(P.error_message(exc.code, str(exc), False, req_id))
         except (DeviceError, ValueError, TypeError) as exc:
             self.send(P.error_message("refused", str(exc), False, req_id))

@@ -49,14 +49,18 @@ def test_task_spaces_and_steps(name: str, demo_twin: TwinSpec) -> None:
         # the deploy spec is the JSON the agent gets; it round-trips
         d = env.deploy_spec.to_dict()
         assert PolicySpec.from_dict(d) == env.deploy_spec
-        if set(spec.observation) <= set(JOINT_TERMS):
-            agent = AgentSpec.from_dict(d, spec.n)
-            assert agent.obs_dim(spec.n) == spec.obs_dim
-            assert agent.observation == spec.observation
-            assert agent.action_type == "delta" and agent.action_scale == spec.action_scale
-        else:  # object terms: the agent of today refuses the spec, naming the term
-            with pytest.raises(DeviceError, match="object_pose"):
-                AgentSpec.from_dict(d, spec.n)
+        # the agent reads the same spec into the same observation layout
+        agent = AgentSpec.from_dict(d, spec.n)
+        assert agent.obs_dim(spec.n) == spec.obs_dim
+        assert agent.observation == spec.observation
+        assert agent.action_type == "delta" and agent.action_scale == spec.action_scale
+        if not set(spec.observation) <= set(JOINT_TERMS):
+            assert agent.object == spec.object
+            assert agent.object_goal == env.deploy_spec.object_goal
+            assert agent.object_max_age_s == spec.object_max_age_s
+            bad = {k: v for k, v in d.items() if k != "object"}
+            with pytest.raises(DeviceError, match="names no 'object'"):
+                AgentSpec.from_dict(bad, spec.n)
     finally:
         env.close()
 
