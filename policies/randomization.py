@@ -11,8 +11,10 @@ Three sources of physical parameter values, chosen by `mode`:
   names (adaptive DR); each episode takes one row, so correlations are kept.
 
 On top of the physics, every mode may randomize what the sensors give the policy:
-joint and object-pose noise, an observation latency (whole control ticks), and tracking
-dropouts (the object pose freezes; past `max_stale_s` the episode ends as a failure,
+joint and object-pose noise, a joint observation latency (whole control ticks), the
+object tracker's frame rate and latency (capture to arrival at the agent, drawn per
+episode), and tracking dropouts (the object pose freezes; once the newest good pose is
+older than `max_stale_s` or the policy's `object_max_age_s` the episode ends as a failure,
 exactly as the agent stops a policy whose tracking is stale).
 """
 
@@ -116,6 +118,9 @@ class SensorNoise:
     dropout_rate_hz: float = 0.0
     dropout_mean_s: float = 0.1
     max_stale_s: float = 0.5  # tracking older than this stops the policy (a failure)
+    object_rate_hz: float = 0.0  # camera tracker's pose rate; 0 = every control tick
+    object_latency_s_min: float = 0.0  # capture -> pose at the agent (drawn per episode)
+    object_latency_s_max: float = 0.0
 
     def __post_init__(self) -> None:
         for k, v in self.to_json().items():
@@ -123,6 +128,8 @@ class SensorNoise:
                 raise PolicyError(f"sensor noise '{k}' must be a finite number >= 0, not {v!r}")
         if self.latency_ticks_max < self.latency_ticks_min:
             raise PolicyError("sensor noise: latency_ticks_max is below latency_ticks_min")
+        if self.object_latency_s_max < self.object_latency_s_min:
+            raise PolicyError("sensor noise: object_latency_s_max is below object_latency_s_min")
 
     def to_json(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -148,6 +155,9 @@ TYPICAL_NOISE = SensorNoise(
     latency_ticks_max=2,
     dropout_rate_hz=0.5,
     dropout_mean_s=0.1,
+    object_rate_hz=30.0,  # a RealSense stream through the tracker
+    object_latency_s_min=0.03,
+    object_latency_s_max=0.1,
 )
 
 
@@ -158,6 +168,7 @@ class Conditions:
     values: dict[str, float]
     latency_ticks: int = 0
     noise: SensorNoise = field(default_factory=SensorNoise)
+    object_latency_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -212,7 +223,12 @@ class Randomization:
             values = {k: v for k, v in paramset.validate(values).items() if k in values}
         n = self.noise
         lat = int(rng.integers(n.latency_ticks_min, n.latency_ticks_max + 1))
-        return Conditions(values, lat, n)
+        obj_lat = (
+            float(rng.uniform(n.object_latency_s_min, n.object_latency_s_max))
+            if n.object_latency_s_max > 0
+            else 0.0
+        )
+        return Conditions(values, lat, n, obj_lat)
 
     def draws(
         self, paramset: ParamSet, n: int = 500, seed: int = 0

@@ -239,9 +239,11 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         self._bank.apply(self.cmd)
         self._true: deque[tuple[Vec, Vec, Vec]] = deque(maxlen=self.conditions.latency_ticks + 1)
         self._true.append((self.q.copy(), self.qd.copy(), self._true_object_pose()))
-        self._seen_object = self._true[-1][2].copy()
-        self._dropout_left = 0.0
-        self._stale = 0.0
+        self._seen_object = self._true[-1][2].copy()  # the tracker starts at the scan pose
+        self._seen_t = 0.0
+        self._next_capture = 0.0
+        self._dropout_until = -1.0
+        self._captures: deque[tuple[float, Vec | None]] = deque()
         self.stopped = ""
         obs = self._observe()
         return obs, {"target": self.target.copy()}
@@ -313,7 +315,8 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         """The agent's observation vector from the (delayed, noisy) measured state."""
         noise: SensorNoise = self.conditions.noise
         rng = self._rng
-        q, qd, obj = self._true[0]
+        q, qd, _ = self._true[0]  # joints: the agent's state latency
+        obj = self._true[-1][2]  # the object now: the tracker's own latency applies
         if noise.joint_pos_std:
             q = q + rng.normal(0.0, noise.joint_pos_std, q.shape)
         if noise.joint_vel_std:
@@ -338,30 +341,44 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         return np.zeros(2)
 
     def _tracked_object(self, true_pose: Vec, noise: SensorNoise) -> Vec:
-        """Object pose as the camera tracker would report it: noisy, and frozen during a
-        dropout; tracking stale past `max_stale_s` stops the policy."""
+        """Object pose as the agent would observe it: the camera tracker captures the
+        object at its frame rate (noisy; nothing during a dropout), each pose reaches the
+        agent `object_latency_s` after its capture, and the policy sees the newest one
+        that arrived. When that pose is older than the policy's `object_max_age_s` (or
+        the noise's `max_stale_s`) the agent stops the policy, and so does the episode."""
         rng = self._rng
+        now = self.t
         dt = getattr(self, "ctrl_dt", 0.0)
-        if self._dropout_left > 0:
-            self._dropout_left -= dt
-            self._stale += dt
-            if self._stale > noise.max_stale_s:
-                self.stopped = "object tracking lost"
-            return self._seen_object
-        if noise.dropout_rate_hz and rng.random() < noise.dropout_rate_hz * dt:
-            self._dropout_left = rng.exponential(noise.dropout_mean_s)
-            self._stale += dt
-            return self._seen_object
-        self._stale = 0.0
-        pose = np.asarray(true_pose, float).copy()
-        if noise.object_pos_std:
-            pose[:3] += rng.normal(0.0, noise.object_pos_std, 3)
-        if noise.object_yaw_std:
-            h = 0.5 * rng.normal(0.0, noise.object_yaw_std)
-            qz = np.array([0.0, 0.0, np.sin(h), np.cos(h)])
-            pose[3:] = _quat_mul(qz, pose[3:])
-        self._seen_object = pose
-        return pose
+        if now + 1e-9 >= self._next_capture:
+            period = 1.0 / noise.object_rate_hz if noise.object_rate_hz else 0.0
+            self._next_capture = now + period
+            every = period or dt
+            pose: Vec | None = None
+            if now < self._dropout_until:
+                pass
+            elif noise.dropout_rate_hz and rng.random() < noise.dropout_rate_hz * every:
+                self._dropout_until = now + rng.exponential(noise.dropout_mean_s)
+            else:
+                pose = np.asarray(true_pose, float).copy()
+                if noise.object_pos_std:
+                    pose[:3] += rng.normal(0.0, noise.object_pos_std, 3)
+                if noise.object_yaw_std:
+                    h = 0.5 * rng.normal(0.0, noise.object_yaw_std)
+                    qz = np.array([0.0, 0.0, np.sin(h), np.cos(h)])
+                    pose[3:] = _quat_mul(qz, pose[3:])
+            self._captures.append((now, pose))
+        lat = self.conditions.object_latency_s
+        while self._captures and self._captures[0][0] + lat <= now + 1e-9:
+            tc, seen = self._captures.popleft()
+            if seen is not None:
+                self._seen_object, self._seen_t = seen, tc
+        max_age = min(noise.max_stale_s, self.policy_spec.object_max_age_s)
+        if now - self._seen_t > max_age + 1e-9:
+            self.stopped = (
+                f"object tracking lost: pose {1e3 * (now - self._seen_t):.0f} ms old "
+                f"(limit {1e3 * max_age:.0f} ms)"
+            )
+        return self._seen_object
 
     def close(self) -> None:
         if self._world is not None:

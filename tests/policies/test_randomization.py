@@ -128,7 +128,8 @@ def test_dropouts_freeze_the_object_and_long_ones_stop_the_policy(demo_twin: Twi
             assert np.array_equal(obs[s], first)  # frozen while tracking is lost
             if term or trunc:
                 break
-        assert term and info["stopped"] == "object tracking lost" and not info["is_success"]
+        assert term and info["stopped"].startswith("object tracking lost")
+        assert not info["is_success"]
         assert abs(steps * env.ctrl_dt - 0.1) <= 2 * env.ctrl_dt
     finally:
         env.close()
