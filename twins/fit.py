@@ -43,6 +43,7 @@ from numpy.typing import NDArray
 from devices.trajectory import Trajectory
 from twins.errors import TwinError
 from twins.executor import Executor, SerialExecutor
+from twins.fit_smc import smc_posterior_steps
 from twins.objective import (
     FAILED_RESIDUAL,
     POSE_UNIT,
@@ -87,6 +88,8 @@ class FitConfig:
     bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     tie: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     stall_generations: int | None = None
+    posterior: str = "laplace"  # or "smc": sampled (twins/fit_smc.py), `particles` of them
+    particles: int = 64
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,6 +105,8 @@ class FitConfig:
             "bounds": {k: list(v) for k, v in self.bounds.items()},
             "tie": {k: list(v) for k, v in self.tie.items()},
             "stall_generations": self.stall_generations,
+            "posterior": self.posterior,
+            "particles": self.particles,
         }
 
 
@@ -216,6 +221,8 @@ def fit_steps(
     ex = executor or SerialExecutor()
     if not recordings:
         raise TwinError("fit: choose at least one recording")
+    if config.posterior not in ("laplace", "smc"):
+        raise TwinError(f"fit: posterior '{config.posterior}' is not one of laplace, smc")
     for r in (*recordings, *validation):
         check_recording(spec, r)
     space = Space.of(spec, config.params, config.bounds, config.tie)
@@ -400,7 +407,7 @@ def fit_steps(
         )
         if not improved:
             break
-    yield (0.99, "uncertainty (Laplace) and validation", None)
+    yield (0.99, f"uncertainty ({config.posterior}) and validation", None)
     final = run([best_u])[0]
     J = J_cache.get(best_u.tobytes())
     if J is None:
@@ -415,7 +422,18 @@ def fit_steps(
         history=history,
         blocks=residual_blocks(train),
     )
-    posterior = _latency_resolution(posterior, spec)
+    if config.posterior == "smc":
+        before = counters["evals"]
+        posterior, smc_run = yield from smc_posterior_steps(
+            run, posterior, best_u, J, res_of(final), residual_blocks(train), space.to_x,
+            config.particles, config.seed,
+        )  # fmt: skip
+        notes.append(
+            f"posterior: SMC, {config.particles} particles, {smc_run.stages} stages, "
+            f"{counters['evals'] - before} replays, acceptance {smc_run.acceptance:.2f}"
+        )
+    else:
+        posterior = _latency_resolution(posterior, spec)
     posterior = _with_identifiability(posterior, J, notes)
     val_after = rmse(run([best_u], val)[0]) if val else {}
     if counters["failed"]:

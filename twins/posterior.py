@@ -6,8 +6,8 @@ inflated for the residuals' lag-1 autocorrelation (samples of a trajectory are n
 independent; without it the intervals are far too narrow). Intervals are taken in the
 normalised space (log for log priors) and mapped back, so they respect the bounds and are
 asymmetric for log parameters. Samples are drawn from that Gaussian.
-Simulation-based inference (NPE with `sbi`) and SMC-ABC are to come; they will fill the
-same fields with `method` set accordingly.
+`from_samples` fills the same fields from samples instead: the fit's SMC posterior
+(twins/fit_smc.py, `method` "smc-abc") uses it.
 
 A parameter is flagged not identifiable when its relative std exceeds `REL_STD_MAX`, its
 90 % interval spans most of its bounds, or it loads on a direction of `JᵀJ` the data
@@ -116,6 +116,56 @@ def lag1_autocorrelation(r: NDArray[np.float64]) -> float:
     return float(a[1:] @ a[:-1] / den) if den > 0 else 0.0
 
 
+def residual_scale(r: NDArray[np.float64], n: int) -> tuple[float, float]:
+    """(s², m_eff): the residual variance at a fit, inflated for the residuals' lag-1
+    autocorrelation, and the number of residuals that many independent ones are worth."""
+    m = r.size
+    rho = min(max(lag1_autocorrelation(r), 0.0), 0.99)
+    inflate = (1 + rho) / (1 - rho)
+    return float(r @ r) / max(m - n, 1) * inflate, m / inflate
+
+
+def laplace_covariance(
+    J: NDArray[np.float64], r: NDArray[np.float64], blocks: Sequence[slice] = ()
+) -> tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.bool_], float]:
+    """The Laplace covariance of the normalised parameters (see `laplace`): (cov, columns
+    with a finite Jacobian, parameters on a direction the data barely constrain, the mean
+    variance inflation the window-clustered (sandwich) check applied, ≥ 1)."""
+    n = J.shape[1]
+    ok_cols = np.all(np.isfinite(J), axis=0)
+    s2, _ = residual_scale(r, n)
+    # The bounds' uniform prior, as a Gaussian with its variance (1/12 in normalised units),
+    # keeps what the data cannot see at the prior's width: a direction the residuals do not
+    # constrain gets a wide interval (and is flagged), never the zero width a truncated
+    # pseudo-inverse gives it. Failed columns keep the prior alone, uncorrelated.
+    prior_prec = 12.0
+    cov_u = np.eye(n) / prior_prec
+    eig_flag = np.zeros(n, dtype=bool)
+    inflation = 1.0
+    if ok_cols.any():
+        Jk = J[:, ok_cols]
+        H = Jk.T @ Jk
+        idx = np.flatnonzero(ok_cols)
+        Hinv = np.linalg.inv(H + prior_prec * max(s2, 1e-300) * np.eye(len(idx)))
+        cov_k = s2 * Hinv
+        if len(blocks) > 1:
+            g = np.stack([Jk[b].T @ r[b] for b in blocks])
+            B = len(blocks)
+            sandwich = Hinv @ (g.T @ g) @ Hinv * (B / (B - 1))
+            dl, ds = np.diag(cov_k), np.diag(sandwich)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                scale = np.sqrt(np.where(dl > 0, np.maximum(ds / dl, 1.0), 1.0))
+            cov_k = cov_k * np.outer(scale, scale)
+            inflation = float(np.mean(scale**2))
+        cov_u[np.ix_(idx, idx)] = cov_k
+        d = np.sqrt(np.maximum(np.diag(H), 1e-300))
+        w, V = np.linalg.eigh(H / np.outer(d, d))
+        weak = w < EIG_RATIO_MIN * max(float(w.max()), 1e-300)
+        for k in np.flatnonzero(weak):
+            eig_flag[idx[np.abs(V[:, k]) > 0.3]] = True
+    return cov_u, ok_cols, eig_flag, inflation
+
+
 def laplace(
     names: Sequence[str],
     u_star: NDArray[np.float64],
@@ -135,37 +185,7 @@ def laplace(
     is raised to the cluster-robust one (correlations kept from the Laplace part)."""
     n = len(names)
     m = r.size
-    ok_cols = np.all(np.isfinite(J), axis=0)
-    rho = min(max(lag1_autocorrelation(r), 0.0), 0.99)
-    inflate = (1 + rho) / (1 - rho)
-    s2 = float(r @ r) / max(m - n, 1) * inflate
-    # The bounds' uniform prior, as a Gaussian with its variance (1/12 in normalised units),
-    # keeps what the data cannot see at the prior's width: a direction the residuals do not
-    # constrain gets a wide interval (and is flagged), never the zero width a truncated
-    # pseudo-inverse gives it. Failed columns keep the prior alone, uncorrelated.
-    prior_prec = 12.0
-    cov_u = np.eye(n) / prior_prec
-    eig_flag = np.zeros(n, dtype=bool)
-    if ok_cols.any():
-        Jk = J[:, ok_cols]
-        H = Jk.T @ Jk
-        idx = np.flatnonzero(ok_cols)
-        Hinv = np.linalg.inv(H + prior_prec * max(s2, 1e-300) * np.eye(len(idx)))
-        cov_k = s2 * Hinv
-        if len(blocks) > 1:
-            g = np.stack([Jk[b].T @ r[b] for b in blocks])
-            B = len(blocks)
-            sandwich = Hinv @ (g.T @ g) @ Hinv * (B / (B - 1))
-            dl, ds = np.diag(cov_k), np.diag(sandwich)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                scale = np.sqrt(np.where(dl > 0, np.maximum(ds / dl, 1.0), 1.0))
-            cov_k = cov_k * np.outer(scale, scale)
-        cov_u[np.ix_(idx, idx)] = cov_k
-        d = np.sqrt(np.maximum(np.diag(H), 1e-300))
-        w, V = np.linalg.eigh(H / np.outer(d, d))
-        weak = w < EIG_RATIO_MIN * max(float(w.max()), 1e-300)
-        for k in np.flatnonzero(weak):
-            eig_flag[idx[np.abs(V[:, k]) > 0.3]] = True
+    cov_u, ok_cols, eig_flag, _ = laplace_covariance(J, r, blocks)
     std_u = np.sqrt(np.clip(np.diag(cov_u), 0, None))
     x_star = to_x(u_star)
     est, std, iv, ident, why, sens = {}, {}, {}, {}, {}, {}
@@ -207,4 +227,54 @@ def laplace(
         samples = np.stack([to_x(np.clip(u, 0.0, 1.0)) for u in U])
     return ParamPosterior(
         tuple(names), est, std, iv, corr, ident, why, sens, samples, "laplace", tuple(history)
+    )
+
+
+def from_samples(
+    base: ParamPosterior,
+    U: NDArray[np.float64],
+    to_x: Callable[[NDArray[np.float64]], NDArray[np.float64]],
+    method: str,
+    history: Sequence[Mapping[str, Any]] = (),
+) -> ParamPosterior:
+    """A posterior whose spread comes from samples `U` (k, n) of the normalised parameters
+    (equally weighted), around `base`'s point estimate: 90 % intervals are the samples' 5th
+    and 95th percentiles (asymmetric where the posterior is), correlations theirs. The
+    identifiability rules are `laplace`'s, judged on the samples; reasons `base` found in
+    the Jacobian (a direction the data do not constrain, no sensitivity, failed
+    simulations) are kept."""
+    names = base.names
+    X = np.stack([to_x(u) for u in U])
+    lo_u, hi_u = np.quantile(U, [0.05, 0.95], axis=0)
+    std, iv, ident, why = {}, {}, {}, {}
+    for i, name in enumerate(names):
+        lo, hi = np.quantile(X[:, i], [0.05, 0.95])
+        iv[name] = (float(lo), float(hi))
+        std[name] = float(np.std(X[:, i]))
+        est = base.estimate[name]
+        reasons = [
+            r
+            for r in base.why[name].split("; ")
+            if r and ("direction" in r or "do not change" in r or "failed" in r)
+        ]
+        if abs(est) > 0 and std[name] / abs(est) > REL_STD_MAX:
+            reasons.insert(0, f"relative std {std[name] / abs(est):.2f} > {REL_STD_MAX}")
+        if hi_u[i] - lo_u[i] > SPAN_MAX:
+            reasons.insert(0, "90 % interval spans most of its bounds")
+        ident[name] = not reasons
+        why[name] = "; ".join(reasons)
+    corr = np.corrcoef(U.T).reshape(len(names), len(names)) if len(U) > 1 else base.correlation
+    corr = np.where(np.isfinite(corr), corr, 0.0)
+    return ParamPosterior(
+        names,
+        dict(base.estimate),
+        std,
+        iv,
+        corr,
+        ident,
+        why,
+        dict(base.sensitivity),
+        X,
+        method,
+        tuple(history) or base.history,
     )

@@ -145,6 +145,15 @@ class FitDialog(QtWidgets.QDialog):
         self.window_s.setSuffix(" s")
         self.window_s.setToolTip("each recording is replayed in windows of this length")
         form.addRow("replay window", self.window_s)
+        self.posterior = QtWidgets.QComboBox()
+        self.posterior.addItem("Laplace (at the estimate)", "laplace")
+        self.posterior.addItem("SMC samples (≈ 10x the replays)", "smc")
+        self.posterior.setToolTip(
+            "how the uncertainty is found: a Gaussian at the estimate (no extra replays), or "
+            "64 particles moved by sequential Monte Carlo (skewed, curved or bound-pressed "
+            "posteriors come out as they are)"
+        )
+        form.addRow("posterior", self.posterior)
         left.addLayout(form)
         buttons = QtWidgets.QHBoxLayout()
         self.start_btn = QtWidgets.QPushButton("Start fit")
@@ -221,7 +230,10 @@ class FitDialog(QtWidgets.QDialog):
             self.summary.setText("Tick at least one parameter to fit.")
             return
         config = FitConfig(
-            params=tuple(names), budget=self.budget.value(), window_s=self.window_s.value()
+            params=tuple(names),
+            budget=self.budget.value(),
+            window_s=self.window_s.value(),
+            posterior=str(self.posterior.currentData()),
         )
         try:
             job = fit_flow.fit_job(proj, self.twin_id, self.trajectory_ids, config)

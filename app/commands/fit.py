@@ -1,10 +1,10 @@
 """`python main.py fit --project P --twin T --trajectories ID... --params NAME...
 [--validation ID...] [--channels NAME=W...] [--bounds NAME=LO:HI...] [--window S] [--budget N] [--workers N]
-[--backend local|ray] [--address A] [--resume FIT] [--apply]`.
+[--posterior laplace|smc] [--particles N] [--backend local|ray] [--address A] [--resume FIT] [--apply]`.
 
-Fits twin parameters to recorded trajectories (CMA-ES + least-squares polish, Laplace
-posterior; twins/fit.py) and writes a `fit` artifact; `--apply` then makes a new twin
-version at the estimate (parent: the fitted twin). `fit apply --project P --fit F` applies
+Fits twin parameters to recorded trajectories (CMA-ES + least-squares polish; posterior by
+Laplace or sampled by SMC; twins/fit.py, twins/fit_smc.py) and writes a `fit` artifact;
+`--apply` then makes a new twin version at the estimate (parent: the fitted twin). `fit apply --project P --fit F` applies
 an earlier fit. Ctrl-C leaves a resumable cancelled fit (`--resume` its id).
 `fit --compare T1 T2 --trajectories ID...` compares twin versions on (held-out) recordings."""
 
@@ -40,6 +40,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=int, default=200, help="CMA-ES evaluations")
     p.add_argument("--polish", type=int, default=4, help="least-squares rounds")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--posterior",
+        choices=("laplace", "smc"),
+        default="laplace",
+        help="uncertainty: Laplace at the optimum (no extra replays) or sampled by SMC "
+        "(kernel ABC on the residuals; --particles replays per move, several moves)",
+    )
+    p.add_argument("--particles", type=int, default=64, help="SMC particles (--posterior smc)")
     p.add_argument("--workers", type=int, default=1, help="parallel rollouts")
     p.add_argument("--backend", choices=("local", "ray"), default="local")
     p.add_argument("--address", default=None, help="Ray cluster address (--backend ray)")
@@ -139,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
         budget=args.budget,
         polish_rounds=args.polish,
         seed=args.seed,
+        posterior=args.posterior,
+        particles=args.particles,
     )
     fid = run_cli(
         fit_job(

@@ -10,11 +10,18 @@
 2. `shadow_run`: the policy's ONNX model in the twin it was trained in, from the robot's
    measured joint positions to the deployment goal: predicted success, final error and
    joint curves.
+   A push policy (observing `object_pose`) needs an `ObjectSource` (the robot's camera
+   through the object tracker, app/workflows/object_feed.py): the object's pose now is the
+   shadow run's start, and the goal is drawn around it (or given).
 3. `deploy_job`: upload, run inside the agent's envelope with its start ramp, stream
    command vs measured as progress, stop at the end, on the Stop button, on error or
    cancel (the robot is always left stopped), and save what happened: a `trajectory`
    artifact (inputs: the policy) and a `run` artifact (run.json: success by the task's
-   criterion on the measured state, predicted vs real; inputs: policy, trajectory).
+   criterion on the measured state, predicted vs real; inputs: policy, trajectory). For a
+   push policy a feeder thread streams the tracked object pose to the agent from before
+   the start to the end (the agent stops the policy when tracking goes stale or lost); the
+   outcome is judged on the last good tracked pose, and the streamed poses are saved with
+   the run (object_poses.npz) with the feed's numbers (frames, lost, pose age).
 4. `refit_request` / `refit_job`: the run's recording added to the recordings of the fit the
    twin came from, fitted again with that fit's settings (a new `fit` artifact).
 """
@@ -33,6 +40,7 @@ from numpy.typing import NDArray
 
 from app.jobs import Job, Progress
 from app.project import Project, ProjectError
+from app.workflows.object_feed import ObjectPoseFeeder, ObjectSource, track_now
 from app.workflows.train import load_policy
 from app.workflows.twin import load_twin
 from devices.errors import DeviceError
@@ -96,6 +104,7 @@ class Shadow:
     success: bool
     final_error: float
     stopped: str = ""
+    unit: str = "rad"  # of final_error: rad (reach, largest joint error), m (push, object)
 
 
 @dataclass
@@ -112,12 +121,15 @@ class DeployPlan:
     goal: NDArray[np.float64]
     shadow: Shadow
     robot: str = ""
+    objects: ObjectSource | None = None  # where the object poses come from (push)
+    object_start: NDArray[np.float64] | None = None  # tracked pose at planning (7,)
 
     def summary(self) -> str:
         s = self.shadow
         return (
             f"twin {self.twin_id} predicts {'success' if s.success else 'FAILURE'}: final "
-            f"error {s.final_error:.3f} rad after {float(s.t[-1]) if len(s.t) else 0.0:.1f} s"
+            f"error {s.final_error:.3f} {s.unit} after "
+            f"{float(s.t[-1]) if len(s.t) else 0.0:.1f} s"
         )
 
 
@@ -128,11 +140,21 @@ class DeployResult:
     outcome: dict[str, Any] = field(default_factory=dict)
 
 
-def final_error(task: str, goal: NDArray[np.float64], q: NDArray[np.float64]) -> float:
-    """The task's success measure on a joint state (reach: largest joint error, rad)."""
-    if task != "reach":
-        raise PolicyError(f"deploy: task '{task}' cannot be judged from joint states alone")
-    return float(np.max(np.abs(np.asarray(q, float) - goal)))
+def final_error(
+    task: str,
+    goal: NDArray[np.float64],
+    q: NDArray[np.float64],
+    object_pose: NDArray[np.float64] | None = None,
+) -> float:
+    """The task's success measure: reach, the largest joint error (rad) of joint state `q`;
+    push, the object's distance (m) from the goal (x, y), from its tracked pose."""
+    if task == "reach":
+        return float(np.max(np.abs(np.asarray(q, float) - goal)))
+    if task == "push":
+        if object_pose is None:
+            raise PolicyError("deploy: a push is judged on the object's pose; none was tracked")
+        return float(np.linalg.norm(np.asarray(object_pose, float)[:2] - goal[:2]))
+    raise PolicyError(f"deploy: task '{task}' has no success measure for real runs")
 
 
 def shadow_run(
@@ -142,15 +164,21 @@ def shadow_run(
     policy: Policy,
     start: NDArray[np.float64],
     goal: NDArray[np.float64],
+    object_start: NDArray[np.float64] | None = None,
 ) -> Shadow:
-    """The policy in the nominal twin from joint state `start` to joint goal `goal`."""
+    """The policy in the nominal twin from joint state `start` (and, for a push, the
+    object at its tracked pose `object_start`) to goal `goal` (joints, or object x, y)."""
     base = get_task(task).env
     start, goal = np.asarray(start, float), np.asarray(goal, float)
 
     class FromRobot(base):  # type: ignore[valid-type,misc]
         def _place(self, rng: np.random.Generator) -> None:
             super()._place(rng)
-            self.target = goal.copy()
+            if object_start is not None:
+                self.world.set_object_pose(self._obj, np.asarray(object_start, float))
+                self.goal = goal.copy()
+            else:
+                self.target = goal.copy()
             self.world.set_joint_state(start, None, list(self.joints))
 
     env = FromRobot(twin, config, None, 0)
@@ -165,13 +193,15 @@ def shadow_run(
             cs.append(env.cmd.copy())
             if term or trunc:
                 break
+        obj = env.world.object_pose(env._obj) if object_start is not None else None
         return Shadow(
             np.array(ts),
             np.array(qs),
             np.array(cs),
             bool(info.get("is_success", False)),
-            final_error(task, goal, env.q),
+            final_error(task, goal, env.q, obj),
             str(info.get("stopped", "")),
+            "m" if object_start is not None else "rad",
         )
     finally:
         env.close()
@@ -183,9 +213,13 @@ def plan_deploy(
     policy_id: str,
     target: Sequence[float] | None = None,
     goal_seed: int = 0,
+    objects: ObjectSource | None = None,
+    object_goal: Sequence[float] | None = None,
 ) -> DeployPlan:
     """Check the policy against the robot and predict the run in its twin. The goal is
-    `target` (joint values, rad) or one drawn from the task's goal distribution."""
+    `target` (joint values, rad) or one drawn from the task's goal distribution; for a
+    push, `object_goal` (x, y in m) or one drawn around the object's tracked pose, which
+    `objects` (the camera through the tracker) gives."""
     info = client.info
     if info is None:
         raise DeviceError(f"robot at {client.address}: not connected")
@@ -194,6 +228,9 @@ def plan_deploy(
     twin_id, twin = load_twin(project, policy.record.get("twin_id"))
     config = task_config(task, policy.record.get("task_config", {}))
     spec = policy.spec
+    if "object_pose" in spec.observation:
+        return _plan_push(project, client, policy_id, policy, task, twin_id, twin, config,
+                          goal_seed, objects, object_goal)  # fmt: skip
     if target is not None:
         goal = np.asarray(target, float)
         if goal.shape != (spec.n,):
@@ -226,6 +263,58 @@ def plan_deploy(
     )
 
 
+def _plan_push(
+    project: Project,
+    client: RobotClient,
+    policy_id: str,
+    policy: Policy,
+    task: str,
+    twin_id: str,
+    twin: TwinSpec,
+    config: TaskConfig,
+    goal_seed: int,
+    objects: ObjectSource | None,
+    object_goal: Sequence[float] | None,
+) -> DeployPlan:
+    info = client.info
+    assert info is not None
+    spec = policy.spec
+    name = str(spec.object)
+    if objects is None:
+        raise PolicyError(
+            f"deploy: policy {policy_id} observes object '{name}': give the camera that sees "
+            "it (its tracked pose is streamed to the robot)"
+        )
+    if name not in {m.name for m in objects.models}:
+        raise PolicyError(
+            f"deploy: policy {policy_id} pushes '{name}', the object source tracks "
+            f"{[m.name for m in objects.models]}"
+        )
+    check_robot(spec, info)  # before the camera is even opened
+    obj0 = track_now(client, objects, name)
+    if object_goal is not None:
+        goal = np.asarray(object_goal, float).reshape(-1)[:2]
+        if goal.shape != (2,) or not np.all(np.isfinite(goal)):
+            raise PolicyError("deploy: the object goal must be two finite numbers (x, y in m)")
+    else:  # the task's goal distribution, drawn around where the object is now
+        env = get_task(task).env(twin, config, None, goal_seed)
+        try:
+            env.reset(seed=goal_seed)
+            drawn = np.asarray(env.deploy_spec.object_goal, float)
+            placed = np.asarray(env.world.object_pose(name), float)[:2]
+        finally:
+            env.close()
+        goal = obj0[:2] + (drawn - placed)
+    spec = spec.with_goal(object_goal=goal.tolist())
+    check_robot(spec, info)
+    start = client.latest_state().joint_pos.copy()
+    shadow = shadow_run(task, twin, config, policy, start, goal, obj0)
+    return DeployPlan(
+        policy_id, policy, spec, task, config, twin_id, start, goal, shadow, info.name,
+        objects, obj0,
+    )  # fmt: skip
+
+
 def deploy_job(
     project: Project,
     client: RobotClient,
@@ -255,6 +344,7 @@ def deploy_job(
     yield Progress(0.0, f"uploading {plan.policy_id} to {info.name}")
     client.upload_policy(plan.policy.onnx, plan.spec.to_dict())
     client.take_control()
+    feeder = _start_feeder(client, plan) if plan.objects is not None else None
     ended, seen, running = "cancelled", 0, False
     live: dict[str, list[Any]] = {"t": [], "measured": [], "command": []}
     rec: list[dict[str, Any]] = []
@@ -305,13 +395,37 @@ def deploy_job(
             _settle(client)
     finally:
         _stop(client, f"deploy {plan.policy_id}: {ended}")
+        if feeder is not None:
+            feeder.stop()
+            if feeder.surface is not None:
+                feeder.surface.close()
         msgs = list(rec)
         if msgs:
-            saved = _save(project, client, plan, msgs, ended, duration, ramp_s)
+            saved = _save(project, client, plan, msgs, ended, duration, ramp_s, feeder)
     if saved is None:
         raise DeviceError(f"robot at {client.address}: no state received during the run")
     yield Progress(1.0, f"{plan.policy_id} on {info.name}: {saved.outcome['result']}")
     return saved
+
+
+def _start_feeder(client: RobotClient, plan: DeployPlan) -> ObjectPoseFeeder:
+    """The object pose feed of a push deployment, running and with a good pose at the
+    agent; DeviceError (robot not moved, left stopped) when the camera gives none."""
+    assert plan.objects is not None
+    name = str(plan.spec.object)
+    feeder = plan.objects.feeder(client, [name], stream=True)
+    feeder.start()
+    if not feeder.wait_first(20.0):
+        feeder.stop()
+        if feeder.surface is not None:
+            feeder.surface.close()
+        _stop(client, f"deploy {plan.policy_id}: no object pose")
+        raise DeviceError(
+            f"camera '{plan.objects.camera}': no tracked pose of '{name}' to stream to the "
+            f"robot ({feeder.stats.error or f'{feeder.stats.frames} frames tracked'}); "
+            "the policy was not started"
+        )
+    return feeder
 
 
 def _samples(
@@ -355,6 +469,7 @@ def _save(
     ended: str,
     duration: float,
     ramp_s: float,
+    feeder: ObjectPoseFeeder | None = None,
 ) -> DeployResult:
     traj = client.states_to_trajectory(msgs)
     modes, last_t = [], -np.inf  # one per trajectory sample (repeated timestamps dropped)
@@ -365,7 +480,13 @@ def _save(
     ran = [i for i, m in enumerate(modes) if m == "policy"]
     t_run = float(traj.t[ran[0]]) if ran else float(traj.t[0])
     q_end = traj["robot/joint_pos"][ran[-1] if ran else -1]
-    err = final_error(plan.task, plan.goal, q_end)
+    obj_end, feed = None, {}
+    if feeder is not None:
+        last = feeder.last_good(str(plan.spec.object))
+        obj_end = last[1] if last is not None else plan.object_start
+        feed = feeder.stats.summary()
+    err = final_error(plan.task, plan.goal, q_end, obj_end)
+    unit = plan.shadow.unit
     tol = float(getattr(plan.config, "success_tol", 0.05))
     success = ended == "duration" and err < tol
     acted = sorted({a for m in msgs for a in (m.get("acted") or ())})
@@ -387,14 +508,22 @@ def _save(
         "robot": plan.robot,
         "twin": plan.twin_id,
         "task": plan.task,
+        "unit": unit,
     }
+    if feeder is not None:
+        outcome.update(
+            object=plan.spec.object,
+            object_start=None if plan.object_start is None else plan.object_start.tolist(),
+            object_end=None if obj_end is None else np.asarray(obj_end).tolist(),
+            object_feed=feed,
+        )
     traj = traj.with_channels(meta={**dict(traj.meta), "deploy": outcome})
     with project.new_artifact(
         "trajectory",
         inputs=[plan.policy_id],
         settings={"deploy": plan.policy_id, "robot": plan.robot, "device": client.address},
         summary=f"{plan.task} policy {plan.policy_id} on {plan.robot}: {outcome['result']} "
-        f"({ended}), final error {err:.3f} rad",
+        f"({ended}), final error {err:.3f} {unit}",
     ) as folder:
         traj.save(folder)
     tid = project.artifacts("trajectory")[-1].id
@@ -404,11 +533,26 @@ def _save(
         inputs=[plan.policy_id, tid],
         settings={"kind": "real-deployment", "robot": plan.robot, "ended": ended},
         summary=f"{plan.policy_id} on {plan.robot}: {outcome['result']}, final error "
-        f"{err:.3f} rad (twin predicted {plan.shadow.final_error:.3f})",
+        f"{err:.3f} {unit} (twin predicted {plan.shadow.final_error:.3f})",
     ) as folder:
         atomic.write_json(folder / "run.json", outcome)
         atomic.write_with(folder / "shadow.npz", lambda p: _write_shadow(p, plan.shadow))
+        if feeder is not None:
+            atomic.write_with(folder / "object_poses.npz", lambda p: _write_poses(p, feeder))
     return DeployResult(tid, project.artifacts("run")[-1].id, outcome)
+
+
+def _write_poses(path: Any, feeder: ObjectPoseFeeder) -> None:
+    """Every pose the feeder streamed: t (robot clock), pose (7), quality, lost."""
+    p = feeder.stats.poses
+    with open(path, "wb") as fh:
+        np.savez(
+            fh,
+            t=np.array([r[0] for r in p], float),
+            pose=np.array([r[2] for r in p], float).reshape(len(p), 7),
+            quality=np.array([r[3] for r in p], float),
+            lost=np.array([r[4] for r in p], bool),
+        )
 
 
 def _write_shadow(path: Any, s: Shadow) -> None:
@@ -463,5 +607,7 @@ def refit_job(project: Project, trajectory_id: str, workers: int = 1) -> Job[str
         bounds={k: (float(v[0]), float(v[1])) for k, v in (cfg.get("bounds") or {}).items()},
         tie={k: tuple(v) for k, v in (cfg.get("tie") or {}).items()},
         stall_generations=cfg.get("stall_generations"),
+        posterior=str(cfg.get("posterior", "laplace")),
+        particles=int(cfg.get("particles", 64)),
     )
     return (yield from fit_job(project, twin_id, recs, config, workers=workers))
