@@ -3,7 +3,11 @@ posterior] [--fit F] [--param NAME=DIST ...] [--noise none|typical] [--workers N
 
 Runs the policy's ONNX model for N episodes of its task in a twin (default: the twin it was
 trained in), nominal or randomized, and writes a `run` artifact with the success rate and
-its Wilson 95 % interval (lineage: policy, twin, fit)."""
+its Wilson 95 % interval (lineage: policy, twin, fit).
+
+`python main.py evaluate --project P --sim-vs-real [--json]`: the sim-vs-real table — per
+policy and twin version, the robot's success over its real runs beside the twin's word on
+it, and across policies their correlation and mean gap (app/workflows/sim_real.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +22,12 @@ HELP = "Success rate of a policy in a twin (nominal or randomized), with a 95 % 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--project", type=Path, required=True, help="project folder")
-    p.add_argument("--policy", required=True, help="policy artifact id")
+    p.add_argument("--policy", default=None, help="policy artifact id")
+    p.add_argument(
+        "--sim-vs-real",
+        action="store_true",
+        help="no new evaluation: the table of twin-predicted vs real success per policy",
+    )
     p.add_argument("--twin", default=None, help="twin artifact id (default: the policy's twin)")
     p.add_argument("--episodes", type=int, default=50)
     p.add_argument("--seed", type=int, default=10_000, help="first episode seed")
@@ -31,8 +40,13 @@ def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
     from app.project import Project
     from app.workflows.train import evaluate_job
+    from policies.errors import PolicyError
 
     project = Project.open(args.project)
+    if args.sim_vs_real:
+        return _sim_vs_real(project, args.json)
+    if not args.policy:
+        raise PolicyError("evaluate: choose --policy ID (or --sim-vs-real)")
     rid = run_cli(
         evaluate_job(
             project,
@@ -61,4 +75,31 @@ def run(args: argparse.Namespace) -> int:
     )
     for why, k in res["stopped"].items():
         print(f"  stopped early ({why}): {k}")
+    return 0
+
+
+def _sim_vs_real(project: object, as_json: bool) -> int:
+    from app.workflows.sim_real import sim_real_table
+
+    table = sim_real_table(project)  # type: ignore[arg-type]
+    if as_json:
+        print(json.dumps(table.to_json()))
+        return 0
+    if not table.rows:
+        print("no real deployments yet: `deploy` a policy to a robot first")
+        return 0
+    print(f"{'policy':<14} {'twin':<12} {'robot':<14} runs  real [95 %]          twin  gap")
+    for r in table.rows:
+        lo, hi = r.real_ci95
+        src = "eval" if r.twin_eval_success is not None else "shadow"
+        print(
+            f"{r.policy:<14} {r.twin:<12} {r.robot:<14} {r.runs:>4}  {r.real_success:.2f} "
+            f"[{lo:.2f}, {hi:.2f}]  {r.twin_success:.2f} ({src})  {r.mean_error_gap:.3f} {r.unit}"
+        )
+    p = (
+        "n/a (fewer than 3 policies or no spread)"
+        if table.pearson is None
+        else f"{table.pearson:.2f}"
+    )
+    print(f"twin vs real success across policies: Pearson {p}, mean |gap| {table.abs_gap:.2f}")
     return 0
