@@ -93,9 +93,11 @@ def run_gui(demo: bool, argv: list[str]) -> int:
     from app.session import AppController
     from resources.errors import TwinbenchError
     from widgets.main_window import MainWindow
+    from widgets.scene_view import grab_widget, share_gl_contexts
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("OpenGL").setLevel(logging.WARNING)  # "no OpenGL_accelerate" chatter
+    share_gl_contexts()
     qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
     qapp.setApplicationName("Twinbench")
     qapp.setOrganizationName("Twinbench")
@@ -140,7 +142,7 @@ def run_gui(demo: bool, argv: list[str]) -> int:
                 return
             poll.stop()
             args.screenshot.parent.mkdir(parents=True, exist_ok=True)
-            ok = win.grab().save(str(args.screenshot))
+            ok = grab_widget(win).save(str(args.screenshot))
             log.info("screenshot %s: %s", "saved" if ok else "FAILED", args.screenshot)
             win.close()
 

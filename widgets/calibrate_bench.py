@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PySide6 import QtCore, QtWidgets
+from PySide6 import QtCore, QtGui, QtWidgets
 
 TICK_MS = 5
 MOVE_TIMEOUT_S = 3.0
@@ -36,13 +36,18 @@ class PaintWatch(QtCore.QObject):
     """When each watched widget finished painting (a zero timer started from its paint
     event runs once that event has been handled)."""
 
-    def __init__(self, widgets: list[QtWidgets.QWidget]) -> None:
+    def __init__(self, widgets: list[QtCore.QObject]) -> None:
         super().__init__()
         self.widgets = widgets
         self.done: dict[int, list[float]] = {id(w): [] for w in widgets}
         self.widgets_needed = len(widgets)  # the first n widgets must have painted
         for w in widgets:
-            w.installEventFilter(self)
+            if isinstance(w, QtGui.QWindow) and hasattr(w, "frameSwapped"):
+                # a 3D view in its own window: done when its frame reached the window
+                times = self.done[id(w)]
+                w.frameSwapped.connect(lambda times=times: times.append(time.perf_counter()))
+            else:
+                w.installEventFilter(self)
 
     def eventFilter(self, obj: QtCore.QObject, ev: QtCore.QEvent) -> bool:  # noqa: N802
         if ev.type() == QtCore.QEvent.Type.Paint and id(obj) in self.done:
@@ -73,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     from app.benches.calibrate import make_project
     from app.session import AppController
     from widgets.main_window import MainWindow
+    from widgets.scene_view import grab_widget, share_gl_contexts
 
+    share_gl_contexts()
     qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
     proj, tid, rid = make_project(args.project)
     controller = AppController()
@@ -179,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         page.plot.set_time(2.2)  # mid-motion: recorded arm and ghost apart
         wait(lambda: page._last is not None and page._last.full_ghost, 30)
         wait(lambda: False, 1.0)
-        win.grab().save(str(args.screenshot))
+        grab_widget(win).save(str(args.screenshot))
     args.out.write_text(json.dumps(report))
     win.shutdown()  # first: closing asks whether to keep the tuned values (a modal box)
     win.close()

@@ -173,7 +173,7 @@ class CalibratePage(WorkflowPage):
         right = QtWidgets.QWidget()
         vl = QtWidgets.QVBoxLayout(right)
         vl.setContentsMargins(0, 0, 0, 0)
-        self.view = SceneView()
+        self.view = SceneView(native_window=True)
         self.view.setMinimumWidth(200)
         vl.addWidget(self.view, 1)
         legend = QtWidgets.QLabel(

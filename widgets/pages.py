@@ -216,7 +216,9 @@ def exec_preview(qapp: QtWidgets.QApplication, widget: QtWidgets.QWidget) -> int
             state["idle_ms"] = 0 if busy else state["idle_ms"] + 100
             if state["idle_ms"] >= PREVIEW_SETTLE_MS:
                 timer.stop()
-                ok = widget.grab().save(shot)
+                from widgets.scene_view import grab_widget  # 3D views in windows too
+
+                ok = grab_widget(widget).save(shot)
                 qapp.exit(0 if ok else 3)
 
         timer = QtCore.QTimer(widget)
@@ -230,6 +232,9 @@ def preview(
 ) -> int:
     """Open one page alone (`python -m widgets.<page> [PROJECT]`), with the last project."""
     argv = list(sys.argv if argv is None else argv)
+    from widgets.scene_view import share_gl_contexts
+
+    share_gl_contexts()
     qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication(argv[:1])
     controller = AppController()
     controller.install_log_handler()

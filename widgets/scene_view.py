@@ -102,23 +102,74 @@ def _rgba(c: ArrayLike) -> Color:
     return (a[0], a[1], a[2], a[3])
 
 
+def share_gl_contexts() -> None:
+    """Before the QApplication exists: every OpenGL context shares with one global context.
+    A 3D view in its own window (`SceneView(native_window=True)`) needs it: pyqtgraph
+    keeps some shader programs per class, not per context."""
+    if QtWidgets.QApplication.instance() is None:
+        QtCore.QCoreApplication.setAttribute(QtCore.Qt.ApplicationAttribute.AA_ShareOpenGLContexts)
+
+
+def grab_widget(widget: QtWidgets.QWidget) -> QtGui.QPixmap:
+    """`widget.grab()` with the 3D views that draw in windows of their own painted in."""
+    pix = widget.grab()
+    views = [v for v in widget.findChildren(SceneView) if v.native and v.isVisible()]
+    if views:
+        painter = QtGui.QPainter(pix)
+        for v in views:
+            at = v.mapTo(widget, QtCore.QPoint(0, 0))
+            img = v.grab_image()
+            painter.drawImage(QtCore.QRect(at, v.size()), img)
+        painter.end()
+    return pix
+
+
+def _native_gl_view() -> Any:
+    """pyqtgraph's GL view on a QOpenGLWindow sharing the global context (its mixin is made
+    for either base); None without a global context (see `share_gl_contexts`)."""
+    from pyqtgraph.opengl.GLViewWidget import GLViewMixin
+    from PySide6.QtOpenGL import QOpenGLWindow
+
+    share = QtGui.QOpenGLContext.globalShareContext()
+    if share is None:
+        return None
+
+    class GLViewWindow(GLViewMixin, QOpenGLWindow):  # type: ignore[misc]
+        pass
+
+    return GLViewWindow(share)
+
+
 class SceneView(QtWidgets.QWidget):
     """A named-item 3D scene (pyqtgraph.opengl GLViewWidget), degrading to a message."""
 
-    def __init__(self, parent: QtWidgets.QWidget | None = None, grid_size_m: float = 2.0) -> None:
+    def __init__(
+        self,
+        parent: QtWidgets.QWidget | None = None,
+        grid_size_m: float = 2.0,
+        native_window: bool = False,
+    ) -> None:
+        """`native_window`: draw in a window of its own (a QOpenGLWindow in a container)
+        instead of a QOpenGLWidget. A QOpenGLWidget makes Qt compose the whole top-level
+        window through OpenGL at every repaint of any widget in it (a software renderer:
+        ~15 ms a repaint at 1366x768); a native window repaints only itself. Its pixels
+        are then not in `QWidget.grab()`: screenshots use `grab_widget`."""
         super().__init__(parent)
         self._items: dict[str, SceneItem] = {}
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         ok, why = opengl_available()
         self.gl_view: Any = None
+        self.native = False  # the 3D view is a window of its own (see native_window)
         self.message = QtWidgets.QLabel("")
         self.message.setWordWrap(True)
         self.message.setAlignment(QtCore.Qt.AlignmentFlag.AlignCenter)
         if ok:
             import pyqtgraph.opengl as gl
 
-            self.gl_view = gl.GLViewWidget()
+            native = _native_gl_view() if native_window else None
+            self.gl_view = native if native is not None else gl.GLViewWidget()
+            self.native = native is not None
             self.gl_view.setBackgroundColor(BACKGROUND)
             self.gl_view.setCameraPosition(distance=2.0, elevation=22, azimuth=-55)
             self.gl_view.opts["center"] = QtGui.QVector3D(0.25, 0.0, 0.3)
@@ -131,7 +182,12 @@ class SceneView(QtWidgets.QWidget):
             self._world = self._frame_lines(np.eye(4), 0.2, width=2.0)
             for it in self._world:
                 self.gl_view.addItem(it)
-            lay.addWidget(self.gl_view)
+            if native is not None:
+                box = QtWidgets.QWidget.createWindowContainer(self.gl_view, self)
+                box.setFocusPolicy(QtCore.Qt.FocusPolicy.ClickFocus)
+                lay.addWidget(box)
+            else:
+                lay.addWidget(self.gl_view)
             self.message.hide()
         else:
             self.grid = None
@@ -308,6 +364,9 @@ class SceneView(QtWidgets.QWidget):
 
     def grab_image(self) -> QtGui.QImage:
         """The current drawing as an image (the message label when there is no OpenGL)."""
+        if self.native:  # a window draws on its next frame: draw now
+            self.gl_view.makeCurrent()
+            self.gl_view.paintGL()
         if self.gl_view is not None:
             return self.gl_view.grabFramebuffer()
         return self.grab().toImage()

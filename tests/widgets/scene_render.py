@@ -1,5 +1,6 @@
 """Helper run in a subprocess under Xvfb by test_xvfb.py: draw a scene with real OpenGL and
-report what the frame buffer shows as JSON (`python -m tests.widgets.scene_render OUT.json`)."""
+report what the frame buffer shows as JSON (`python -m tests.widgets.scene_render OUT.json
+[--native]`; --native: the view in a window of its own, as the Calibrate page has it)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import trimesh
-from PySide6 import QtWidgets
+from PySide6 import QtGui, QtWidgets
 
-from widgets.scene_view import SceneView
+from widgets.scene_view import SceneView, share_gl_contexts
 
 _BOX = trimesh.creation.box(extents=(0.4, 0.4, 0.4))  # a cube of 0.4 m about the origin
 BOX_V, BOX_F = np.asarray(_BOX.vertices), np.asarray(_BOX.faces)
@@ -31,12 +32,14 @@ def count(img) -> dict[str, int]:  # type: ignore[no-untyped-def]
     }
 
 
-def main(out: Path) -> int:
+def main(out: Path, native: bool = False) -> int:
+    share_gl_contexts()
     app = QtWidgets.QApplication([sys.argv[0]])
-    view = SceneView()
+    view = SceneView(native_window=native)
     view.resize(400, 300)
     view.show()
     result: dict[str, object] = {"has_gl": view.has_gl, "platform": app.platformName()}
+    result["native"] = isinstance(view.gl_view, QtGui.QWindow)
     view.look_at((0, 0, 0), 2.0)
     view.set_mesh("box", BOX_V, BOX_F, (0.9, 0.1, 0.1, 1.0))
     T = np.eye(4)
@@ -60,4 +63,4 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(Path(sys.argv[1])))
+    raise SystemExit(main(Path(sys.argv[1]), "--native" in sys.argv[2:]))
