@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from devices.poses import pose_to_matrix
 from twins.errors import TwinError
 from twins.export import export_urdfs
 from twins.make import assemble, mesh_object, robot_from_urdf, sim_params, table_box
@@ -70,6 +71,22 @@ def robot_into(
     return robot, params, notes
 
 
+def support_in_object(
+    plane: Sequence[float] | None, pose: Sequence[float] | np.ndarray
+) -> tuple[float, float, float, float] | None:
+    """The scan's table plane (a, b, c, d in the base frame) in an object's frame (`pose`:
+    the object frame in the base frame), for fitting primitives to what the scan observed
+    (twins/primitives.py ignores it when the object does not rest on it); None without one.
+    `pose` may also be the 4x4 matrix T_base_object."""
+    if plane is None:
+        return None
+    T = np.asarray(pose, float)
+    T = T if T.shape == (4, 4) else pose_to_matrix(T)
+    n = np.asarray(plane[:3], float)
+    a, b, c = (float(v) for v in T[:3, :3].T @ n)
+    return a, b, c, float(n @ T[:3, 3] + float(plane[3]))
+
+
 def table_from_plane(scan: ScanInput) -> Any:
     if scan.table_plane is None:
         return None
@@ -111,7 +128,15 @@ def build_twin_steps(
     for i, o in enumerate(sc.objects):
         yield 0.05 + 0.6 * i / max(len(sc.objects), 1), f"object '{o.name}': inertia, collision"
         obj, params, n = mesh_object(
-            o.name, o.mesh, tuple(o.pose), folder, density=density, source=sc.source, rgba=o.rgba
+            o.name,
+            o.mesh,
+            tuple(o.pose),
+            folder,
+            density=density,
+            source=sc.source,
+            rgba=o.rgba,
+            support=support_in_object(sc.table_plane, o.pose),
+            observed=o.observed,
         )
         objects.append((obj, params))
         notes += n

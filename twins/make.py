@@ -13,7 +13,7 @@ from twins.decompose import decompose, hull, write_hulls
 from twins.errors import TwinError
 from twins.inertia import mesh_mass_props, primitive_mass_props
 from twins.params import Param, ParamSet
-from twins.primitives import PRIMITIVE_TOL_M, closest_primitive, fit_primitive
+from twins.primitives import PRIMITIVE_TOL_M, closest_primitive
 from twins.spec import (
     IDENTITY_POSE,
     ActuatorSpec,
@@ -343,15 +343,21 @@ def mesh_object(
     rgba: Sequence[float] = (0.3, 0.6, 0.8, 1),
     source: str = "",
     max_hulls: int = 8,
+    support: Sequence[float] | None = None,
+    observed: np.ndarray | None = None,
 ) -> tuple[ObjectSpec, list[Param], list[str]]:
     """An object from a mesh in its body frame: writes `objects/<name>.obj` and its convex
-    hulls into `folder` (the twin folder) and returns the spec, params and notes."""
+    hulls into `folder` (the twin folder) and returns the spec, params and notes.
+    `support`: the plane (a, b, c, d) in the body frame the object rests on (a scan's
+    table), `observed`: the points the scan saw (body frame): a primitive is then fitted to
+    the observed surface (twins/primitives.py)."""
     mp = mesh_mass_props(mesh, f"object '{name}'", open_mesh)
     sub = Path(folder) / "objects"
     sub.mkdir(parents=True, exist_ok=True)
     mesh.export(sub / f"{name}.obj")
     notes = list(mp.notes)
-    prim = fit_primitive(mesh)
+    near = closest_primitive(mesh, support=support, observed=observed)
+    prim = near if near is not None and near.rms_m <= PRIMITIVE_TOL_M else None
     if prim is not None:
         shape = Shape(prim.kind, prim.size, f"objects/{name}.obj", (), tuple(prim.pose))
         notes.append(f"object '{name}': collides as a {prim.describe()}")
@@ -360,18 +366,14 @@ def mesh_object(
         dec = decompose(hull_src, f"object '{name}'", max_hulls=max_hulls)
         hull_files = write_hulls(dec.hulls, sub, name)
         shape = Shape("mesh", (), f"objects/{name}.obj", tuple(f"objects/{h}" for h in hull_files))
-        if len(dec.hulls) > 1:
-            near = closest_primitive(mesh)
-            why = (
-                f"closest is a {near.describe()}, over the {PRIMITIVE_TOL_M * 1000:.0f} mm "
-                "tolerance"
-                if near is not None
-                else "no primitive fits"
-            )
+        why = f"no primitive within the {PRIMITIVE_TOL_M * 1000:.0f} mm tolerance" + (
+            f" (closest is a {near.describe()})" if near is not None else ""
+        )
+        if len(dec.hulls) > 1 or mesh.is_watertight:
             notes.append(f"object '{name}': {why}; {dec.describe()}")
-        elif not mesh.is_watertight:
+        else:
             notes.append(
-                f"object '{name}': mesh is open, so it collides as one convex hull "
+                f"object '{name}': {why}; the mesh is open, so it collides as one convex hull "
                 "(concavities of an open mesh cannot be decomposed reliably)"
             )
     mass_from = "mass" if mass is not None else "density"

@@ -6,11 +6,21 @@ to the primitive's surface (exact distance) and points sampled on the primitive 
 (nearest of many mesh samples). A scanned box with rounded, noisy edges is within a few
 millimetres of its box everywhere; a U-block is not (its gap lies centimetres inside the
 box that encloses it), so it stays a mesh and is decomposed (twins/decompose.py).
+
+A scanned object resting on a table was never seen from below: its mesh is closed there by
+the scan (a flat bottom and a skirt of snapped, filled triangles a centimetre or so high,
+reconstruction/objects.py), and that skirt flares. When the support plane is known (the
+segmentation's table, in the mesh frame) the fit uses the observed surface only: upright
+boxes and cylinders are fitted to the side walls above the skirt (box sides: the median of
+the wall points facing each side; cylinder: a Huber-weighted circle fit) and the top, then
+extruded down to the plane; the surface distance ignores the bottom and the skirt.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import trimesh
@@ -21,7 +31,19 @@ from devices.poses import matrix_to_pose
 # Largest RMS surface distance (m) for a mesh to become a primitive: about what a 4 mm
 # TSDF scan of a real box or can deviates from it (rounded edges, noise, closed bottom).
 PRIMITIVE_TOL_M = 0.003
+# Height above the support plane (m) below which a scanned object's surface is the scan's
+# closing, not observed: the scan snaps open edges within 3.5 voxels (14 mm at 4 mm) onto
+# the table and fills the rest (reconstruction/objects.py)
+SKIRT_M = 0.015
+# Largest gap (m) between the mesh's lowest points and the support plane for the object to
+# count as resting on it
+REST_TOL_M = 0.01
+# A mesh point over this far (m) from every point the scan observed was made up by closing
+# the mesh (hole filling across a side the camera never saw)
+OBSERVED_M = 0.003
 _SAMPLES = 4000
+_FACING_DEG = 25  # a wall point belongs to a box side when its normal is this close to it
+_HUBER_M = 0.002  # Huber scale of the circle fit: about a scan's surface noise
 
 
 @dataclass(frozen=True)
@@ -36,12 +58,25 @@ class PrimitiveFit:
     pose: NDArray[np.float64]
     rms_m: float
     max_m: float
+    on_support: bool = False  # fitted to the observed surface, down to the support plane
+    seen: float = 1.0  # share of the mesh's surface the scan observed (the rest it closed)
 
     def describe(self) -> str:
+        how = (
+            " (fitted to the observed surface above the support plane and extruded down to it)"
+            if self.on_support
+            else ""
+        )
+        unseen = (
+            f"; {100 * (1 - self.seen):.0f} % of the mesh was closed by the scan, not seen, "
+            "and is not judged"
+            if self.seen < 0.995
+            else ""
+        )
         return (
-            f"{self.kind} {np.round(np.asarray(self.size), 4).tolist()} m, surface fit "
+            f"{self.kind} {np.round(np.asarray(self.size), 4).tolist()} m{how}, surface fit "
             f"error {self.rms_m * 1000:.1f} mm RMS ({self.max_m * 1000:.1f} mm at the 95th "
-            "percentile)"
+            f"percentile){unseen}"
         )
 
 
@@ -76,8 +111,8 @@ def _axis_frame(T_mesh_box: NDArray[np.float64], axis: int) -> NDArray[np.float6
 
 def _candidates(
     mesh: trimesh.Trimesh, pts: NDArray[np.float64]
-) -> list[tuple[str, tuple[float, ...], NDArray[np.float64], NDArray[np.float64]]]:
-    """(kind, size, T_mesh_primitive, distances of `pts` to its surface) for each shape."""
+) -> list[tuple[str, tuple[float, ...], NDArray[np.float64]]]:
+    """(kind, size, T_mesh_primitive) for each shape, from the mesh's oriented bounds."""
     T, _ = trimesh.bounds.oriented_bounds(mesh)  # T maps mesh -> box frame (its axes)
     local = trimesh.transform_points(pts, T)
     # extents from percentiles, not the extreme points: a noisy scan's outliers would
@@ -86,7 +121,7 @@ def _candidates(
     ext, mid = hi - lo, (hi + lo) / 2
     local = local - mid
     T_mesh_box = np.linalg.inv(T) @ trimesh.transformations.translation_matrix(mid)
-    out = [("box", tuple(float(e / 2) for e in ext), T_mesh_box, _box_distance(local, ext / 2))]
+    out = [("box", tuple(float(e / 2) for e in ext), T_mesh_box)]
     for ax in range(3):
         others = [i for i in range(3) if i != ax]
         length = float(ext[ax])
@@ -95,19 +130,135 @@ def _candidates(
         if side.sum() < 20:
             continue
         r = float(np.median(radial[side]))
-        Tc = _axis_frame(T_mesh_box, ax)
-        loc_c = trimesh.transform_points(pts, np.linalg.inv(Tc))
-        out.append(("cylinder", (r, length), Tc, _cylinder_distance(loc_c, r, length)))
-    # sphere: algebraic least squares |p|^2 = 2 c.p + (r^2 - |c|^2)
+        out.append(("cylinder", (r, length), _axis_frame(T_mesh_box, ax)))
+    out += _sphere(pts)
+    return out
+
+
+def _sphere(pts: NDArray[np.float64]) -> list[tuple[str, tuple[float, ...], NDArray[np.float64]]]:
+    """Algebraic least squares |p|^2 = 2 c.p + (r^2 - |c|^2); [] when degenerate."""
     A = np.column_stack([2 * pts, np.ones(len(pts))])
     sol, *_ = np.linalg.lstsq(A, (pts**2).sum(axis=1), rcond=None)
     c = sol[:3]
     r2 = float(sol[3] + c @ c)
-    if r2 > 0:
-        rs = float(np.sqrt(r2))
-        Ts = np.eye(4)
-        Ts[:3, 3] = c
-        out.append(("sphere", (rs,), Ts, np.abs(np.linalg.norm(pts - c, axis=1) - rs)))
+    if r2 <= 0:
+        return []
+    Ts = np.eye(4)
+    Ts[:3, 3] = c
+    return [("sphere", (float(np.sqrt(r2)),), Ts)]
+
+
+def _distance(
+    kind: str, size: tuple[float, ...], T: NDArray[np.float64], pts: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """Distances of `pts` (mesh frame) to the surface of a primitive at T_mesh_primitive."""
+    local = trimesh.transform_points(pts, np.linalg.inv(T))
+    if kind == "box":
+        return _box_distance(local, np.asarray(size, float))
+    if kind == "cylinder":
+        return _cylinder_distance(local, size[0], size[1])
+    return np.asarray(np.abs(np.linalg.norm(local, axis=1) - size[0]), float)
+
+
+def _support_frame(mesh: trimesh.Trimesh, support: Sequence[float]) -> NDArray[np.float64] | None:
+    """T_mesh_support for a plane (a, b, c, d) in the mesh frame: z = the plane's normal
+    towards the mesh, origin = the mesh's centroid dropped onto the plane. None when the
+    mesh does not rest on the plane (its lowest point over REST_TOL_M from it)."""
+    n = np.asarray(support[:3], float)
+    s = float(np.linalg.norm(n))
+    if s < 1e-9:
+        return None
+    n, d = n / s, float(support[3]) / s
+    v = np.asarray(mesh.vertices, float)
+    h = v @ n + d
+    if np.median(h) < 0:
+        n, d, h = -n, -d, -h
+    if abs(float(h.min())) > REST_TOL_M:
+        return None
+    x = np.cross(n, [0.0, 0.0, 1.0] if abs(n[2]) < 0.9 else [1.0, 0.0, 0.0])
+    x /= np.linalg.norm(x)
+    T = np.eye(4)
+    T[:3, 0], T[:3, 1], T[:3, 2] = x, np.cross(n, x), n
+    c = v.mean(axis=0)
+    T[:3, 3] = c - (c @ n + d) * n
+    return T
+
+
+def _normals(
+    pts: NDArray[np.float64], face_normals: NDArray[np.float64], dense: Any, tree: Any
+) -> NDArray[np.float64]:
+    """Surface normals at `pts` from the local plane through their 30 nearest dense samples
+    (about 3 mm around), signed as the faces they lie on: a noisy scan's single triangles
+    tilt by tens of degrees, the surface around them does not."""
+    _, idx = tree.query(pts, k=30)
+    nb = np.asarray(dense, float)[idx]
+    nb = nb - nb.mean(axis=1, keepdims=True)
+    _, vecs = np.linalg.eigh(np.einsum("nki,nkj->nij", nb, nb))
+    n = vecs[:, :, 0]
+    flip = np.einsum("ij,ij->i", n, np.asarray(face_normals, float)) < 0
+    n[flip] = -n[flip]
+    return np.asarray(n, float)
+
+
+def _circle(p: NDArray[np.float64]) -> tuple[NDArray[np.float64], float]:
+    """Centre and radius of a circle through 2-D points: algebraic fit, then Gauss-Newton on
+    the geometric residuals with Huber weights (a scan's stray points pull it little)."""
+    A = np.column_stack([2 * p, np.ones(len(p))])
+    sol, *_ = np.linalg.lstsq(A, (p**2).sum(axis=1), rcond=None)
+    c, r = sol[:2], float(np.sqrt(max(sol[2] + sol[:2] @ sol[:2], 1e-12)))
+    for _ in range(15):
+        dp = p - c
+        ri = np.maximum(np.linalg.norm(dp, axis=1), 1e-9)
+        e = ri - r
+        w = np.sqrt(np.minimum(1.0, _HUBER_M / np.maximum(np.abs(e), 1e-12)))
+        J = np.column_stack([-dp / ri[:, None], -np.ones(len(p))])
+        step, *_ = np.linalg.lstsq(J * w[:, None], -e * w, rcond=None)
+        c, r = c + step[:2], r + float(step[2])
+        if np.abs(step).max() < 1e-7:
+            break
+    return c, abs(r)
+
+
+def _upright(
+    pts: NDArray[np.float64], normals: NDArray[np.float64], T_ms: NDArray[np.float64]
+) -> list[tuple[str, tuple[float, ...], NDArray[np.float64]]]:
+    """An upright box and cylinder standing on the support plane (frame T_ms), fitted to the
+    observed surface: the top's median height and the side walls above the skirt."""
+    q = trimesh.transform_points(pts, np.linalg.inv(T_ms))
+    nq = normals @ T_ms[:3, :3]
+    h = q[:, 2]
+    hmax = float(np.percentile(h, 99))
+    top_pts = (nq[:, 2] > 0.9) & (h > 0.5 * hmax)
+    top = float(np.median(h[top_pts])) if top_pts.sum() >= 20 else hmax
+    skirt = min(SKIRT_M, 0.3 * top)
+    walls = (np.abs(nq[:, 2]) < 0.3) & (h > skirt) & (h < top - min(0.01, 0.2 * top))
+    if walls.sum() < 30 or top <= 0:
+        return []
+    w2 = q[walls, :2]
+    n2 = nq[walls, :2] / np.maximum(np.linalg.norm(nq[walls, :2], axis=1, keepdims=True), 1e-12)
+    out: list[tuple[str, tuple[float, ...], NDArray[np.float64]]] = []
+    # box: the wall normals' direction modulo 90 degrees gives the yaw; each side sits at the
+    # median of the wall points facing it (a rounded edge's or a flared skirt's points do not)
+    theta = float(np.angle(np.exp(4j * np.arctan2(n2[:, 1], n2[:, 0])).sum())) / 4
+    R2 = np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
+    uv, nuv = w2 @ R2, n2 @ R2
+    sides = np.full((2, 2), np.nan)
+    for ax in range(2):
+        for k, sign in enumerate((1.0, -1.0)):
+            facing = sign * nuv[:, ax] > np.cos(np.radians(_FACING_DEG))
+            if facing.sum() >= 10:  # a side the scan hardly saw gives no box: no size for it
+                sides[ax, k] = np.median(uv[facing, ax])
+    half = (sides[:, 0] - sides[:, 1]) / 2
+    if np.all(half > 0):
+        Tb = np.eye(4)
+        Tb[:2, :2] = R2
+        Tb[:2, 3] = R2 @ sides.mean(axis=1)
+        Tb[2, 3] = top / 2
+        out.append(("box", (float(half[0]), float(half[1]), top / 2), T_ms @ Tb))
+    c, r = _circle(w2)
+    Tc = np.eye(4)
+    Tc[:2, 3], Tc[2, 3] = c, top / 2
+    out.append(("cylinder", (r, top), T_ms @ Tc))
     return out
 
 
@@ -120,39 +271,83 @@ def _primitive_mesh(kind: str, size: tuple[float, ...]) -> trimesh.Trimesh:
 
 
 def fit_primitive(
-    mesh: trimesh.Trimesh, tol: float = PRIMITIVE_TOL_M, seed: int = 0
+    mesh: trimesh.Trimesh,
+    tol: float = PRIMITIVE_TOL_M,
+    seed: int = 0,
+    support: Sequence[float] | None = None,
+    observed: NDArray[np.float64] | None = None,
 ) -> PrimitiveFit | None:
     """The box, cylinder or sphere whose surface lies closest to the mesh's, when its RMS
     surface distance (both ways, see the module docstring) is at most `tol` m; else None.
-    An open mesh counts its holes against the fit (scans are closed before they get here)."""
-    best = closest_primitive(mesh, seed)
+    `support`: the plane (a, b, c, d) the object rests on, in the mesh frame (a scanned
+    object's table); `observed`: points the scan actually saw (its scene mesh's vertices
+    around the object, mesh frame). Then only the observed surface counts. An open mesh
+    counts its holes against the fit (scans are closed before they get here)."""
+    best = closest_primitive(mesh, seed, support, observed)
     return best if best is not None and best.rms_m <= tol else None
 
 
-def closest_primitive(mesh: trimesh.Trimesh, seed: int = 0) -> PrimitiveFit | None:
+def closest_primitive(
+    mesh: trimesh.Trimesh,
+    seed: int = 0,
+    support: Sequence[float] | None = None,
+    observed: NDArray[np.float64] | None = None,
+) -> PrimitiveFit | None:
     """The best-fitting box, cylinder or sphere whatever its error (None for an empty or
-    degenerate mesh): what `fit_primitive` compares with its tolerance."""
+    degenerate mesh, or too little of it observed): what `fit_primitive` compares with its
+    tolerance. With `support` (see there) upright shapes stand on the plane, and the surface
+    distance leaves out the bottom and the scan's closing skirt (a mesh not resting on the
+    plane ignores it); with `observed`, mesh surface over OBSERVED_M from every observed
+    point (closed by the scan's hole filling) is left out of the fit and of the distance,
+    both ways: a primitive's point whose nearest mesh point is such surface is not judged."""
     from scipy.spatial import cKDTree
 
     if len(mesh.faces) < 4 or mesh.area <= 0:
         return None
     rng = np.random.default_rng(seed)
-    pts, _ = trimesh.sample.sample_surface(mesh, _SAMPLES, seed=int(rng.integers(1 << 31)))
+    pts, fidx = trimesh.sample.sample_surface(mesh, _SAMPLES, seed=int(rng.integers(1 << 31)))
     pts = np.asarray(pts, float)
     dense, _ = trimesh.sample.sample_surface(mesh, 4 * _SAMPLES, seed=int(rng.integers(1 << 31)))
-    tree = cKDTree(np.asarray(dense, float))
+    dense = np.asarray(dense, float)
+    tree = cKDTree(dense)
+    seen_pts, seen_dense = np.ones(len(pts), bool), np.ones(len(dense), bool)
+    if observed is not None and len(observed) >= 100:
+        otree = cKDTree(np.asarray(observed, float))
+        seen_pts = otree.query(pts, distance_upper_bound=OBSERVED_M)[0] <= OBSERVED_M
+        seen_dense = otree.query(dense, distance_upper_bound=OBSERVED_M)[0] <= OBSERVED_M
+    T_ms = None if support is None else _support_frame(mesh, support)
+    upright: list[tuple[str, tuple[float, ...], NDArray[np.float64]]] = []
+    skirt = -np.inf
+    if T_ms is None:
+        cands, keep = _candidates(mesh, pts), seen_pts
+    else:
+        normals = _normals(pts, mesh.face_normals[fidx], dense, tree)
+        upright = _upright(pts[seen_pts], normals[seen_pts], T_ms)
+        h = (pts - T_ms[:3, 3]) @ T_ms[:3, 2]
+        skirt = min(SKIRT_M, 0.3 * float(np.percentile(h, 99)))
+        keep = seen_pts & (h > skirt)
+        general = [c for c in _candidates(mesh, pts) if c[0] != "sphere"]
+        cands = upright + general + _sphere(pts[keep])
+    if keep.sum() < 100:
+        return None
+    seen = pts[keep]
     best: PrimitiveFit | None = None
-    for kind, size, T, d_mesh in _candidates(mesh, pts):
+    for i, (kind, size, T) in enumerate(cands):
         prim = _primitive_mesh(kind, size)
         ppts, _ = trimesh.sample.sample_surface(prim, _SAMPLES, seed=int(rng.integers(1 << 31)))
-        d_prim, _ = tree.query(trimesh.transform_points(np.asarray(ppts, float), T))
-        both = np.concatenate([d_mesh, d_prim])
+        ppts = trimesh.transform_points(np.asarray(ppts, float), T)
+        if T_ms is not None:
+            ppts = ppts[(ppts - T_ms[:3, 3]) @ T_ms[:3, 2] > skirt]
+        d_prim, nearest = tree.query(ppts)
+        both = np.concatenate([_distance(kind, size, T, seen), d_prim[seen_dense[nearest]]])
         fit = PrimitiveFit(
             kind,
             size,
             matrix_to_pose(T),
             float(np.sqrt(np.mean(both**2))),
             float(np.percentile(both, 95)),
+            T_ms is not None and i < len(upright),
+            float(seen_pts.mean()),
         )
         if best is None or fit.rms_m < best.rms_m:
             best = fit

@@ -67,6 +67,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             fs.append(f)
             out[f"chamfer_mm/{name}"] = round(c * 1000, 3)
             out[f"fscore_5mm/{name}"] = round(f, 4)
+        out.update(_primitives(res, pairs, cfg))
         out["chamfer_mm"] = round(float(np.mean(ch)), 3) if ch else None
         out["fscore_5mm"] = round(float(np.mean(fs)), 4) if fs else 0.0
         out["objects_found"] = len(pairs)
@@ -124,4 +125,31 @@ def run(quick: bool = False) -> dict[str, Any]:
         out["replay_scan_s"] = round(time.perf_counter() - t, 2)
         out["replay_objects"] = len(res2.objects)
         out["recording_mb"] = round(rec.stat().st_size / 1e6, 2)
+    return out
+
+
+def _primitives(res: Any, pairs: list[tuple[int, str]], cfg: Any) -> dict[str, Any]:
+    """Which scanned objects the twin makes primitives of (issue 9 part 6: fitted to the
+    surface the scan observed above the table), the fit error, and the closest primitive's
+    size against the lab's truth (largest error over its dimensions)."""
+    from twins.from_scan import support_in_object
+    from twins.primitives import PRIMITIVE_TOL_M, closest_primitive
+
+    shapes = {o.name: (o.shape, sorted(o.size)) for o in cfg.objects}
+    out: dict[str, Any] = {"primitives": []}
+    for i, name in pairs:
+        o = res.objects[i]
+        near = closest_primitive(
+            o.mesh, support=support_in_object(res.table_plane, o.T_base_object)
+        )
+        if near is None:
+            continue
+        out[f"fit_rms_mm/{name}"] = round(near.rms_m * 1000, 2)
+        if near.rms_m <= PRIMITIVE_TOL_M:
+            out["primitives"].append(f"{name}: {near.kind}")
+        kind, size = shapes[name]
+        if kind == near.kind:
+            full = 2 * np.asarray(near.size) if kind == "box" else np.asarray(near.size)
+            err = np.abs(np.sort(full) - np.asarray(size)).max()
+            out[f"primitive_size_err_mm/{name}"] = round(float(err) * 1000, 2)
     return out
