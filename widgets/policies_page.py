@@ -24,9 +24,11 @@ from PySide6 import QtCore, QtWidgets
 from app.project import Project
 from app.workflows import calibrate_live
 from app.workflows import train as train_flow
+from app.workflows.sim_real import sim_real_table
 from widgets.pages import StatusLine, WorkflowPage, preview
 from widgets.policies_views import DistributionView, PolicyTable
 from widgets.policy_setup import TrainSetup, wrapped_label
+from widgets.sim_real_view import SimRealView
 
 log = logging.getLogger(__name__)
 IDLE = "Choose a task, a twin and a trainer, then press Train."
@@ -107,6 +109,8 @@ class PoliciesPage(WorkflowPage):
         self.score_y2: list[float] = []
         self.views.addTab(self.curve_view, "Learning curve")
         self.views.addTab(self.dist_view, "Training distribution")
+        self.sim_real = SimRealView()
+        self.views.addTab(self.sim_real, "Sim vs real")
         self.table = PolicyTable()
         self.table.itemSelectionChanged.connect(self._selection_changed)
         bottom = QtWidgets.QHBoxLayout()
@@ -146,6 +150,7 @@ class PoliciesPage(WorkflowPage):
             return
         self.setup.refresh()
         self.table.show_policies(proj)
+        self.sim_real.show_table(sim_real_table(proj))
         self._update_resume()
 
     # -- training ------------------------------------------------------------------------
