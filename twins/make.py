@@ -13,7 +13,7 @@ from twins.decompose import decompose, hull, write_hulls
 from twins.errors import TwinError
 from twins.inertia import mesh_mass_props, primitive_mass_props
 from twins.params import Param, ParamSet
-from twins.primitives import PRIMITIVE_TOL_M, closest_primitive
+from twins.primitives import closest_primitive, primitive_tolerance
 from twins.spec import (
     IDENTITY_POSE,
     ActuatorSpec,
@@ -357,7 +357,8 @@ def mesh_object(
     mesh.export(sub / f"{name}.obj")
     notes = list(mp.notes)
     near = closest_primitive(mesh, support=support, observed=observed)
-    prim = near if near is not None and near.rms_m <= PRIMITIVE_TOL_M else None
+    tol = primitive_tolerance(mesh)
+    prim = near if near is not None and near.rms_m <= tol else None
     if prim is not None:
         shape = Shape(prim.kind, prim.size, f"objects/{name}.obj", (), tuple(prim.pose))
         notes.append(f"object '{name}': collides as a {prim.describe()}")
@@ -366,7 +367,7 @@ def mesh_object(
         dec = decompose(hull_src, f"object '{name}'", max_hulls=max_hulls)
         hull_files = write_hulls(dec.hulls, sub, name)
         shape = Shape("mesh", (), f"objects/{name}.obj", tuple(f"objects/{h}" for h in hull_files))
-        why = f"no primitive within the {PRIMITIVE_TOL_M * 1000:.0f} mm tolerance" + (
+        why = f"no primitive within the {tol * 1000:.1f} mm tolerance" + (
             f" (closest is a {near.describe()})" if near is not None else ""
         )
         if len(dec.hulls) > 1 or mesh.is_watertight:

@@ -133,7 +133,7 @@ def _primitives(res: Any, pairs: list[tuple[int, str]], cfg: Any) -> dict[str, A
     surface the scan observed above the table), the fit error, and the closest primitive's
     size against the lab's truth (largest error over its dimensions)."""
     from twins.from_scan import support_in_object
-    from twins.primitives import PRIMITIVE_TOL_M, closest_primitive
+    from twins.primitives import closest_primitive, primitive_tolerance
 
     shapes = {o.name: (o.shape, sorted(o.size)) for o in cfg.objects}
     out: dict[str, Any] = {"primitives": []}
@@ -145,7 +145,7 @@ def _primitives(res: Any, pairs: list[tuple[int, str]], cfg: Any) -> dict[str, A
         if near is None:
             continue
         out[f"fit_rms_mm/{name}"] = round(near.rms_m * 1000, 2)
-        if near.rms_m <= PRIMITIVE_TOL_M:
+        if near.rms_m <= primitive_tolerance(o.mesh):
             out["primitives"].append(f"{name}: {near.kind}")
         kind, size = shapes[name]
         if kind == near.kind:

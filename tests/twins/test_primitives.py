@@ -71,7 +71,7 @@ def test_u_block_decomposition_keeps_the_gap(tmp_path: Path) -> None:
     assert obj.shape.kind == "mesh" and len(obj.shape.hulls) == len(dec.hulls)
     (note,) = [n for n in notes if dec.method in n]
     assert (
-        "closest is a box" in note and "mm RMS" in note and "within the 3 mm tolerance" in note
+        "closest is a box" in note and "mm RMS" in note and "within the 3.0 mm tolerance" in note
     ), note
 
 
