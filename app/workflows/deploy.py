@@ -415,7 +415,8 @@ def _start_feeder(client: RobotClient, plan: DeployPlan) -> ObjectPoseFeeder:
     name = str(plan.spec.object)
     feeder = plan.objects.feeder(client, [name], stream=True)
     feeder.start()
-    if not feeder.wait_first(20.0):
+    # a camera's first frame can take long (the lab's renderer starts) and be old
+    if not feeder.wait_first(60.0, fresh_s=0.5 * plan.spec.object_max_age_s):
         feeder.stop()
         if feeder.surface is not None:
             feeder.surface.close()

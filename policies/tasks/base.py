@@ -146,6 +146,7 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
             action_scale=config.action_scale,
             object=self._object_name(),
             control_rate_hz=config.control_rate_hz,
+            object_max_age_s=float(getattr(config, "object_max_age_s", 0.2)),
         )
         dim = self.policy_spec.obs_dim
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)

@@ -5,7 +5,10 @@ first movable object). Each episode draws the object's start near its scanned po
 `goal_distance` away in a direction within `goal_spread_deg` of pushing away from the robot
 base, and a start configuration around home. The policy sees joints plus the tracked
 object pose (`object_pose`, noisy, with dropouts) and the goal (`object_goal`). Success:
-the object's centre within `success_tol` of the goal at the end of the episode.
+the object's centre within `success_tol` of the goal at the end of the episode. The
+object is observed as the robot agent gives it (PROTOCOL.md `object_pose`): the newest
+good pose the camera tracker streamed, in the robot base frame (the twin's world), and a
+pose older than `object_max_age_s` ends the episode as the agent stops the policy.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class PushConfig(TaskConfig):
     goal_distance: tuple[float, float] = (0.08, 0.15)  # m
     goal_spread_deg: float = 45.0
     success_tol: float = 0.03  # m
+    object_max_age_s: float = 0.2  # the agent stops the policy on an older tracked pose
 
 
 def default_config() -> PushConfig:

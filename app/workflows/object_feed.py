@@ -1,0 +1,329 @@
+"""Live object poses for a deployed policy: the robot's camera stream through the Real2Sim
+object tracker, streamed to the robot agent (`object_pose` messages, PROTOCOL.md).
+
+    feeder = ObjectPoseFeeder(client, "fixed", models_from_scan(scan, ["cylinder"]),
+                              T_base_camera, table=table_plane(scan), surface=surface)
+    feeder.start(); feeder.wait_first(5.0)      # a pose is at the agent before the run
+    ...                                         # client.run_policy(...)
+    feeder.stop(); feeder.stats.summary()       # frames, lost, latency, refusals
+
+Two threads: a reader keeps only the newest camera frame (`client.camera_frames`), the
+tracker thread tracks the newest frame it has not tracked yet (a slow tracker skips frames
+rather than falling behind) and sends each object's pose with the frame's capture time, its
+quality and whether it is lost. Frames are stamped on the robot's clock by the robot's own
+camera feed (the lab's camera stamps the lab clock); a camera on another clock is mapped by
+`clock_offset_s` (robot time = camera time + offset). The robot is masked out of the depth
+by forward kinematics at the newest measured joint positions (`surface`). The agent, not
+this feeder, decides when tracking is too old: a feeder that dies or falls behind stops
+the robot through the agent's age limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from app.workflows.track import RobotSurface
+from devices.errors import DeviceError
+from devices.frames import RGBDFrame
+from devices.poses import matrix_to_pose
+from devices.robots.client import RobotClient
+from reconstruction.object_tracking import ObjectModel, ObjectTracker, ObjectTrackSettings
+from reconstruction.segment import Plane
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FeedStats:
+    """What the feeder did (times in s; robot clock where it says so)."""
+
+    frames: int = 0  # frames tracked
+    skipped: int = 0  # frames that arrived while the tracker was busy (not tracked)
+    sent: int = 0  # object reports sent
+    lost: int = 0  # reports that said lost
+    track_s: list[float] = field(default_factory=list)  # tracker time per frame
+    age_s: list[float] = field(default_factory=list)  # robot time at send - capture time
+    poses: list[tuple[float, str, list[float], float, bool]] = field(default_factory=list)
+    error: str = ""  # why the feeder stopped early
+
+    def summary(self) -> dict[str, Any]:
+        def pct(v: list[float], q: float) -> float:
+            return float(np.percentile(v, q)) if v else float("nan")
+
+        return {
+            "frames": self.frames,
+            "skipped": self.skipped,
+            "sent": self.sent,
+            "lost": self.lost,
+            "track_ms_median": 1e3 * pct(self.track_s, 50),
+            "age_ms_median": 1e3 * pct(self.age_s, 50),
+            "age_ms_p95": 1e3 * pct(self.age_s, 95),
+            "error": self.error,
+        }
+
+
+class ObjectPoseFeeder:
+    """Tracks `models` in camera `camera` of the robot behind `client` and streams the
+    poses of `send` (default: every model) to its agent until `stop()`."""
+
+    def __init__(
+        self,
+        client: RobotClient,
+        camera: str,
+        models: Sequence[ObjectModel],
+        T_base_camera: NDArray[np.float64],
+        table: Plane | None = None,
+        surface: RobotSurface | None = None,
+        settings: ObjectTrackSettings | None = None,
+        send: Sequence[str] | None = None,
+        clock_offset_s: float = 0.0,
+        frame_timeout_s: float = 60.0,
+        stream: bool = True,
+    ) -> None:
+        T = np.asarray(T_base_camera, float)
+        if T.shape != (4, 4) or not np.all(np.isfinite(T)):
+            raise DeviceError(f"camera '{camera}': T_base_camera must be a finite 4x4 matrix")
+        info = client.info
+        if info is not None and info.cameras and camera not in info.cameras:
+            raise DeviceError(
+                f"robot {info.name} has no camera '{camera}' (it serves {list(info.cameras)})"
+            )
+        self.client, self.camera, self.T = client, camera, T
+        self.tracker = ObjectTracker(models, table, settings)
+        self.surface = surface
+        self.send = tuple(send) if send else tuple(m.name for m in models)
+        self.offset = float(clock_offset_s)
+        self.frame_timeout_s = frame_timeout_s
+        self.stream = stream  # False: track only (before a policy that observes it is loaded)
+        self.stats = FeedStats()
+        self.fresh_s = float("inf")
+        self._stop = threading.Event()
+        self._new = threading.Condition()
+        self._frame: RGBDFrame | None = None
+        self._first = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for fn, name in ((self._read, "camera"), (self._track, "tracker")):
+            th = threading.Thread(target=fn, name=f"twinbench-feed-{name}", daemon=True)
+            th.start()
+            self._threads.append(th)
+
+    def wait_first(self, timeout_s: float, fresh_s: float = float("inf")) -> bool:
+        """True once a good pose of every sent object went out, captured less than
+        `fresh_s` before it was sent (a camera's first frames may be old); False after
+        `timeout_s` or if the feeder stopped (`stats.error` says why)."""
+        self.fresh_s = fresh_s
+        return self._first.wait(timeout_s) and not self.stats.error
+
+    @property
+    def alive(self) -> bool:
+        return not self._stop.is_set() and all(t.is_alive() for t in self._threads)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._new:
+            self._new.notify_all()
+        for th in self._threads:
+            th.join(timeout=3.0)  # a reader still waiting for a frame exits on its own
+
+    def __enter__(self) -> ObjectPoseFeeder:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _fail(self, why: str) -> None:
+        if not self.stats.error:
+            self.stats.error = why
+            log.warning("object pose feed stopped: %s", why)
+        self._stop.set()
+        with self._new:
+            self._new.notify_all()
+
+    # -- threads ----------------------------------------------------------------------------
+    def _read(self) -> None:
+        frames = self.client.camera_frames(self.camera, timeout_s=self.frame_timeout_s)
+        try:
+            for f in frames:
+                if self._stop.is_set():
+                    return
+                with self._new:
+                    if self._frame is not None:
+                        self.stats.skipped += 1
+                    self._frame = f
+                    self._new.notify_all()
+        except DeviceError as exc:
+            self._fail(f"camera '{self.camera}': {exc}")
+        finally:
+            frames.close()
+
+    def _track(self) -> None:
+        seen: set[str] = set()
+        try:
+            while not self._stop.is_set():
+                with self._new:
+                    while self._frame is None and not self._stop.is_set():
+                        self._new.wait(0.5)
+                    frame, self._frame = self._frame, None
+                if frame is None:
+                    continue
+                self._track_one(frame, seen)
+        except DeviceError as exc:
+            self._fail(str(exc))
+        except Exception as exc:  # a tracker bug must not leave a silent feed behind
+            self._fail(f"object tracker failed: {exc}")
+
+    def _track_one(self, frame: RGBDFrame, seen: set[str]) -> None:
+        t0 = time.perf_counter()
+        pts = None
+        if self.surface is not None:
+            pts = self.surface.points(self.client.latest_state().joint_pos)
+        tracks = self.tracker.update(frame, self.T, pts)
+        self.stats.track_s.append(time.perf_counter() - t0)
+        self.stats.frames += 1
+        t_cap = float(frame.timestamp) + self.offset
+        age = self.client.latest_state().t - t_cap
+        for name in self.send:
+            tr = tracks.objects[name]
+            if tr.T_world_object is None:
+                continue
+            pose = matrix_to_pose(tr.T_world_object)
+            if self.stream:
+                self.client.send_object_pose(name, pose, t_cap, float(tr.quality), bool(tr.lost))
+            self.stats.sent += 1
+            self.stats.lost += int(tr.lost)
+            self.stats.poses.append((t_cap, name, pose.tolist(), float(tr.quality), tr.lost))
+            if not tr.lost and age < self.fresh_s:
+                seen.add(name)
+        self.stats.age_s.append(age)
+        if seen >= set(self.send):
+            self._first.set()
+
+    def last_good(self, name: str) -> tuple[float, NDArray[np.float64]] | None:
+        """(capture time, pose (7,)) of the newest good pose of `name`, or None."""
+        for t, n, pose, _, lost in reversed(self.stats.poses):
+            if n == name and not lost:
+                return t, np.asarray(pose, float)
+        return None
+
+
+@dataclass(frozen=True)
+class ObjectSource:
+    """Where a deployment's object poses come from: a robot camera seen through the
+    tracker, with the camera's calibrated pose and the scanned object models."""
+
+    camera: str
+    models: tuple[ObjectModel, ...]
+    T_base_camera: NDArray[np.float64]
+    table: Plane | None = None
+    robot_description: str = ""  # URDF key: mask the robot out of the depth
+    clock_offset_s: float = 0.0
+
+    def feeder(self, client: RobotClient, send: Sequence[str], stream: bool) -> ObjectPoseFeeder:
+        surface = None
+        if self.robot_description and client.info is not None:
+            surface = RobotSurface(self.robot_description, list(client.info.joint_names))
+        return ObjectPoseFeeder(
+            client,
+            self.camera,
+            self.models,
+            self.T_base_camera,
+            self.table,
+            surface,
+            send=send,
+            clock_offset_s=self.clock_offset_s,
+            stream=stream,
+        )
+
+
+def track_now(
+    client: RobotClient, source: ObjectSource, name: str, timeout_s: float = 60.0
+) -> NDArray[np.float64]:
+    """The object's current pose (7,) from the camera through the tracker (nothing is sent
+    to the robot); DeviceError naming the camera and object when it is not found."""
+    feeder = source.feeder(client, [name], stream=False)
+    feeder.start()
+    try:
+        ok = feeder.wait_first(timeout_s, fresh_s=0.5)
+        if ok:  # a second frame from where the first converged
+            n = feeder.stats.frames
+            end = time.monotonic() + 2.0
+            while feeder.stats.frames <= n and feeder.alive and time.monotonic() < end:
+                time.sleep(0.01)
+    finally:
+        feeder.stop()
+        if feeder.surface is not None:
+            feeder.surface.close()
+    last = feeder.last_good(name)
+    if not ok or last is None:
+        raise DeviceError(
+            f"camera '{source.camera}': object '{name}' not found by the tracker within "
+            f"{timeout_s:g} s ({feeder.stats.error or f'{feeder.stats.frames} frames tracked'})"
+        )
+    return last[1]
+
+
+def scan_of_twin(project: Any, twin_id: str) -> str | None:
+    """The scan artifact a twin was built from (following fitted versions to their parent)."""
+    seen: set[str] = set()
+    todo = [twin_id]
+    while todo:
+        aid = todo.pop()
+        if aid in seen:
+            continue
+        seen.add(aid)
+        art = project.artifact(aid)
+        if art.kind == "scan":
+            return str(aid)
+        todo.extend(i for i in art.inputs if project.artifact(i).kind in ("scan", "twin"))
+    return None
+
+
+def object_source(
+    project: Any,
+    twin_id: str,
+    objects: Sequence[str],
+    camera: str | None = None,
+    T_base_camera: NDArray[np.float64] | None = None,
+    robot_description: str = "",
+) -> ObjectSource:
+    """The tracker's view of `objects` for a policy trained in twin `twin_id`: the scan the
+    twin came from gives the object models (at their scanned poses), the table and, unless
+    `T_base_camera` is given (e.g. a `calibrate --out` result), the calibrated fixed camera
+    and its pose. DeviceError naming what is missing."""
+    from app.workflows.track import models_from_scan, table_plane
+    from reconstruction.scan_result import ScanResult
+
+    scan_id = scan_of_twin(project, twin_id)
+    if scan_id is None:
+        raise DeviceError(f"twin '{twin_id}' has no scan in its lineage to track objects from")
+    scan = ScanResult.load(project.path_of(scan_id))
+    calib = scan.calibration or {}
+    if T_base_camera is None:
+        if "T_base_fixed" not in calib:
+            raise DeviceError(
+                f"scan '{scan_id}' has no calibrated fixed camera: give the camera's pose "
+                "(--camera-pose FILE from `calibrate --out`, with T_base_camera)"
+            )
+        T_base_camera = np.asarray(calib["T_base_fixed"], float)
+    cam = camera or calib.get("fixed_camera") or ""
+    if not cam:
+        raise DeviceError(f"scan '{scan_id}' names no fixed camera: give --camera NAME")
+    try:
+        models = models_from_scan(scan, list(objects))
+    except Exception as exc:  # TrackError naming the scan's objects
+        raise DeviceError(f"scan '{scan_id}': {exc}") from None
+    return ObjectSource(
+        str(cam), tuple(models), np.asarray(T_base_camera, float), table_plane(scan),
+        robot_description,
+    )  # fmt: skip
