@@ -13,7 +13,10 @@ reconstruction/objects.py), and that skirt flares. When the support plane is kno
 segmentation's table, in the mesh frame) the fit uses the observed surface only: upright
 boxes and cylinders are fitted to the side walls above the skirt (box sides: the median of
 the wall points facing each side; cylinder: a Huber-weighted circle fit) and the top, then
-extruded down to the plane; the surface distance ignores the bottom and the skirt.
+extruded down to the plane; the surface distance ignores the bottom and the skirt. Given
+the points the scan observed (its scene mesh around the object), mesh surface far from all
+of them (hole filling across a side the camera never saw, often caved in by a centimetre or
+more) is left out of the fit and of the distance too.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from devices.poses import matrix_to_pose
 PRIMITIVE_TOL_M = 0.003
 # ... or this share of the mesh's bounding-box diagonal, whichever is larger: a scan's error
 # grows with the object (a room-scale scan fuses at 8-12 mm voxels; a real filing cabinet
-# fused from motion-capture poses lies 5.6 mm RMS from its box, 0.5 % of its 1.1 m)
+# fused from motion-capture poses lies 5.5 mm RMS from its box, 0.5 % of its 1.1 m)
 PRIMITIVE_REL_TOL = 0.0075
 # Height above the support plane (m) below which a scanned object's surface is the scan's
 # closing, not observed: the scan snaps open edges within 3.5 voxels (14 mm at 4 mm) onto
@@ -47,12 +50,12 @@ REST_TOL_M = 0.01
 OBSERVED_M = 0.003
 _SAMPLES = 4000
 _FACING_DEG = 25  # a wall point belongs to a box side when its normal is this close to it
-_HUBER_M = 0.002
+_HUBER_M = 0.002  # Huber scale of the circle fit: about a scan's surface noise
 # On a support plane a shape fitted to the whole mesh (a lying can, a tilted box: sized from
 # the closed mesh too) replaces the upright fit only when this much closer: on the observed
 # surface alone an oversized box can score as well as the right one (measured: 7 mm too
 # wide, 1.71 vs 1.76 mm RMS)
-_UPRIGHT_FIRST = 0.7  # Huber scale of the circle fit: about a scan's surface noise
+_UPRIGHT_FIRST = 0.7
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,16 @@ class PrimitiveFit:
             if self.seen < 0.995
             else ""
         )
+        mm = np.asarray(self.size) * 1000
+        dims = (
+            " x ".join(f"{2 * v:.1f}" for v in mm)
+            if self.kind == "box"
+            else f"r {mm[0]:.1f} x {mm[1]:.1f}"
+            if self.kind == "cylinder"
+            else f"r {mm[0]:.1f}"
+        )
         return (
-            f"{self.kind} {np.round(np.asarray(self.size), 4).tolist()} m{how}, surface fit "
+            f"{self.kind} {dims} mm{how}, surface fit "
             f"error {self.rms_m * 1000:.1f} mm RMS ({self.max_m * 1000:.1f} mm at the 95th "
             f"percentile){unseen}"
         )
