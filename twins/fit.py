@@ -22,8 +22,9 @@ yield's `partial["checkpoint"]` lets `fit_steps(..., resume=checkpoint)` continu
   as failed samples with a penalty loss; the fit goes on and reports how many failed.
 - **Validation**: recordings (or, with one recording, every `1/validation`-th window) the
   optimiser never sees; RMSE per channel before and after is reported.
-- **Posterior**: Laplace approximation at the optimum (twins/posterior.py). SBI (NPE on
-  summary statistics) and SMC-ABC are to come.
+- **Posterior**: Laplace approximation at the optimum (twins/posterior.py), or sampled by
+  SMC — kernel ABC on the replay residuals, started from the Laplace approximation
+  (`posterior="smc"`, twins/fit_posterior.py). SBI (NPE on summary statistics) is to come.
 
 The objective itself (parameter space, windows, replay, residuals) is twins/objective.py;
 its public names are re-exported here for callers of the fit.
@@ -43,7 +44,7 @@ from numpy.typing import NDArray
 from devices.trajectory import Trajectory
 from twins.errors import TwinError
 from twins.executor import Executor, SerialExecutor
-from twins.fit_smc import smc_posterior_steps
+from twins.fit_posterior import latency_resolution, smc_posterior_steps, with_identifiability
 from twins.objective import (
     FAILED_RESIDUAL,
     POSE_UNIT,
@@ -88,7 +89,7 @@ class FitConfig:
     bounds: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     tie: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     stall_generations: int | None = None
-    posterior: str = "laplace"  # or "smc": sampled (twins/fit_smc.py), `particles` of them
+    posterior: str = "laplace"  # or "smc": sampled (twins/fit_posterior.py), `particles` of them
     particles: int = 64
 
     def to_json(self) -> dict[str, Any]:
@@ -433,8 +434,8 @@ def fit_steps(
             f"{counters['evals'] - before} replays, acceptance {smc_run.acceptance:.2f}"
         )
     else:
-        posterior = _latency_resolution(posterior, spec)
-    posterior = _with_identifiability(posterior, J, notes)
+        posterior = latency_resolution(posterior, spec)
+    posterior = with_identifiability(posterior, J, notes)
     val_after = rmse(run([best_u], val)[0]) if val else {}
     if counters["failed"]:
         notes.append(
@@ -461,41 +462,6 @@ def fit_steps(
     )
     yield (1.0, f"fit done: loss {loss0:.4g} -> {final.loss:.4g}", None)
     return result
-
-
-def _latency_resolution(post: ParamPosterior, spec: TwinSpec) -> ParamPosterior:
-    """A replay resolves delays to one physics step: every latency in (k dt, (k+1) dt]
-    gives the same simulation, so a latency's interval is widened by half a step each side
-    and its std by the step's uniform spread (dt / sqrt 12)."""
-    from dataclasses import replace
-
-    dt = spec.params["sim.time_step"].nominal
-    std, iv = dict(post.std), dict(post.interval90)
-    for n in post.names:
-        if n.endswith(".latency") and math.isfinite(std[n]):
-            p = spec.params[n]
-            std[n] = math.sqrt(std[n] ** 2 + dt * dt / 12)
-            lo, hi = iv[n]
-            iv[n] = (max(p.low, lo - dt / 2), min(p.high, hi + dt / 2))
-    return replace(post, std=std, interval90=iv)
-
-
-def _with_identifiability(
-    post: ParamPosterior, J: NDArray[np.float64], notes: list[str]
-) -> ParamPosterior:
-    """The identifiability report (twins/identify.py) from the fit's own final Jacobian
-    (no extra simulations) merged into the posterior's flags and reasons; strongly
-    correlated pairs go to the notes."""
-    from dataclasses import replace
-
-    from twins.identify import from_jacobian
-
-    rep = from_jacobian(post.names, J)
-    ident = {n: bool(post.identifiable[n]) and bool(rep.identifiable[n]) for n in post.names}
-    why = {n: "; ".join(w for w in (post.why[n], rep.why[n]) if w) for n in post.names}
-    for a, b, c in rep.strong_pairs:
-        notes.append(f"{a} and {b} trade off (correlation {c:+.3f}): the data see a mix")
-    return replace(post, identifiable=ident, why=why)
 
 
 def fit(

@@ -7,7 +7,7 @@ independent; without it the intervals are far too narrow). Intervals are taken i
 normalised space (log for log priors) and mapped back, so they respect the bounds and are
 asymmetric for log parameters. Samples are drawn from that Gaussian.
 `from_samples` fills the same fields from samples instead: the fit's SMC posterior
-(twins/fit_smc.py, `method` "smc-abc") uses it.
+(twins/fit_posterior.py, `method` "smc-abc") uses it.
 
 A parameter is flagged not identifiable when its relative std exceeds `REL_STD_MAX`, its
 90 % interval spans most of its bounds, or it loads on a direction of `JᵀJ` the data
