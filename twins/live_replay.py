@@ -5,7 +5,9 @@ spread over worker processes.
 replays recording windows at given values, retuning in place where it can
 (`twins.retune`). `ReplayPool(spec, windows, processes)` runs one `Replayer` per worker
 process over a fixed list of windows: `run(values, indices)` sends the values to every
-worker, each replays its share, and the results come back in window order. PyBullet holds
+worker, each replays its share, and the results come back in window order; `tracks(times)`
+then asks each worker for the drawn bodies' poses over the windows it just replayed (the
+ghost over the whole recording can follow the curves instead of delaying them). PyBullet holds
 Python's GIL while it steps, so threads would not run in parallel; processes do.
 
 Windows are the fit's (`twins.objective.windows`): each replayed from its own recorded start,
@@ -110,8 +112,11 @@ class Replayer:
 
 def _serve(conn: Any, spec: TwinSpec, windows: Sequence[Plain]) -> None:
     """A pool worker: replays windows on request until told to close."""
+    from twins.ghost import body_tracks, start_poses
+
     rep = Replayer(spec)
     wins = [Trajectory(*w) for w in windows]
+    last: dict[int, Trajectory] = {}  # the windows replayed at the current values
     try:
         rep.set_values({})
         conn.send(("ready",))
@@ -119,7 +124,19 @@ def _serve(conn: Any, spec: TwinSpec, windows: Sequence[Plain]) -> None:
             msg = conn.recv()
             if msg[0] == "close":
                 return
+            if msg[0] == "tracks":
+                t0 = time.process_time()
+                if rep._start is None:
+                    rep._start = start_poses(rep.world)
+                got = {
+                    i: body_tracks(rep.world, last[i], np.asarray(at, float), rep._start)
+                    for i, at in msg[1]
+                    if i in last and at is not None and len(at)
+                }
+                conn.send(("tracks", got, time.process_time() - t0))
+                continue
             _, values, tasks = msg
+            last = {}
             t0 = time.process_time()
             try:
                 rebuilt = rep.set_values(values)
@@ -130,6 +147,7 @@ def _serve(conn: Any, spec: TwinSpec, windows: Sequence[Plain]) -> None:
             for i, times in tasks:
                 try:
                     sim, poses = rep.replay_tracked(wins[i], times)
+                    last[i] = sim
                     out.append((i, plain(sim), poses, ""))
                 except (TwinError, KeyError, ValueError) as exc:
                     out.append((i, None, {}, str(exc)))
@@ -147,6 +165,7 @@ class ReplayPool:
         ctx = mp.get_context("spawn")  # a fresh interpreter: no Qt, no inherited threads
         self.windows = list(windows)
         self.cpu_s = 0.0
+        self._owner: dict[int, int] = {}  # window -> the worker that replayed it last
         self._conns: list[Any] = []
         self._procs: list[Any] = []
         parts = [plain(w) for w in self.windows]
@@ -184,6 +203,7 @@ class ReplayPool:
             share[k].append(i)
             load[k] += self.windows[i].duration
         at = times or {}
+        self._owner = {i: k for k, mine in enumerate(share) for i in mine}
         for c, mine in zip(self._conns, share, strict=True):
             c.send(("run", dict(values), [(i, at.get(i)) for i in mine]))
         sims: dict[int, Trajectory] = {}
@@ -206,6 +226,28 @@ class ReplayPool:
                     sims[i] = Trajectory(*p)
                     tracks[i] = poses
         return sims, tracks, errors, rebuilt, refused
+
+    def tracks(
+        self, times: Mapping[int, NDArray[np.float64]]
+    ) -> dict[int, dict[str, NDArray[np.float64]]]:
+        """Body poses (body -> (K, 4, 4)) at `times[i]` (s from window i's start) in the
+        windows the last `run` replayed, from the workers that replayed them; `cpu_s`
+        then holds the most CPU time one worker spent on them."""
+        asks: list[list[tuple[int, NDArray[np.float64]]]] = [[] for _ in self._conns]
+        for i, at in times.items():
+            if i in self._owner:
+                asks[self._owner[i]].append((i, at))
+        busy = [k for k, a in enumerate(asks) if a]
+        for k in busy:
+            self._conns[k].send(("tracks", asks[k]))
+        out: dict[int, dict[str, NDArray[np.float64]]] = {}
+        self.cpu_s = 0.0
+        for k in busy:
+            msg = self._conns[k].recv()
+            if msg[0] == "tracks":
+                out.update(msg[1])
+                self.cpu_s = max(self.cpu_s, float(msg[2]))
+        return out
 
     def close(self) -> None:
         for c in self._conns:

@@ -112,7 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     report["gl_3d_view"] = page.view.gl_view is not None
     watch = PaintWatch(watched)
     drawn: dict[int, float] = {}
-    page.sig_redrawn.connect(lambda req: drawn.setdefault(req, time.perf_counter()))
+    moved: dict[int, bool] = {}  # the edit's first redraw moved the ghost
+
+    def redrawn(req: int) -> None:
+        if req not in drawn:
+            drawn[req], moved[req] = time.perf_counter(), page.scene_moved
+
+    page.sig_redrawn.connect(redrawn)
     ticks: list[float] = []
     tick = QtCore.QTimer()
     tick.setInterval(TICK_MS)
@@ -139,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         req = page.live.latest_request if page.live is not None else 0
         got = wait(lambda r=req: r in drawn, MOVE_TIMEOUT_S)
         # the plots always repaint (new curves); the 3D view when the ghost moved
-        watch.widgets_needed = 2 if page.scene_moved and page.view.gl_view is not None else 1
+        watch.widgets_needed = 2 if moved.get(req) and page.view.gl_view is not None else 1
         if got:
             got = wait(lambda r=req: watch.finished(drawn[r]) is not None, MOVE_TIMEOUT_S)
         if not got:

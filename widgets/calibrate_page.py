@@ -342,6 +342,7 @@ class CalibratePage(WorkflowPage):
             window_s=self.window_combo.currentData(),
             processes=REPLAY_PROCESSES,
         )
+        self.live.set_cursor(self.plot.time())
         self.stack.setCurrentIndex(1)
         self._update_buttons()
 
@@ -506,7 +507,9 @@ class CalibratePage(WorkflowPage):
             self.plot.set_visible(sorted(visible_before | set(show)))
 
     def _cursor_moved(self, t: float) -> None:
-        self._draw_scene(t)  # the frame holds the ghost over the whole recording
+        if self.live is not None:
+            self.live.set_cursor(t)  # a new simulation's first frame has the ghost here
+        self._draw_scene(t)  # the (full) frame holds the ghost over the whole recording
 
     def _draw_scene(self, t: float) -> None:
         f, inputs = self._last, self.inputs

@@ -10,9 +10,11 @@ dropped, never drawn.
 
 Each change: the values go into the world in place where the engine allows it
 (`twins.retune`, ~1 ms) or the world is rebuilt (~90 ms for a Panda); each visible recording
-is replayed open loop from its first sample (`twins.simulate.replay_in`); a first frame
-carries the simulated curves and the twin's body poses at the time cursor (the ghost), a
-second one the ghost over the whole recording (`GHOST_HZ`) so the cursor can scrub it.
+is replayed open loop from its first sample (`twins.simulate.replay_in`). With worker
+processes, a first frame carries the simulated curves and the twin's body poses at the
+time cursor (`set_cursor`; the ghost grid's sample nearest to it, computed here), a second
+one, asked of the workers after the first is out, the ghost over the whole recording
+(`GHOST_HZ`) so the cursor can scrub it; replays on this thread give one frame with both.
 The recorded motion itself is drawn from the same twin's kinematics (`recorded` tracks,
 computed once).
 """
@@ -121,6 +123,8 @@ class LiveCalibration:
         self._all_windows: list[Trajectory] = []
         self._rebuilt_once = False
         self._recorded: dict[str, BodyTrack] = {}
+        self._start: dict[str, NDArray[np.float64]] | None = None  # this world's start poses
+        self.cursor_s = 0.0  # where the ghost is looked at first (s from a recording's start)
         self._thread = threading.Thread(target=self._run, name="calibrate-live", daemon=True)
         self._thread.start()
         self._send(_Cmd("values", ({},)))
@@ -144,6 +148,11 @@ class LiveCalibration:
         """Replay each recording whole (None) or restarted from its recorded state every
         `window_s` seconds, as the fit does (the residuals are then the fit's)."""
         self._send(_Cmd("window", (window_s,)))
+
+    def set_cursor(self, time_s: float) -> None:
+        """The time cursor (s from the recording's start): a new simulation's first frame
+        holds the ghost there (no re-simulation)."""
+        self.cursor_s = float(time_s)
 
     def close(self, timeout_s: float = 10.0) -> None:
         if self._thread.is_alive():
@@ -344,7 +353,8 @@ class LiveCalibration:
             grids[rid], per_window = self._ghost_times(rid)
             times.update(per_window)
         before = dict(self._values)
-        wsims, wtracks, werrors, rebuilt, refused = self._replay(indices, times)
+        pooled = self._pool is not None  # ghost over the recording in a second frame
+        wsims, wtracks, werrors, rebuilt, refused = self._replay(indices, {} if pooled else times)
         if refused:  # a value the twin refuses: the previous values stay
             error = refused
             self._values = dict(self._latest.values) if self._latest else self.spec.params.nominal()
@@ -363,6 +373,11 @@ class LiveCalibration:
             if s is None:
                 continue
             sims[rid] = s
+            if pooled:  # the grid's sample nearest the cursor, the one scrubbing shows
+                g = grids[rid]
+                k = int(np.argmin(np.abs(g - self.cursor_s)))
+                ghost[rid] = self._track(body_tracks, s, g[k : k + 1])
+                continue
             track = self._merge_tracks(rid, grids[rid], wtracks)
             ghost[rid] = track if track is not None else self._track(body_tracks, s, None)
         self.simulated += 1
@@ -382,7 +397,19 @@ class LiveCalibration:
             error,
             cpu_ms,
         )
-        self._publish(frame)
+        if not pooled:
+            self._publish(frame)
+            return
+        self._publish(replace(frame, full_ghost=False))
+        if self._newer_edit_waiting() or not sims:  # the next simulation brings its own
+            return
+        wtracks = self._pool.tracks({i: t for i, t in times.items() if len(t)})
+        full = {}
+        for rid, s in sims.items():
+            track = self._merge_tracks(rid, grids[rid], wtracks)
+            full[rid] = track if track is not None else self._track(body_tracks, s, None)
+        if not self._newer_edit_waiting():
+            self._publish(replace(frame, ghost=full, full_ghost=True))
 
     def _track(
         self, body_tracks: Callable[..., Any], traj: Trajectory, times: NDArray[np.float64] | None
@@ -392,7 +419,11 @@ class LiveCalibration:
             times = np.linspace(0.0, traj.duration, n)
         if any(not np.all(np.isfinite(a)) for a in traj.channels.values()):
             traj = _held(traj)  # samples no window covers: the ghost holds the last pose
-        return BodyTrack(times, body_tracks(self._world, traj, times))
+        if self._start is None:  # this world keeps the twin's own values
+            from twins.ghost import start_poses
+
+            self._start = start_poses(self._world)
+        return BodyTrack(times, body_tracks(self._world, traj, times, self._start))
 
     def _publish(self, frame: CalibFrame) -> None:
         with self._lock:

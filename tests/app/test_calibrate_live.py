@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from app.workflows.calibrate_live import LiveCalibration
+from app.workflows.calibrate_live import CalibFrame, LiveCalibration
 from devices.trajectory import Trajectory
 from twins.objective import windows
 from twins.rigs import qube_twin
@@ -98,11 +98,28 @@ def test_worker_processes_give_the_in_thread_numbers() -> None:
     rec = released_pendulum(spec)
     out = {}
     ghosts = {}
+    firsts = {}
     for procs in (0, 2):
-        live = LiveCalibration(spec, {"r": rec}, lambda: None, window_s=1.0, processes=procs)
+        seen: list[CalibFrame | None] = []
+        box: list[LiveCalibration] = []
+
+        def take(s: list[CalibFrame | None] = seen, b: list[LiveCalibration] = box) -> None:
+            while not b:  # the first frame can come before the constructor returns
+                time.sleep(0.001)
+            s.append(b[0].take_frame())  # on the worker thread: every frame, in order
+
+        live = LiveCalibration(spec, {"r": rec}, take, window_s=1.0, processes=procs)
+        box.append(live)
         try:
+            live.set_cursor(1.3)
             req = live.set_values({DAMPING: 3e-4})
             _wait(lambda lv=live, r=req: (f := lv.latest_frame()) is not None and f.request == r)
+            _wait(lambda lv=live: (f := lv.latest_frame()) is not None and f.full_ghost)
+            mine = [f for f in seen if f is not None and f.request == req]
+            # worker processes: the ghost at the cursor first, over the recording after
+            assert [f.full_ghost for f in mine] == ([True] if procs == 0 else [False, True])
+            assert mine[0].sims is mine[-1].sims
+            firsts[procs] = mine[0].ghost["r"]
             f = live.latest_frame()
             assert f is not None and not f.error
             out[procs] = f.sims["r"]["robot/joint_pos"]
@@ -116,6 +133,12 @@ def test_worker_processes_give_the_in_thread_numbers() -> None:
     assert set(g0.poses) == set(g2.poses) and len(g0.t) == len(g2.t) == 75  # 25 per second
     for body in g0.poses:
         np.testing.assert_allclose(g0.poses[body], g2.poses[body], atol=1e-12)
+    # a first frame with only the cursor's sample holds the same poses as the full ghost
+    first = firsts[2]
+    k = int(np.argmin(np.abs(g0.t - 1.3)))
+    assert len(first.t) == 1 and first.t[0] == pytest.approx(g0.t[k])
+    for body in g0.poses:
+        np.testing.assert_allclose(first.poses[body][0], g0.poses[body][k], atol=1e-9)
     link = next(b for b in g0.poses if "pendulum" in b)
     arm = next(b for b in g0.poses if "arm" in b)
     # the pendulum link relative to the arm link it hangs from
