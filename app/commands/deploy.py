@@ -1,5 +1,11 @@
 """`python main.py deploy --project P --policy ID --host H --port N --token-file F
-[--target Q...] [--goal-seed K] [--shadow-only] [--duration S] [--ramp S] [--json]`.
+[--target Q...] [--goal-seed K] [--camera NAME] [--camera-pose FILE] [--object-goal X Y]
+[--shadow-only] [--duration S] [--ramp S] [--json]`.
+
+A push policy observes its object: the robot's camera (`--camera`, default the scan's
+calibrated fixed camera) is tracked on the workbench and the poses are streamed to the
+robot during the run; `--camera-pose` gives the camera's pose (a `calibrate --out` JSON
+with T_base_camera) when the twin's scan has none.
 
 Checks the policy's spec against the robot (refused before upload, naming what differs),
 predicts the run in the policy's twin from the robot's measured state (shadow run), then
@@ -13,6 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.project import Project
+    from app.workflows.object_feed import ObjectSource
+    from devices.robots.client import RobotClient
 
 HELP = "Deploy a policy to a connected robot: spec check, twin prediction, run, record."
 
@@ -28,6 +40,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--goal-seed", type=int, default=0, help="without --target: goal drawn by the task"
+    )
+    p.add_argument("--camera", default=None, help="push: the robot camera that sees the object")
+    p.add_argument(
+        "--camera-pose", type=Path, default=None, help="push: JSON with T_base_camera (4x4)"
+    )
+    p.add_argument(
+        "--object-goal", type=float, nargs=2, default=None, help="push: object goal x y (m)"
     )
     p.add_argument("--shadow-only", action="store_true", help="predict only; nothing moves")
     p.add_argument("--duration", type=float, default=None, help="s (default: episode + ramp)")
@@ -48,12 +67,22 @@ def run(args: argparse.Namespace) -> int:
     with RobotClient(
         args.host, args.port, load_token(args.token_file), name="twinbench-deploy"
     ) as robot:
-        plan = plan_deploy(project, robot, args.policy, args.target, args.goal_seed)
+        objects = None
+        if args.camera or args.camera_pose:
+            objects = _object_source(project, robot, args)
+        plan = plan_deploy(
+            project, robot, args.policy, args.target, args.goal_seed, objects, args.object_goal
+        )
         shadow = {
             "predicted_success": plan.shadow.success,
             "predicted_final_error": plan.shadow.final_error,
             "goal": plan.goal.tolist(),
             "start": plan.start.tolist(),
+            **(
+                {"object_start": plan.object_start.tolist()}
+                if plan.object_start is not None
+                else {}
+            ),
         }
         if not args.json:
             print(f"spec fits {plan.robot}; {plan.summary()}")
@@ -73,9 +102,39 @@ def run(args: argparse.Namespace) -> int:
         return 0 if out["success"] else 1
     print(
         f"run {res.run_id} (trajectory {res.trajectory_id}): {out['result']} ({out['ended']}); "
-        f"final error {out['final_error']:.3f} rad, twin predicted "
+        f"final error {out['final_error']:.3f} {out.get('unit', 'rad')}, twin predicted "
         f"{out['predicted_final_error']:.3f}"
     )
     if fit_id:
         print(f"refit {fit_id}: the twin fitted again with this run added")
     return 0 if out["success"] else 1
+
+
+def _object_source(project: Project, robot: RobotClient, args: argparse.Namespace) -> ObjectSource:
+    """The push policy's object seen by --camera at --camera-pose (or the scan's)."""
+    import numpy as np
+
+    from app.workflows.object_feed import object_source
+    from app.workflows.train import load_policy
+    from resources.errors import TwinbenchError
+
+    pol = load_policy(project, args.policy)
+    T = None
+    if args.camera_pose is not None:
+        try:
+            T = np.asarray(json.loads(args.camera_pose.read_text())["T_base_camera"], float)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise TwinbenchError(
+                f"{args.camera_pose}: not a camera pose file with T_base_camera ({exc})"
+            ) from None
+        if T.shape != (4, 4) or not np.all(np.isfinite(T)):
+            raise TwinbenchError(f"{args.camera_pose}: T_base_camera must be a finite 4x4 matrix")
+    info = robot.info
+    return object_source(
+        project,
+        str(pol.record.get("twin_id")),
+        [str(pol.spec.object)],
+        args.camera,
+        T,
+        info.description if info is not None else "",
+    )

@@ -40,7 +40,7 @@ from numpy.typing import NDArray
 
 from app.jobs import Job, Progress
 from app.project import Project, ProjectError
-from app.workflows.object_feed import ObjectPoseFeeder, ObjectSource, track_now
+from app.workflows.object_feed import ObjectPoseFeeder, ObjectSource, object_source, track_now
 from app.workflows.train import load_policy
 from app.workflows.twin import load_twin
 from devices.errors import DeviceError
@@ -280,11 +280,14 @@ def _plan_push(
     assert info is not None
     spec = policy.spec
     name = str(spec.object)
-    if objects is None:
-        raise PolicyError(
-            f"deploy: policy {policy_id} observes object '{name}': give the camera that sees "
-            "it (its tracked pose is streamed to the robot)"
-        )
+    if objects is None:  # the calibrated fixed camera of the scan the twin came from
+        try:
+            objects = object_source(project, twin_id, [name], robot_description=info.description)
+        except DeviceError as exc:
+            raise PolicyError(
+                f"deploy: policy {policy_id} observes object '{name}' and no camera is known "
+                f"to see it ({exc})"
+            ) from None
     if name not in {m.name for m in objects.models}:
         raise PolicyError(
             f"deploy: policy {policy_id} pushes '{name}', the object source tracks "

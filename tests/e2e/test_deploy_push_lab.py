@@ -32,7 +32,7 @@ from devices.robots.serve import add_arguments, build
 from policies.ppo import PpoSettings
 from policies.train import TrainSettings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]  # the feed must keep up with the clock
 
 MAX_AGE = 0.5  # s: two shared cores render, track and step the lab at once
 
@@ -46,6 +46,8 @@ class Lab:
     driver: Any  # LabDriver: the test reads the truth, the workbench never does
     client: RobotClient
     source: ObjectSource
+    port: int
+    token_file: Path
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +55,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     tmp = Path(tmp_path_factory.mktemp("push"))
     proj = Project.create(tmp / "p")
     tid = run_to_end(build_twin(proj, None, procedural=True))
-    ppo = PpoSettings(timesteps=1024, n_envs=1, n_steps=512, batch_size=128, chunk_steps=1024)
+    ppo = PpoSettings(timesteps=512, n_envs=1, n_steps=256, batch_size=64, chunk_steps=512)
     req = TrainRequest(
         "push",
         tid,
@@ -85,7 +87,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             driver: Any = served.driver  # a LabDriver
             T = truth_camera_pose(driver.sim.config, "fixed")
             src = object_source(proj, tid, ["cylinder"], "fixed", T, c.info.description)
-            yield Lab(proj, tid, pid, agent, driver, c, src)
+            yield Lab(proj, tid, pid, agent, driver, c, src, server.port, tok)
     finally:
         server.close()
         agent.close()
@@ -169,3 +171,23 @@ def _last_run(lab: Lab) -> dict[str, Any]:
     run = lab.project.artifacts("run")[-1]
     out: dict[str, Any] = json.loads((lab.project.path_of(run.id) / "run.json").read_text())
     return out
+
+
+def test_cli_predicts_a_push_from_the_camera_given_its_pose(
+    lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from app.cli import main
+
+    pose = tmp_path / "camera.json"
+    pose.write_text(json.dumps({"T_base_camera": lab.source.T_base_camera.tolist()}))
+    base = ["deploy", "--project", str(lab.project.root), "--policy", lab.policy_id]
+    base += ["--port", str(lab.port), "--token-file", str(lab.token_file), "--shadow-only"]
+    assert main([*base, "--camera", "fixed", "--camera-pose", str(pose), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert np.linalg.norm(np.asarray(out["object_start"])[:3] - _truth(lab)[:3]) < 0.005
+    assert len(out["goal"]) == 2
+    pose.write_text("{}")
+    assert main([*base, "--camera", "fixed", "--camera-pose", str(pose)]) != 0
+    assert "camera.json: not a camera pose file with T_base_camera" in capsys.readouterr().err
