@@ -16,73 +16,31 @@ import logging
 import os
 from typing import Any
 
-import numpy as np
-from PySide6 import QtCore, QtGui, QtWidgets
-from scipy.spatial.transform import Rotation
+from PySide6 import QtCore, QtWidgets
 
 from app import workflows
-from app.workflows import calibrate_live
-from app.workflows.calibrate_live import CalibFrame, CalibrationInputs, LiveCalibration
-from devices.trajectory import Trajectory
+from app.workflows import calibrate_open
+from app.workflows.calibrate_live import CalibFrame, LiveCalibration
+from app.workflows.calibrate_open import CalibrationInputs
 from resources.errors import TwinbenchError
+from widgets.calibrate_draw import (
+    build_scene,
+    channel_series,
+    default_view,
+    demo_project,
+    joint_units,
+    place_bodies,
+    sim_series,
+)
 from widgets.pages import StatusLine, WorkflowPage, preview
 from widgets.param_sliders import ParamSliders
 from widgets.scene_view import SceneView
 from widgets.trajectory_plot import Series, TrajectoryPlot
 
 log = logging.getLogger(__name__)
-GHOST_RGBA = (0.35, 0.65, 1.0, 0.35)
 WINDOWS = (("1 s windows (as the fit)", 1.0), ("whole recording", None))
 # replays run in worker processes (PyBullet keeps Python's GIL while it steps)
 REPLAY_PROCESSES = max(1, min(4, os.cpu_count() or 1))
-POSE_UNIT = "xyz_m+quat_xyzw"
-
-
-def _qmat(T: np.ndarray) -> QtGui.QMatrix4x4:
-    return QtGui.QMatrix4x4(*np.asarray(T, dtype=float).reshape(-1))
-
-
-def channel_series(
-    traj: Trajectory, source: str, joint_units: dict[str, str] | None = None
-) -> list[Series]:
-    """Plot series of a recording or its simulation, time from 0: joint positions per joint
-    (`<source>/joint_pos/<joint>`), object positions x/y/z (m) and orientation roll/pitch/yaw
-    (rad, unwrapped) per object (`<source>/objects/<name>/<component>`). `joint_units`
-    names joints whose unit differs from the channel's (a Panda's prismatic fingers: m)."""
-    t = traj.t - traj.t[0]
-    out: list[Series] = []
-    if "robot/joint_pos" in traj.channels:
-        q = traj["robot/joint_pos"]
-        names = [str(j) for j in traj.meta.get("joint_names", [])] or [
-            f"joint{k + 1}" for k in range(q.shape[1])
-        ]
-        unit = traj.units.get("robot/joint_pos", "rad")
-        for k, jn in enumerate(names[: q.shape[1]]):
-            u = (joint_units or {}).get(jn, unit)
-            out.append(Series(f"{source}/joint_pos/{jn}", t, q[:, k], u))
-    for ch, arr in traj.channels.items():
-        if not (ch.startswith("objects/") and ch.endswith("/pose")) or arr.shape[1] != 7:
-            continue
-        obj = ch.split("/")[1]
-        for k, c in enumerate("xyz"):
-            out.append(Series(f"{source}/objects/{obj}/{c}", t, arr[:, k], "m"))
-        rpy = np.unwrap(Rotation.from_quat(arr[:, 3:]).as_euler("xyz"), axis=0)
-        for k, c in enumerate(("roll", "pitch", "yaw")):
-            out.append(Series(f"{source}/objects/{obj}/{c}", t, rpy[:, k], "rad"))
-    return out
-
-
-def residual_series(real: list[Series], sim: list[Series], label: str) -> list[Series]:
-    """real − sim per series (sim interpolated onto the real times)."""
-    by_key = {s.name.split("/", 1)[1]: s for s in sim}
-    out = []
-    for r in real:
-        key = r.name.split("/", 1)[1]
-        s = by_key.get(key)
-        if s is not None:
-            y = r.y - np.interp(r.t, s.t, s.y)
-            out.append(Series(f"residual{label}/{key}", r.t, y, r.unit))
-    return out
 
 
 class CalibratePage(WorkflowPage):
@@ -301,7 +259,7 @@ class CalibratePage(WorkflowPage):
         self.status.setText(f"opening {tid} with {len(want[1])} recording(s)…")
         self.controller.submit_job(
             f"Open {tid} for calibration",
-            calibrate_live.open_job(proj, want[0], list(want[1])),
+            calibrate_open.open_job(proj, want[0], list(want[1])),
             lambda inp: QtCore.QTimer.singleShot(0, self, lambda: self._opened(inp, want)),
             lambda msg: QtCore.QTimer.singleShot(0, self, lambda: self._open_failed(msg)),
         )
@@ -359,31 +317,12 @@ class CalibratePage(WorkflowPage):
         for s in keep:
             self.plot.set_series(s, visible=False, redraw=False)
         if vis and not (set(self.plot.visible_series()) & names):
-            self.plot.set_visible(self._default_view(self._real_series[vis[0]]))
+            self.plot.set_visible(default_view(self._real_series[vis[0]]))
         else:
             self.plot.set_visible(self.plot.visible_series())
 
-    @staticmethod
-    def _default_view(series: list[Series]) -> list[str]:
-        def span(s: Series) -> float:
-            return float(np.ptp(s.y)) if len(s.y) else 0.0
-
-        joints = [s for s in series if "/joint_pos/" in s.name]
-        objs = [s for s in series if "/objects/" in s.name and s.unit == "m"]
-        pick = [max(g, key=span) for g in (joints, objs) if g and span(max(g, key=span)) > 0]
-        if not pick and series:
-            pick = [series[0]]
-        out = []
-        for s in pick:
-            key = s.name.split("/", 1)[1]
-            out += [s.name, f"sim/{key}", f"residual/{key}"]
-        return out
-
     def _joint_units(self) -> dict[str, str]:
-        robot = self.inputs.spec.robot if self.inputs is not None else None
-        if robot is None:
-            return {}
-        return {j.name: "m" for j in robot.joints if j.kind == "prismatic"}
+        return joint_units(self.inputs.spec if self.inputs is not None else None)
 
     def _close_live(self) -> None:
         if self.live is not None:
@@ -457,14 +396,7 @@ class CalibratePage(WorkflowPage):
             pass
 
     def _build_scene(self, inputs: CalibrationInputs) -> None:
-        self.view.clear()
-        for d in inputs.drawables:
-            if d.collision:
-                continue
-            self.view.set_mesh(f"real:{d.name}", d.vertices, d.faces, d.rgba, np.eye(4))
-            if d.body != "table":
-                self.view.set_mesh(f"ghost:{d.name}", d.vertices, d.faces, GHOST_RGBA, np.eye(4))
-        self.view.look_at((0.45, 0.0, 0.25), 1.45)
+        build_scene(self.view, inputs.drawables)
 
     def _on_frame(self) -> None:
         live = self.live
@@ -493,11 +425,7 @@ class CalibratePage(WorkflowPage):
         if self.inputs is None:
             return
         labelled = len(self.inputs.recordings) > 1
-        out: list[Series] = []
-        for rid, sim in frame.sims.items():
-            lab = f"@{rid.rsplit('-', 1)[-1]}" if labelled else ""
-            s = channel_series(sim, f"sim{lab}", self._joint_units())
-            out += s + residual_series(self._real_series.get(rid, []), s, lab)
+        out = sim_series(frame.sims, self._real_series, labelled, self._joint_units())
         visible_before = set(self.plot.visible_series())
         self.plot.update_data(out)
         new = [s.name for s in out if s.name not in visible_before]
@@ -518,29 +446,7 @@ class CalibratePage(WorkflowPage):
         vis = [r for r in self.ticked() if r in f.recorded]
         if not vis:
             return
-        rid = vis[0]
-        real = f.recorded[rid].at(t)
-        ghost = f.ghost[rid].at(t) if rid in f.ghost else {}
-        items = self.view.items()
-        moved = False
-        for d in inputs.drawables:
-            if d.collision:
-                continue
-            for prefix, poses in (("real:", real), ("ghost:", ghost)):
-                item = items.get(prefix + d.name)
-                T_body = poses.get(d.body)
-                if item is None or T_body is None:
-                    continue
-                T = T_body @ d.T_body_mesh
-                if np.array_equal(item.data["transform"], T):
-                    continue  # e.g. the full ghost arriving for the same cursor time
-                moved = True
-                item.data["transform"] = T
-                for g in item.gl:
-                    g.setTransform(_qmat(T))
-        self.scene_moved = moved
-        if moved and self.view.gl_view is not None:
-            self.view.gl_view.update()
+        self.scene_moved = place_bodies(self.view, inputs.drawables, f, vis[0], t)
 
     def _update_buttons(self) -> None:
         has = self.inputs is not None and self.live is not None
@@ -569,7 +475,7 @@ class CalibratePage(WorkflowPage):
         self.save_btn.setEnabled(False)
         self.controller.submit_job(
             f"Save tuned {inputs.twin_id}",
-            _save_job(proj, inputs, values),
+            calibrate_open.save_job(proj, inputs, values),
             lambda tid: QtCore.QTimer.singleShot(0, self, lambda: self._fit_applied(tid)),
             lambda msg: QtCore.QTimer.singleShot(0, self, lambda: self._show_error(msg)),
         )
@@ -585,34 +491,6 @@ class CalibratePage(WorkflowPage):
             f"{len(f.sims)} recording(s) re-simulated in {f.sim_ms:.0f} ms ({how})"
             + (f" — not simulated: {bad}" if bad else "")
         )
-
-
-def _save_job(project: Any, inputs: CalibrationInputs, values: dict[str, float]) -> Any:
-    from app.jobs import Progress
-    from app.workflows.twin import save_twin_edit
-
-    yield Progress(None, f"saving the tuned values of {inputs.twin_id} as a new twin")
-    names = ", ".join(sorted(values))[:120]
-    return save_twin_edit(
-        project,
-        inputs.twin_id,
-        inputs.spec,
-        values,
-        summary=f"tuned by eye in the Calibrate page ({names})",
-        extra_inputs=tuple(inputs.recordings),
-    )
-
-
-def demo_project() -> str:
-    """The preview's project: <data dir>/calibrate-preview with the Panda twin and a 5 s
-    recording with 3 objects (made once, reused after)."""
-    from app.benches.calibrate import make_project
-    from app.session import data_dir
-
-    root = data_dir() / "calibrate-preview"
-    if not root.exists():  # an existing folder is opened as it is (never overwritten)
-        make_project(root)
-    return str(root)
 
 
 if __name__ == "__main__":

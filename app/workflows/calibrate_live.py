@@ -452,69 +452,6 @@ def _held(traj: Trajectory) -> Trajectory:
     return traj.with_channels(channels=chans)
 
 
-@dataclass(frozen=True)
-class CalibrationInputs:
-    """A twin and the project's recordings, loaded for the Calibrate page: `recordings` that
-    fit the twin; `refused` the others, with why (another robot, unreadable)."""
-
-    twin_id: str
-    spec: TwinSpec
-    recordings: Mapping[str, Trajectory]
-    refused: Mapping[str, str]
-    drawables: Sequence[Any]
-
-
-def open_job(project: Any, twin_id: str | None, trajectory_ids: Sequence[str]) -> Any:
-    """Job: load twin `twin_id` (the latest when None), the recordings and the twin's
-    meshes off the GUI thread; returns `CalibrationInputs`."""
-    from app.jobs import Progress
-    from app.workflows.fit import load_recording
-    from app.workflows.twin import load_twin
-    from twins.builder import TwinWorld
-    from twins.objective import check_recording
-    from twins.view import drawables
-
-    yield Progress(None, "loading the twin")
-    tid, spec = load_twin(project, twin_id)
-    recs: dict[str, Trajectory] = {}
-    refused: dict[str, str] = {}
-    for i, rid in enumerate(trajectory_ids):
-        yield Progress(i / max(len(trajectory_ids), 1), f"loading recording {rid}")
-        try:
-            traj = load_recording(project, rid)
-            check_recording(spec, traj, rid)
-            if "robot/command" in traj.channels and not np.all(np.isfinite(traj["robot/command"])):
-                raise TwinbenchError(
-                    f"recording '{rid}' has no complete commands to replay (robot/command is "
-                    "NaN where nothing was commanded: it recorded the robot's state only); "
-                    "record a motion with the Record panel to compare it with the twin"
-                )
-            traj.check_finite(f"recording '{rid}'")
-        except TwinbenchError as exc:
-            refused[rid] = str(exc)
-            continue
-        recs[rid] = traj
-    yield Progress(0.9, "loading the twin's meshes")
-    with TwinWorld(spec) as world:
-        meshes = [_lighter(d) for d in drawables(world) if not d.collision]
-    return CalibrationInputs(tid, spec, recs, refused, meshes)
-
-
-DRAW_MAX_FACES = 800  # per mesh: the page draws the twin twice (recorded + ghost), live
-
-
-def _lighter(d: Any) -> Any:
-    """A drawable with at most DRAW_MAX_FACES triangles."""
-    import trimesh
-
-    from twins.view import display_mesh
-
-    if len(d.faces) <= DRAW_MAX_FACES:
-        return d
-    m = display_mesh(trimesh.Trimesh(d.vertices, d.faces, process=False), DRAW_MAX_FACES)
-    return replace(d, vertices=np.asarray(m.vertices), faces=np.asarray(m.faces))
-
-
 def fit_samples(project: Any, fit_id: str) -> tuple[list[str], NDArray[np.float64], dict[str, Any]]:
     """(parameter names, posterior samples (N, n), fit.json) of a finished fit artifact;
     no samples (N = 0) when the fit has none."""

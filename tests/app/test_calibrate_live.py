@@ -164,7 +164,7 @@ def test_a_state_only_recording_is_refused_with_a_reason(tmp_path) -> None:  # t
     from app.jobs import run_to_end
     from app.project import Project
     from app.workflows import fit as fit_flow
-    from app.workflows.calibrate_live import open_job
+    from app.workflows.calibrate_open import open_job
 
     proj = Project.create(tmp_path / "p")
     tid = fit_flow.import_rig_twin(proj, "qube_servo2")
