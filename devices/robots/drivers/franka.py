@@ -56,6 +56,45 @@ def active_errors(errors: Any) -> list[str]:
     return [n for n in dir(errors) if not n.startswith("_") and getattr(errors, n) is True]
 
 
+# how long the first connection may take: a reachable address that never answers (an FCI
+# already serving another client; franky-sim serves one) otherwise blocks in libfranka, where
+# no signal reaches it
+CONNECT_TIMEOUT_S = 10.0
+
+
+def _connect(franky: Any, host: str, timeout_s: float) -> Any:
+    """franky.Robot(host), or DeviceError naming the host after `timeout_s`."""
+    box: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def go() -> None:
+        try:
+            robot = franky.Robot(host, realtime_config=franky.RealtimeConfig.Ignore)
+        except Exception as exc:  # franky's own NetworkException, IncompatibleVersion…
+            box["error"] = exc
+            return
+        with lock:
+            if box.get("abandoned"):
+                del robot  # connected too late: give the arm's one connection back
+                return
+            box["robot"] = robot
+
+    th = threading.Thread(target=go, name=f"franka-connect-{host}", daemon=True)
+    th.start()
+    th.join(timeout_s)
+    with lock:
+        if "robot" in box:
+            return box["robot"]
+        box["abandoned"] = True
+    if "error" in box:
+        exc = box["error"]
+        raise DeviceError(f"franka {host}: cannot connect ({type(exc).__name__}: {exc})")
+    raise DeviceError(
+        f"franka {host}: cannot connect (no answer within {timeout_s:g} s; is another client "
+        "connected to the arm? It serves one at a time)"
+    )
+
+
 class FrankaDriver:
     """A RobotDriver for a Franka arm at `host` (its FCI address, or franky-sim's)."""
 
@@ -77,12 +116,7 @@ class FrankaDriver:
 
         self._f: Any = franky
         self.host, self.rate_hz = host, rate_hz
-        try:
-            self.robot: Any = franky.Robot(host, realtime_config=franky.RealtimeConfig.Ignore)
-        except Exception as exc:  # franky raises its own NetworkException, IncompatibleVersion…
-            raise DeviceError(
-                f"franka {host}: cannot connect ({type(exc).__name__}: {exc})"
-            ) from None
+        self.robot: Any = _connect(franky, host, CONNECT_TIMEOUT_S)
         self.robot.relative_dynamics_factor = dynamics_factor
         try:
             urdf = str(self.robot.model_urdf)
@@ -133,11 +167,19 @@ class FrankaDriver:
 
     def close(self) -> None:
         with self._lock:
+            if self.robot is None:
+                return
             self.hold()
             try:
                 self.robot.join_motion(timeout=2.0)
             except Exception:
                 pass
+            # franky has no disconnect: the connection ends with the Robot object, and an
+            # arm's FCI (and franky-sim) serves one client, so a closed driver lets it go now
+            # rather than whenever the garbage collector gets to it
+            self.robot = None
+            if self.fault is None:
+                self.fault = f"franka {self.host}: closed"
 
     def read_state(self) -> RobotState:
         """The newest libfranka state. A fault is raised once; then the last good state is

@@ -17,7 +17,9 @@ from devices.robots.agent import Agent
 from devices.robots.drivers.franka import FR3_LOWER, FR3_UPPER, FrankaDriver
 from devices.robots.emulators.franky_peer import FrankySim, start_franky_sim
 
-pytestmark = pytest.mark.slow
+# franky-sim runs libfranka's 1 kHz loop and the agent its 250 ms heartbeat watchdog: judged
+# on the wall clock, so run alone (scripts/test.sh)
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 
 
 @pytest.fixture(scope="module")
@@ -166,8 +168,12 @@ def test_velocity_control_expires_when_the_agent_goes_quiet(sim: FrankySim) -> N
         assert np.abs(drv.read_state().joint_pos[:6] - q0[:6]).max() < 0.01
     finally:
         agent.close()
-    # the driver alone: a velocity command with nobody renewing it ends by itself (franky
-    # holds it for three control periods, then brakes)
+    # closing let the arm's one connection go: a new driver connects at once. Alone, a
+    # velocity command with nobody renewing it ends by itself (franky holds it for three
+    # control periods, then brakes)
+    t0 = time.monotonic()
+    drv = FrankaDriver(sim.host, rate_hz=100.0, dynamics_factor=0.5)
+    assert time.monotonic() - t0 < 5.0
     drv.write_command("velocity", v)
     time.sleep(0.2)
     t0 = time.monotonic()
@@ -218,3 +224,22 @@ def test_a_reflex_latches_the_e_stop_until_the_operator_resets_it(sim: FrankySim
         assert abs(drv.read_state().joint_pos[0] - back[0]) <= 0.01, agent.stop_reason
     finally:
         agent.close()
+
+
+def test_an_arm_that_never_answers_is_an_error_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listener that accepts libfranka's connection and says nothing (an FCI busy with
+    another client): the driver gives up after its connect timeout, naming the host."""
+    import socket
+
+    import devices.robots.drivers.franka as fr
+
+    monkeypatch.setattr(fr, "CONNECT_TIMEOUT_S", 1.0)
+    host = "127.77.0.11"
+    with socket.socket() as srv:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind((host, 1337))  # libfranka's command port
+        srv.listen(1)
+        t0 = time.monotonic()
+        with pytest.raises(DeviceError, match=rf"franka {host}: cannot connect \(no answer"):
+            FrankaDriver(host)
+        assert time.monotonic() - t0 < 3.0
