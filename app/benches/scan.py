@@ -130,18 +130,19 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 def _primitives(res: Any, pairs: list[tuple[int, str]], cfg: Any) -> dict[str, Any]:
     """Which scanned objects the twin makes primitives of (issue 9 part 6: fitted to the
-    surface the scan observed above the table), the fit error, and the closest primitive's
-    size against the lab's truth (largest error over its dimensions)."""
+    surface the scan observed above the table, as `twin build` does), the fit error, and the
+    closest primitive's size against the lab's truth (largest error over its dimensions)."""
     from twins.from_scan import support_in_object
     from twins.primitives import closest_primitive, primitive_tolerance
+    from twins.scan_input import load_scan
 
+    sc = load_scan(res)
     shapes = {o.name: (o.shape, sorted(o.size)) for o in cfg.objects}
     out: dict[str, Any] = {"primitives": []}
     for i, name in pairs:
-        o = res.objects[i]
-        near = closest_primitive(
-            o.mesh, support=support_in_object(res.table_plane, o.T_base_object)
-        )
+        o = sc.objects[i]
+        support = support_in_object(sc.table_plane, o.pose)
+        near = closest_primitive(o.mesh, support=support, observed=o.observed)
         if near is None:
             continue
         out[f"fit_rms_mm/{name}"] = round(near.rms_m * 1000, 2)
