@@ -15,310 +15,35 @@ Scan page and `bench scan`. This is the one guided scan: the lab is just another
   calibration set-up (board on the table), then the workspace; calibrate, then scan.
 
 The numbers of the path (workspace centre, exclusion box, board centre, calibration orbit,
-second pass) live here and only here. The robot is left stopped at the end, on error and on
+second pass) live in app/workflows/scan_plan.py only; the arm's moves and frame pairing in
+app/workflows/connected_arm.py. The robot is left stopped at the end, on error and on
 cancel (`gen.close()`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from app.jobs import Job, Progress, sub_job
+from app.workflows.connected_arm import ConnectedArm, camera_poses
 from app.workflows.scan import ScanOptions, reconstruct_frames
-from devices.errors import DeviceError
+from app.workflows.scan_plan import (
+    CalibrationPlan,
+    Orbit,
+    RobotScanError,
+    RobotScanPlan,
+)
 from devices.frames import RGBDFrame
 from devices.robots.client import RobotClient
 from reconstruction.pipeline import ScanSession
 from reconstruction.scan_result import ScanResult
 from reconstruction.tsdf import TSDFSettings
 from resources.errors import TwinbenchError
-
-# --- where to look (robot base frame, m): the one home of these numbers ----------------------
-WORKSPACE_CENTRE = (0.57, 0.0, 0.03)  # centre of the tabletop workspace the orbit looks at
-BOARD_CENTRE = (0.435, 0.0, 0.0)  # where the user lays the ChArUco board, roughly
-# The robot's own base and column: never an object, whatever the camera sees there.
-EXCLUDE_ROBOT = ((-0.3, -0.3, -0.1), (0.2, 0.3, 1.5))
-
-
-class RobotScanError(TwinbenchError):
-    """A guided scan of a connected robot cannot run; the message names robot and camera."""
-
-
-@dataclass(frozen=True)
-class Orbit:
-    """`views` camera poses on an arc at `distance` m and `elevation_deg` around a centre."""
-
-    distance: float
-    elevation_deg: float
-    views: int
-    azimuth_deg: tuple[float, float]
-
-    def targets(
-        self, centre: tuple[float, float, float], base_azimuth_deg: float = 180.0
-    ) -> list[NDArray[np.float64]]:
-        from reconstruction.scan_path import orbit_targets
-
-        return orbit_targets(
-            centre,
-            self.distance,
-            self.elevation_deg,
-            self.views,
-            self.azimuth_deg,
-            base_azimuth_deg=base_azimuth_deg,
-        )
-
-
-@dataclass
-class RobotScanPlan:
-    """Where to look and how to move (SI units). The first orbit is `views` views at
-    `distance`/`elevation_deg`; `extra_orbits` follow; then the second pass: `object_views`
-    views per object found, at each of `object_elevations_deg` (0 views: no second pass)."""
-
-    centre: tuple[float, float, float] = WORKSPACE_CENTRE
-    distance: float = 0.55
-    elevation_deg: float = 55.0
-    views: int = 10
-    azimuth_deg: tuple[float, float] = (-80.0, 80.0)
-    extra_orbits: tuple[Orbit, ...] = (Orbit(0.5, 70.0, 8, (-150.0, 150.0)),)
-    object_views: int = 8  # per object and elevation (second pass); 0: none
-    object_distance: float = 0.5
-    object_elevations_deg: tuple[float, ...] = (35.0, 55.0)
-    object_azimuth_deg: tuple[float, float] = (-180.0, 135.0)
-    exclude: tuple[tuple[tuple[float, float, float], tuple[float, float, float]], ...] = (
-        EXCLUDE_ROBOT,
-    )
-    fixed_frames: int = 3  # frames from each calibrated fixed camera
-    camera: str | None = None  # None: the first camera with a nominal mount pose
-    speed_rad_s: float = 1.2  # joint-space speed of the moves
-    settle_tol_rad: float = 3e-3
-    settle_vel_rad_s: float = 0.02
-    settle_timeout_s: float = 4.0
-
-    @classmethod
-    def quick(cls, **changes: Any) -> RobotScanPlan:
-        """Fewer views: one orbit, one elevation of 6 views per object."""
-        base = cls(views=8, extra_orbits=(), object_views=6, object_elevations_deg=(40.0,))
-        return replace(base, **changes)
-
-    def orbits(self) -> list[Orbit]:
-        return [Orbit(self.distance, self.elevation_deg, self.views, self.azimuth_deg)] + list(
-            self.extra_orbits
-        )
-
-
-@dataclass
-class CalibrationPlan:
-    """The guided calibration path: two thirds of the views on a wide orbit around the
-    board, the rest steeper and closer (rotation about several axes for hand-eye)."""
-
-    board_centre: tuple[float, float, float] = BOARD_CENTRE
-    views: int = 12
-    wide: tuple[float, float, tuple[float, float]] = (0.42, 60.0, (-70.0, 70.0))
-    steep: tuple[float, float, tuple[float, float]] = (0.35, 75.0, (-120.0, 120.0))
-    fixed_frames: int = 3
-
-    def targets(self) -> list[NDArray[np.float64]]:
-        n_wide = self.views * 2 // 3
-        return Orbit(self.wide[0], self.wide[1], n_wide, self.wide[2]).targets(
-            self.board_centre
-        ) + Orbit(self.steep[0], self.steep[1], self.views - n_wide, self.steep[2]).targets(
-            self.board_centre
-        )
-
-
-class ConnectedArm:
-    """The connected robot as a scan sees it: FK of its description, guarded moves,
-    frames paired with joint states."""
-
-    def __init__(self, client: RobotClient, camera: str | None = None) -> None:
-        from devices.poses import pose_to_matrix
-        from twins.kinematics import RobotKinematics
-
-        info = client.info
-        if info is None:
-            raise RobotScanError(f"robot at {client.address}: not connected")
-        self.client, self.info = client, info
-        cams = [c for c in info.cameras if f"camera/{c}/nominal_T_mount_camera" in info.meta]
-        if camera is None:
-            if not cams:
-                raise RobotScanError(
-                    f"robot {info.name} at {client.address} reports no wrist "
-                    f"camera with a mount pose (cameras: {list(info.cameras)})"
-                )
-            camera = cams[0]
-        if camera not in cams:
-            raise RobotScanError(
-                f"robot {info.name}: camera '{camera}' has no mount pose (wrist cameras: {cams})"
-            )
-        self.camera = camera
-        self.fixed_cameras = [c for c in info.cameras if c not in cams]
-        self.mount = str(info.meta.get(f"camera/{camera}/mount_body", ""))
-        self.T_mount_camera_nominal = pose_to_matrix(
-            info.meta[f"camera/{camera}/nominal_T_mount_camera"]
-        )
-        self.kin = RobotKinematics.from_description(info.description, info.joint_names)
-        self.lower, self.upper = np.asarray(info.limits.lower), np.asarray(info.limits.upper)
-        self._frames: Iterator[RGBDFrame] | None = None
-        self._primer: Any = None
-
-    def prime_camera(self) -> None:
-        """Subscribe to the camera now, in the background: its first frame can take seconds
-        (the robot side starts its renderer / sensor) and overlaps the first move."""
-        import threading
-
-        frames = self.frames()
-        self._prime_error: BaseException | None = None
-
-        def prime() -> None:
-            try:
-                next(frames)
-            except BaseException as exc:  # noqa: BLE001 - re-raised by grab()
-                self._prime_error = exc
-
-        self._primer = threading.Thread(target=prime, name="scan-camera-prime", daemon=True)
-        self._primer.start()
-
-    def fk(self, q: NDArray[np.float64]) -> NDArray[np.float64]:
-        return self.kin.link_pose(self.mount, q)
-
-    def frames(self) -> Iterator[RGBDFrame]:
-        if self._frames is None:
-            # generous: the first frame may wait for the robot side to start its camera
-            self._frames = self.client.camera_frames(self.camera, timeout_s=15.0)
-        return self._frames
-
-    def solve(
-        self, T_base_camera: NDArray[np.float64], X: NDArray[np.float64], q0: NDArray[np.float64]
-    ) -> NDArray[np.float64] | None:
-        from reconstruction.scan_path import solve_view
-
-        q, pe, ae = solve_view(self.fk, q0, T_base_camera, X, self.lower, self.upper)
-        return q if pe <= 0.005 and ae <= 2.0 else None
-
-    def move(self, q_target: NDArray[np.float64], plan: RobotScanPlan) -> tuple[float, bool]:
-        """Interpolate position commands to `q_target`, then wait until settled.
-        Returns (robot time when settled, settled within the timeout)."""
-        import time
-
-        q0 = self.client.latest_state().joint_pos
-        dur = max(float(np.max(np.abs(q_target - q0))) / plan.speed_rad_s, 0.05)
-        t0 = time.monotonic()
-        while (s := (time.monotonic() - t0) / dur) < 1.0:
-            self.client.command_position(q0 + (q_target - q0) * (3 * s * s - 2 * s**3))
-            time.sleep(0.01)
-        self.client.command_position(q_target)
-        end = time.monotonic() + plan.settle_timeout_s
-        while True:
-            st = self.client.latest_state()
-            ok = (
-                np.max(np.abs(st.joint_pos - q_target)) < plan.settle_tol_rad
-                and np.max(np.abs(st.joint_vel)) < plan.settle_vel_rad_s
-            )
-            if ok or time.monotonic() > end:
-                return st.t, ok
-            time.sleep(0.01)
-
-    def grab(
-        self, t_after: float, window_s: float = 0.3, still_rad: float = 1e-3, tries: int = 8
-    ) -> tuple[RGBDFrame, NDArray[np.float64]]:
-        """A frame taken after robot time `t_after` while the arm is still (no joint moves
-        more than `still_rad` over the window; else the stillest of `tries` windows), with
-        the joint positions at its timestamp: a line through the window's states, per joint,
-        read at the frame's time (averages the encoder noise, follows a slow creep)."""
-        frames = self.frames()
-        if self._primer is not None:
-            self._primer.join(timeout=20.0)
-            self._primer = None
-            if self._prime_error is not None:
-                raise self._prime_error
-        found: tuple[float, RGBDFrame, NDArray[np.float64]] | None = None
-        for _ in range(tries):
-            traj = self.client.stream(window_s)
-            t, q = traj.t, traj.channels["robot/joint_pos"]
-            best = None
-            for _ in range(12):
-                f = next(frames, None)
-                if f is None:
-                    raise RobotScanError(
-                        f"robot {self.info.name}: camera '{self.camera}' stream ended"
-                    )
-                if f.timestamp < t_after or f.timestamp < t[0]:
-                    continue
-                if f.timestamp > t[-1]:
-                    break
-                best = f
-            if best is None or len(t) < 3:
-                continue
-            slope, qf = np.polyfit(t - best.timestamp, q, 1)
-            motion = float(np.max(np.abs(slope)) * (t[-1] - t[0]))
-            if found is None or motion < found[0]:
-                found = (motion, best, np.asarray(qf, float))
-            if motion <= still_rad:
-                break
-        if found is None:
-            raise RobotScanError(
-                f"robot {self.info.name}: camera '{self.camera}' frame timestamps "
-                f"never fall inside the state stream (different clocks?)"
-            )
-        return found[1], found[2]
-
-    def grab_fixed(self, camera: str, n: int) -> list[RGBDFrame]:
-        """`n` consecutive frames of fixed camera `camera` (the first one skipped: it may
-        predate the subscription)."""
-        frames = self.client.camera_frames(camera, timeout_s=15.0)
-        try:
-            next(frames)
-            return [next(frames) for _ in range(n)]
-        finally:
-            frames.close()
-
-    def stop(self) -> None:
-        """Stop and release the robot; never raises (used in finally blocks)."""
-        if self._primer is not None:
-            self._primer.join(timeout=20.0)
-            self._primer = None
-        if self._frames is not None:
-            try:
-                self._frames.close()  # type: ignore[attr-defined]
-            except ValueError:  # still waiting for its first frame in the primer
-                pass
-            self._frames = None
-        try:
-            if self.client.connected:
-                self.client.stop("scan finished")
-        except DeviceError:
-            pass
-        self.kin.close()
-
-
-def _camera_poses(
-    arm: ConnectedArm,
-    targets: list[NDArray[np.float64]],
-    X: NDArray[np.float64],
-    plan: RobotScanPlan,
-    out: dict[str, Any],
-) -> Iterator[RGBDFrame]:
-    """Frames at the targets with T_world_camera = FK(q at the frame) @ X."""
-    q = arm.client.latest_state().joint_pos
-    arm.prime_camera()
-    for T in targets:
-        qt = arm.solve(T, X, q)
-        if qt is None:
-            out["unreachable"] += 1
-            continue
-        q = qt
-        t_settled, ok = arm.move(qt, plan)
-        if not ok:
-            out["unsettled"] += 1
-        f, qf = arm.grab(t_settled)
-        out["paired"].append({"frame_t": f.timestamp, "joint_pos": qf.tolist()})
-        yield replace(f, T_world_camera=arm.fk(qf) @ X)
 
 
 class _Recorder:
@@ -392,7 +117,7 @@ def scan_robot(
                 for f in arm.grab_fixed(str(fixed), plan.fixed_frames)
             ]
         stream: Iterator[RGBDFrame] = _chain(
-            fixed_frames, _camera_poses(arm, first_pass, X, plan, log)
+            fixed_frames, camera_poses(arm, first_pass, X, plan, log)
         )
         if record is not None:
             first = next(stream, None)
@@ -442,7 +167,7 @@ def scan_robot(
                     plan.object_distance, el, plan.object_views, plan.object_azimuth_deg
                 ).targets(tuple(cl.footprint_centre(plane)), base_azimuth_deg=0)
             ]
-            more = _camera_poses(arm, second, X, plan, log)
+            more = camera_poses(arm, second, X, plan, log)
             if rec is not None:
                 more = (rec.push(f) for f in more)
             yield from sub_job(
