@@ -27,7 +27,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from devices.robots.driver import JointLimits, RobotInfo
-from devices.robots.excitation import EXCITATIONS, Motion, MotionError, plan
+from devices.robots.excitation import EXCITATIONS, plan
+from devices.robots.motion import Motion, MotionError
 from devices.trajectory import Trajectory
 from twins.errors import TwinError
 from twins.executor import Executor, SerialExecutor

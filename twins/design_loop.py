@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from devices.robots.excitation import Motion
+from devices.robots.motion import Motion
 from devices.trajectory import Trajectory
 from twins.design import information, rank, simulate_motion
 from twins.executor import Executor

@@ -23,14 +23,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from devices.robots.driver import RobotInfo
-from devices.robots.excitation import (
-    PLAN_RATE_HZ,
-    Limits,
-    Motion,
-    MotionError,
-    limits_for,
-    require_fits,
-)
+from devices.robots.excitation import PLAN_RATE_HZ
+from devices.robots.motion import Limits, Motion, MotionError, limits_for, require_fits
 from twins.errors import TwinError
 from twins.kinematics import RobotKinematics
 

@@ -20,7 +20,8 @@ from PySide6 import QtCore, QtWidgets
 
 from app.jobs import Job, Progress
 from app.session import AppController
-from devices.robots.excitation import EXCITATIONS, Motion
+from devices.robots.excitation import EXCITATIONS
+from devices.robots.motion import Motion
 from resources.errors import TwinbenchError
 from widgets.jobs import JobRunner, JobTask
 

@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     from devices.errors import DeviceError
     from devices.robots.auth import load_token
     from devices.robots.client import RobotClient
-    from devices.robots.excitation import EXCITATIONS, derivatives
+    from devices.robots.excitation import EXCITATIONS
+    from devices.robots.motion import derivatives
 
     if args.list:
         for name, ex in EXCITATIONS.items():

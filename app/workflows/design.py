@@ -60,7 +60,7 @@ def suggest_job(
     only: Sequence[str] = (),
 ) -> Job[list[Suggestion]]:
     """Job: rank candidate motions, best first (see the module docstring)."""
-    from devices.robots.excitation import MotionError
+    from devices.robots.motion import MotionError
     from twins.executor import make_executor
 
     values: dict[str, float] = {}

@@ -35,7 +35,7 @@ from app.workflows.record_camera import CameraCapture
 from devices.errors import DeviceError
 from devices.robots import excitation
 from devices.robots.client import RobotClient
-from devices.robots.excitation import Motion, MotionError
+from devices.robots.motion import Motion, MotionError
 from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
 

@@ -20,8 +20,8 @@ from app.workflows.record import plan_motion, play_motion, record_job
 from devices.errors import DeviceError
 from devices.robots.auth import write_token_file
 from devices.robots.client import RobotClient
-from devices.robots.excitation import MotionError
 from devices.robots.launch import REPO_ROOT, LabProcess, start_lab_process
+from devices.robots.motion import MotionError
 from devices.trajectory import Trajectory
 
 pytestmark = [pytest.mark.slow, pytest.mark.realtime]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from devices.robots.driver import RobotInfo
-from devices.robots.excitation import MotionError, check_motion, limits_for
+from devices.robots.motion import MotionError, check_motion, limits_for
 from twins.design import robot_info_for, simulate_motion, start_pose
 from twins.kinematics import RobotKinematics
 from twins.pushes import plan_push

@@ -8,17 +8,16 @@ import numpy as np
 import pytest
 
 from devices.robots.driver import JointLimits, RobotInfo
-from devices.robots.excitation import (
+from devices.robots.excitation import EXCITATIONS, plan
+from devices.robots.motion import (
     ACCEL_USE,
     DEFAULT_MAX_ACCEL,
-    EXCITATIONS,
     SOFT_SPEED,
     Motion,
     MotionError,
     check_motion,
     derivatives,
     limits_for,
-    plan,
 )
 
 READY = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])
