@@ -40,7 +40,14 @@ from numpy.typing import NDArray
 
 from app.jobs import Job, Progress
 from app.project import Project, ProjectError
-from app.workflows.object_feed import ObjectPoseFeeder, ObjectSource, object_source, track_now
+from app.workflows.object_feed import (
+    ObjectPoseFeeder,
+    ObjectSource,
+    object_source,
+    save_poses,
+    start_feed,
+    track_now,
+)
 from app.workflows.train import load_policy
 from app.workflows.twin import load_twin
 from devices.errors import DeviceError
@@ -347,7 +354,13 @@ def deploy_job(
     yield Progress(0.0, f"uploading {plan.policy_id} to {info.name}")
     client.upload_policy(plan.policy.onnx, plan.spec.to_dict())
     client.take_control()
-    feeder = _start_feeder(client, plan) if plan.objects is not None else None
+    feeder = None
+    if plan.objects is not None:
+        try:
+            feeder = start_feed(client, plan.objects, str(plan.spec.object), plan.spec)
+        except DeviceError:
+            _stop(client, f"deploy {plan.policy_id}: no object pose")
+            raise
     ended, seen, running = "cancelled", 0, False
     live: dict[str, list[Any]] = {"t": [], "measured": [], "command": []}
     rec: list[dict[str, Any]] = []
@@ -399,9 +412,7 @@ def deploy_job(
     finally:
         _stop(client, f"deploy {plan.policy_id}: {ended}")
         if feeder is not None:
-            feeder.stop()
-            if feeder.surface is not None:
-                feeder.surface.close()
+            feeder.close()
         msgs = list(rec)
         if msgs:
             saved = _save(project, client, plan, msgs, ended, duration, ramp_s, feeder)
@@ -409,27 +420,6 @@ def deploy_job(
         raise DeviceError(f"robot at {client.address}: no state received during the run")
     yield Progress(1.0, f"{plan.policy_id} on {info.name}: {saved.outcome['result']}")
     return saved
-
-
-def _start_feeder(client: RobotClient, plan: DeployPlan) -> ObjectPoseFeeder:
-    """The object pose feed of a push deployment, running and with a good pose at the
-    agent; DeviceError (robot not moved, left stopped) when the camera gives none."""
-    assert plan.objects is not None
-    name = str(plan.spec.object)
-    feeder = plan.objects.feeder(client, [name], stream=True)
-    feeder.start()
-    # a camera's first frame can take long (the lab's renderer starts) and be old
-    if not feeder.wait_first(60.0, fresh_s=0.5 * plan.spec.object_max_age_s):
-        feeder.stop()
-        if feeder.surface is not None:
-            feeder.surface.close()
-        _stop(client, f"deploy {plan.policy_id}: no object pose")
-        raise DeviceError(
-            f"camera '{plan.objects.camera}': no tracked pose of '{name}' to stream to the "
-            f"robot ({feeder.stats.error or f'{feeder.stats.frames} frames tracked'}); "
-            "the policy was not started"
-        )
-    return feeder
 
 
 def _samples(
@@ -542,21 +532,8 @@ def _save(
         atomic.write_json(folder / "run.json", outcome)
         atomic.write_with(folder / "shadow.npz", lambda p: _write_shadow(p, plan.shadow))
         if feeder is not None:
-            atomic.write_with(folder / "object_poses.npz", lambda p: _write_poses(p, feeder))
+            atomic.write_with(folder / "object_poses.npz", lambda p: save_poses(p, feeder))
     return DeployResult(tid, project.artifacts("run")[-1].id, outcome)
-
-
-def _write_poses(path: Any, feeder: ObjectPoseFeeder) -> None:
-    """Every pose the feeder streamed: t (robot clock), pose (7), quality, lost."""
-    p = feeder.stats.poses
-    with open(path, "wb") as fh:
-        np.savez(
-            fh,
-            t=np.array([r[0] for r in p], float),
-            pose=np.array([r[2] for r in p], float).reshape(len(p), 7),
-            quality=np.array([r[3] for r in p], float),
-            lost=np.array([r[4] for r in p], bool),
-        )
 
 
 def _write_shadow(path: Any, s: Shadow) -> None:

