@@ -233,13 +233,25 @@ class DeployPage(WorkflowPage):
             else "<span style='color:#c62828'><b>FAILURE</b></span>"
         )
         tol = float(getattr(plan.config, "success_tol", 0.05))
-        move = np.abs(plan.goal - plan.start)
+        unit = getattr(s, "unit", "rad")
+        obj = getattr(plan, "object_start", None)
+        if obj is not None:  # a push: the goal is where the object should end up
+            d = float(np.linalg.norm(np.asarray(plan.goal)[:2] - np.asarray(obj)[:2]))
+            goal = (
+                f"Goal: {_esc(str(plan.spec.object))} to ({plan.goal[0]:.3f}, "
+                f"{plan.goal[1]:.3f}) m, {100 * d:.1f} cm from where the camera sees it now."
+            )
+        else:
+            move = np.abs(plan.goal - plan.start)
+            goal = (
+                f"Goal: {int(np.sum(move > 1e-3))} joints move, up to {float(move.max()):.2f} "
+                "rad from the robot's pose now."
+            )
         self.prediction.setText(
             f"Spec fits <b>{_esc(plan.robot)}</b> (joints, rate, observations).<br>"
-            f"Goal: {int(np.sum(move > 1e-3))} joints move, up to {float(move.max()):.2f} rad "
-            f"from the robot's pose now.<br>"
+            f"{goal}<br>"
             f"Twin {_esc(plan.twin_id)} predicts {verdict}: final error "
-            f"<b>{s.final_error:.3f} rad</b> (success below {tol:g}) after "
+            f"<b>{s.final_error:.3f} {unit}</b> (success below {tol:g}) after "
             f"{float(s.t[-1]):.1f} s." + (f" Stopped: {_esc(s.stopped)}." if s.stopped else "")
         )
         self._draw_prediction()
@@ -348,7 +360,8 @@ class DeployPage(WorkflowPage):
         bad = "<span style='color:#c62828'><b>FAILURE</b></span>"
         self.outcome.setText(
             f"Robot: {ok if o['success'] else bad} ({_esc(o['ended'])}), final error "
-            f"<b>{o['final_error']:.3f} rad</b>; twin predicted {o['predicted_final_error']:.3f}."
+            f"<b>{o['final_error']:.3f} {o.get('unit', 'rad')}</b>; twin predicted "
+            f"{o['predicted_final_error']:.3f}."
             f"<br>Saved trajectory {res.trajectory_id} and run {res.run_id}."
         )
         self.progress.setValue(1000)
