@@ -36,6 +36,7 @@ BENCHMARKS: dict[str, str] = {
     "design": "app.benches.design",
     "track": "app.benches.track",
     "policies": "app.benches.policies",
+    "push_deploy": "app.benches.push_deploy",
 }
 
 

@@ -39,6 +39,9 @@ from reconstruction.object_tracking import ObjectModel, ObjectTracker, ObjectTra
 from reconstruction.segment import Plane
 
 log = logging.getLogger(__name__)
+# live: every 2nd depth pixel (a quarter of the points; the tracker's time is most of the
+# pose's age at the agent, and the age limit is a few camera frames)
+LIVE_SETTINGS = ObjectTrackSettings(stride=2)
 
 
 @dataclass
@@ -239,6 +242,7 @@ class ObjectSource:
     table: Plane | None = None
     robot_description: str = ""  # URDF key: mask the robot out of the depth
     clock_offset_s: float = 0.0
+    settings: ObjectTrackSettings | None = LIVE_SETTINGS
 
     def feeder(self, client: RobotClient, send: Sequence[str], stream: bool) -> ObjectPoseFeeder:
         surface = None
@@ -251,6 +255,7 @@ class ObjectSource:
             self.T_base_camera,
             self.table,
             surface,
+            self.settings,
             send=send,
             clock_offset_s=self.clock_offset_s,
             stream=stream,
