@@ -33,6 +33,8 @@ def observed_points(
 ) -> np.ndarray:
     """Points on the scene mesh (what the camera saw) within `margin` m of the object mesh's
     bounding box, in the object frame: about one per 2 mm x 2 mm (seeded), at most 40000."""
+    if len(mesh.vertices) == 0 or len(scene.faces) == 0:  # an empty mesh: its own error later
+        return np.zeros((0, 3))
     v = trimesh.transform_points(np.asarray(scene.vertices, float), np.linalg.inv(T_base_object))
     lo, hi = mesh.bounds[0] - margin, mesh.bounds[1] + margin
     inside = np.all((v > lo) & (v < hi), axis=1)
