@@ -60,3 +60,35 @@ def rotation_angle_deg(R_a: ArrayLike, R_b: ArrayLike) -> float:
     A = np.asarray(R_a, dtype=float)[:3, :3]
     B = np.asarray(R_b, dtype=float)[:3, :3]
     return float(np.degrees(Rotation.from_matrix(A @ B.T).magnitude()))
+
+
+def drop_spin(pose: ArrayLike, axis: ArrayLike = (0.0, 0.0, 1.0)) -> NDArray[np.float64]:
+    """A (7,) pose without its rotation about the body's own `axis` (swing-twist split,
+    q = swing * twist): the pose of a body symmetric about that axis (a cylinder about
+    its z) as a camera can tell it, whatever spin it has. Used alike by the twin's and the
+    robot's observation of such an object. qw >= 0."""
+    p = np.array(pose, dtype=float)
+    q = p[3:7] / np.linalg.norm(p[3:7])
+    d = np.asarray(axis, dtype=float)
+    d = d / np.linalg.norm(d)
+    proj = float(q[:3] @ d) * d
+    twist = np.array([*proj, q[3]])
+    n = float(np.linalg.norm(twist))
+    if n < 1e-9:  # a half turn about an axis normal to `axis`: no twist to remove
+        out = q
+    else:
+        tw = twist / n
+        tx, ty, tz, tw_ = -tw[0], -tw[1], -tw[2], tw[3]  # conjugate
+        x, y, z, w = q
+        out = np.array(
+            [
+                w * tx + x * tw_ + y * tz - z * ty,
+                w * ty - x * tz + y * tw_ + z * tx,
+                w * tz + x * ty - y * tx + z * tw_,
+                w * tw_ - x * tx - y * ty - z * tz,
+            ]
+        )
+    if out[3] < 0:
+        out = -out
+    p[3:7] = out
+    return p

@@ -28,6 +28,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -301,6 +302,8 @@ def _plan_push(
             f"{[m.name for m in objects.models]}"
         )
     check_robot(spec, info)  # before the camera is even opened
+    if twin.object(name).shape.kind == "cylinder":  # as the twin observed it in training
+        objects = dataclasses.replace(objects, spinless=(*objects.spinless, name))
     obj0 = track_now(client, objects, name)
     if object_goal is not None:
         goal = np.asarray(object_goal, float).reshape(-1)[:2]

@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 from app.workflows.track import RobotSurface
 from devices.errors import DeviceError
 from devices.frames import RGBDFrame
-from devices.poses import matrix_to_pose
+from devices.poses import drop_spin, matrix_to_pose
 from devices.robots.client import RobotClient
 from reconstruction.object_tracking import ObjectModel, ObjectTracker, ObjectTrackSettings
 from reconstruction.segment import Plane
@@ -90,6 +90,7 @@ class ObjectPoseFeeder:
         clock_offset_s: float = 0.0,
         frame_timeout_s: float = 60.0,
         stream: bool = True,
+        spinless: Sequence[str] = (),
     ) -> None:
         T = np.asarray(T_base_camera, float)
         if T.shape != (4, 4) or not np.all(np.isfinite(T)):
@@ -106,6 +107,7 @@ class ObjectPoseFeeder:
         self.offset = float(clock_offset_s)
         self.frame_timeout_s = frame_timeout_s
         self.stream = stream  # False: track only (before a policy that observes it is loaded)
+        self.spinless = set(spinless)
         self.stats = FeedStats()
         self.fresh_s = float("inf")
         self.steady_frames = 1
@@ -211,6 +213,8 @@ class ObjectPoseFeeder:
             if tr.T_world_object is None:
                 continue
             pose = matrix_to_pose(tr.T_world_object)
+            if name in self.spinless:
+                pose = drop_spin(pose)
             if self.stream:
                 self.client.send_object_pose(name, pose, t_cap, float(tr.quality), bool(tr.lost))
             self.stats.sent += 1
@@ -243,6 +247,7 @@ class ObjectSource:
     robot_description: str = ""  # URDF key: mask the robot out of the depth
     clock_offset_s: float = 0.0
     settings: ObjectTrackSettings | None = LIVE_SETTINGS
+    spinless: tuple[str, ...] = ()  # symmetric about their z: spin dropped (drop_spin)
 
     def feeder(self, client: RobotClient, send: Sequence[str], stream: bool) -> ObjectPoseFeeder:
         surface = None
@@ -258,6 +263,7 @@ class ObjectSource:
             self.settings,
             send=send,
             clock_offset_s=self.clock_offset_s,
+            spinless=self.spinless,
             stream=stream,
         )
 

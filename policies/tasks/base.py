@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 from numpy.typing import NDArray
 
+from devices.poses import drop_spin
 from policies.errors import PolicyError
 from policies.randomization import Conditions, Randomization, SensorNoise
 from policies.spec import PolicySpec
@@ -45,6 +46,11 @@ class TaskConfig:
     action_scale: float = 0.05  # rad per unit action (delta position)
     max_joint_speed: float = 1.9  # rad/s: the agent moves position targets at <= 0.9 x limit
     joints: tuple[str, ...] = ()  # commanded joints; () = the twin's actuated revolute joints
+    # Failure-driven curriculum: initial conditions of real runs that failed ({"start": q,
+    # "goal": ..., "object_start": pose}, from their run.json), each episode replays one of
+    # them with probability `replay_share` instead of drawing its own.
+    replay_starts: tuple[Any, ...] = ()
+    replay_share: float = 0.3
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,6 +104,7 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
     metadata = {"render_modes": []}  # noqa: RUF012 (gymnasium declares it so)
     observation_terms: ClassVar[tuple[str, ...]] = ("joint_pos", "joint_vel", "target")
     task_name: ClassVar[str] = ""
+    spinless: bool = False  # observe the object without its spin about its own z axis
 
     def __init__(
         self,
@@ -175,6 +182,19 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
     def _place(self, rng: np.random.Generator) -> None:
         raise NotImplementedError
 
+    def _place_replayed(self, cond: Mapping[str, Any]) -> None:
+        """Set up one recorded initial condition (see TaskConfig.replay_starts)."""
+        raise PolicyError(f"task {self.task_name}: cannot replay recorded initial conditions")
+
+    def _recorded_q(self, cond: Mapping[str, Any]) -> Vec:
+        q = np.asarray(cond.get("start", ()), dtype=np.float64)
+        if q.shape != self.q_home.shape or not np.all(np.isfinite(q)):
+            raise PolicyError(
+                f"task {self.task_name}: a replayed start has {q.size} joint values, the twin's "
+                f"commanded joints are {len(self.q_home)}"
+            )
+        return np.clip(q, self.lower, self.upper)
+
     def _reward(self, action: Vec) -> float:
         raise NotImplementedError
 
@@ -231,6 +251,10 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         self.k = 0
         self.t = 0.0
         self._place(rng)
+        self.replayed = None
+        if self.config.replay_starts and rng.random() < self.config.replay_share:
+            self.replayed = int(rng.integers(len(self.config.replay_starts)))
+            self._place_replayed(self.config.replay_starts[self.replayed])
         self.q, self.qd = world.joint_state(list(self.joints))
         self.cmd = self.q.copy()
         self._lat = np.asarray(self._bank.latency, float)
@@ -240,7 +264,7 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         self._bank.apply(self.cmd)
         self._true: deque[tuple[Vec, Vec, Vec]] = deque(maxlen=self.conditions.latency_ticks + 1)
         self._true.append((self.q.copy(), self.qd.copy(), self._true_object_pose()))
-        self._seen_object = self._true[-1][2].copy()  # the tracker starts at the scan pose
+        self._seen_object = self._as_tracked(self._true[-1][2])  # starts at the scan pose
         self._seen_t = 0.0
         self._next_capture = 0.0
         self._dropout_until = -1.0
@@ -367,6 +391,7 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
                     h = 0.5 * rng.normal(0.0, noise.object_yaw_std)
                     qz = np.array([0.0, 0.0, np.sin(h), np.cos(h)])
                     pose[3:] = _quat_mul(qz, pose[3:])
+                pose = self._as_tracked(pose)
             self._captures.append((now, pose))
         lat = self.conditions.object_latency_s
         while self._captures and self._captures[0][0] + lat <= now + 1e-9:
@@ -380,6 +405,13 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
                 f"(limit {1e3 * max_age:.0f} ms)"
             )
         return self._seen_object
+
+    def _as_tracked(self, pose: Vec) -> Vec:
+        """A symmetric object's spin about its axis is invisible to the camera: the agent
+        gets (and the policy sees) its pose without it (devices.poses.drop_spin)."""
+        if self.spinless:
+            return drop_spin(pose)
+        return np.asarray(pose, float).copy()
 
     def close(self) -> None:
         if self._world is not None:

@@ -8,13 +8,16 @@ object pose (`object_pose`, noisy, with dropouts) and the goal (`object_goal`). 
 the object's centre within `success_tol` of the goal at the end of the episode. The
 object is observed as the robot agent gives it (PROTOCOL.md `object_pose`): the newest
 good pose the camera tracker streamed, in the robot base frame (the twin's world), and a
-pose older than `object_max_age_s` ends the episode as the agent stops the policy.
+pose older than `object_max_age_s` ends the episode as the agent stops the policy. A
+cylinder's spin about its axis is dropped from its observed pose (`spinless`), as the
+deploy feed drops it from the tracked one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +63,8 @@ class PushEnv(TwinEnv):
 
     def _task_spec(self, spec: TwinSpec) -> TwinSpec:
         self._obj = pushed_object(spec, self.config.object)
+        # a cylinder's spin about its axis: the tracker cannot see it, the policy neither
+        self.spinless = spec.object(self._obj).shape.kind == "cylinder"
         return dataclasses.replace(spec, objects=(spec.object(self._obj),))
 
     def _object_name(self) -> str | None:
@@ -80,6 +85,15 @@ class PushEnv(TwinEnv):
         d = rng.uniform(*c.goal_distance)
         self.goal = pose[:2] + d * np.array([math.cos(ang), math.sin(ang)])
         self.target = self.q_home.copy()
+
+    def _place_replayed(self, cond: Mapping[str, Any]) -> None:
+        self.world.set_joint_state(self._recorded_q(cond), None, list(self.joints))
+        pose = np.asarray(cond.get("object_start", ()), dtype=np.float64)
+        goal = np.asarray(cond.get("goal", ()), dtype=np.float64)[:2]
+        if pose.shape != (7,) or goal.shape != (2,) or not np.all(np.isfinite(pose)):
+            raise PolicyError("task push: a replayed run needs object_start (7) and goal (2+)")
+        self.world.set_object_pose(self._obj, pose)
+        self.goal = goal.copy()
 
     def _true_object_pose(self) -> Vec:
         """Read once per control tick (after the physics steps) and kept for the reward."""

@@ -101,3 +101,38 @@ def test_a_pose_older_than_the_policys_age_limit_ends_the_episode(demo_twin: Twi
         assert 0.2 < env.t <= 0.2 + 2 * env.ctrl_dt
     finally:
         env.close()
+
+
+def test_drop_spin_keeps_the_axis_and_forgets_the_spin() -> None:
+    from scipy.spatial.transform import Rotation as R
+
+    from devices.poses import drop_spin
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        tilt = R.from_rotvec([*rng.normal(0, 0.3, 2), 0.0])
+        a, b = ((tilt * R.from_rotvec([0, 0, s])).as_quat() for s in rng.uniform(-3, 3, 2))
+        pa, pb = drop_spin([1, 2, 3, *a]), drop_spin([1, 2, 3, *b])
+        np.testing.assert_allclose(pa, pb, atol=1e-9)  # spin forgotten
+        z_true = (tilt * R.from_rotvec([0, 0, 1.0])).apply([0, 0, 1])
+        np.testing.assert_allclose(R.from_quat(pa[3:]).apply([0, 0, 1]), z_true, atol=1e-9)
+        # the pure tilt's quaternion: rotation about an axis in the xy plane
+        np.testing.assert_allclose(pa[3:], tilt.as_quat() * np.sign(tilt.as_quat()[3]), atol=1e-9)
+
+
+def test_a_spinning_cylinder_is_observed_without_its_spin(demo_twin: TwinSpec) -> None:
+    env = make_env("push", demo_twin, {"episode_s": 0.2}, seed=0)
+    try:
+        obs, _ = env.reset(seed=0)
+        assert env.spinless  # the pushed object is the cylinder
+        name = str(env.policy_spec.object)
+        s = env.policy_spec.slices()["object_pose"]
+        pose = np.array(env.world.object_pose(name))
+        pose[3:] = [0.0, 0.0, np.sin(0.6), np.cos(0.6)]  # spun 1.2 rad about its axis
+        env.world.set_object_pose(name, pose)
+        obs, *_ = env.step(np.zeros(7, np.float32))
+        seen = obs[s]
+        np.testing.assert_allclose(seen[3:], [0, 0, 0, 1], atol=1e-3)  # upright, no spin
+        np.testing.assert_allclose(seen[:2], env.world.object_pose(name)[:2], atol=1e-3)
+    finally:
+        env.close()
