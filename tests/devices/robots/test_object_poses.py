@@ -224,3 +224,18 @@ def test_a_dropout_shorter_than_the_age_limit_does_not_stop(client: RobotClient)
         feed.lost = False
         states = _states_after(client, 0.5)
     assert states and all(m["mode"] == "policy" for m in states)
+
+
+def test_an_unauthenticated_peer_cannot_report_poses(rig: Rig, client: RobotClient) -> None:
+    from devices.robots import protocol as P
+    from tests.devices.robots.helpers import raw_connect, read_until_closed
+
+    t = client.latest_state().t
+    s = raw_connect(rig.port, token="wrong-token-0123456789")
+    s.sendall(
+        P.pack({"type": "object_pose", "object": "puck", "pose": [0.9, 0, 0, *IDENT], "t": t})
+    )
+    msgs = read_until_closed(s)
+    s.close()
+    assert msgs[-1]["type"] == "error" and msgs[-1]["code"] == "auth"
+    assert rig.agent.objects.last("puck") is None  # nothing was kept
