@@ -59,12 +59,15 @@ class ScanSession:
         tracking: Any = None,
         depth_range: tuple[float, float] | str | None = None,
         keep_frames_mb: float = 1500.0,
+        fuse_max_hz: float = 15.0,
     ) -> None:
         """`track`: handheld (poses from tracking; `tracking` is a TrackingSettings or None
         for defaults scaled to the depth range). `depth_range`: None keeps the TSDF
         settings' range, "auto" chooses it from the first frame, (min, max) in m sets it.
         Frames are kept for re-fusion after loop closure up to `keep_frames_mb` (then only
-        keyframes)."""
+        keyframes). A handheld scan fuses tracked frames at up to `fuse_max_hz` (keyframes
+        always): at video rate neighbouring frames see the same surfaces, and fusion was a
+        quarter of a tracked frame's time (lab hand path at 30 fps: ATE 0.3 cm either way)."""
         self.tsdf = TSDFIntegrator(tsdf)
         self.track = track
         self.skipped: dict[int, str] = {}  # frame index -> why
@@ -74,6 +77,8 @@ class ScanSession:
         self._tracking = tracking
         self._depth_range = depth_range
         self._keep_bytes = keep_frames_mb * 1e6
+        self._fuse_dt = 1.0 / fuse_max_hz if fuse_max_hz > 0 else 0.0
+        self._last_fused_t: float | None = None
         self._kept: dict[int, RGBDFrame] = {}
         self._kept_bytes = 0
         self.frames_seen = 0
@@ -123,10 +128,20 @@ class ScanSession:
                 self.skipped[frame.index] = ft.reason
                 return False
             T_base_camera = ft.pose
-            self._keep(frame, self._is_keyframe(ft))
+            keyframe = self._is_keyframe(ft)
+            self._keep(frame, keyframe)
             accel = frame.meta.get("accel")
             if accel is not None:
                 self.gravity_sum += T_base_camera[:3, :3] @ np.asarray(accel, float)
+            last = self._last_fused_t
+            # 2 % slack: timestamps of a 30 fps stream jitter around 1/15 s for every other frame
+            if (
+                not keyframe
+                and last is not None
+                and 0 <= frame.timestamp - last < 0.98 * self._fuse_dt
+            ):
+                self.last_pose = np.asarray(T_base_camera, float)
+                return True
         t0 = time.perf_counter()
         ok = self.tsdf.integrate(frame, np.asarray(T_base_camera, float))
         self.integrate_s.append(time.perf_counter() - t0)
@@ -134,6 +149,7 @@ class ScanSession:
             self.skipped[frame.index] = "no depth in range"
             return False
         self.last_pose = np.asarray(T_base_camera, float)
+        self._last_fused_t = frame.timestamp
         if self._first is None and self.track:
             self._first = (frame, self.last_pose)
         return True
@@ -170,8 +186,10 @@ class ScanSession:
         self.capture["depth_range_m"] = [lo, hi]
         self.capture["depth_range_from"] = "data" if self._depth_range == "auto" else "user"
 
-    def _model_view(self, T_world_camera: NDArray[np.float64], frame: RGBDFrame) -> Any:
-        r = self.tsdf.render_depth(frame, T_world_camera, self.tracker.s.raycast_down)
+    def _model_view(
+        self, T_world_camera: NDArray[np.float64], frame: RGBDFrame, down: int = 1
+    ) -> Any:
+        r = self.tsdf.render_depth(frame, T_world_camera, down)
         if r is None:
             return None
         if self._ray_offset is None:
@@ -194,7 +212,7 @@ class ScanSession:
         if first is None:
             return np.zeros(3)
         f, T = first
-        r = self.tsdf.render_depth(f, T, self.tracker.s.raycast_down)
+        r = self.tsdf.render_depth(f, T, 1)
         if r is None:
             return np.zeros(3)
         tr = self.tracker

@@ -40,17 +40,19 @@ class TrackingSettings:
     loop_radius_m: float = 1.0
     loop_max_deg: float = 60.0
     loop_candidates: int = 5
-    raycast_down: int = 1  # model view at 1/raycast_down of the frame's resolution (2 tilts
-    # Open3D's raycast by ~0.7 deg against its own input, measured)
+    # the video fast path's model view at 1/raycast_down of the frame's resolution: half
+    # costs less than half (lab 424x240: 18 vs 40 ms CPU), still gives ~12k points, as many
+    # as the frame's view, and renders within 0.01 deg / 0.1 mm of the full one (measured)
+    raycast_down: int = 2
     video_dt_s: float = 0.1  # frames closer than this take the one-ICP fast path first
     fast_accept_ratio: float = 0.9
-    # video fast path: ICP levels (3: 4x, 2x and 1x voxel), and reuse of a model view for up
-    # to `reuse_view_frames` frames while the camera stays within `reuse_view_m` /
-    # `reuse_view_deg` of the pose it was raycast at. Defaults: every frame raycast, all
-    # levels; the cheaper settings (2 levels, or a view reused for 4 frames) measured ~1.5x
-    # faster on the lab hand path but lost track there (ATE 2-6 cm): tracking on the lab's
-    # noisy table is chaotic at the mm level and needs every bit of the finer model
-    fast_icp_levels: int = 3
+    # video fast path: ICP levels (2: 4x and 2x voxel; the 1x level was half of a frame's
+    # ICP time and did not help on the lab hand path: ATE 0.31 cm with 2 levels, 0.32 with 3),
+    # and reuse of a model view for up to `reuse_view_frames` frames while the camera stays
+    # within `reuse_view_m` / `reuse_view_deg` of the pose it was raycast at. Default: every
+    # frame raycast; reusing a view even for 2 frames lost track on the lab path (32 cm ATE,
+    # most frames falling to global registration)
+    fast_icp_levels: int = 2
     reuse_view_frames: int = 1
     reuse_view_m: float = 0.03
     reuse_view_deg: float = 4.0
@@ -99,7 +101,9 @@ class View:
         return self._cloud
 
     def level(self, voxel: float) -> o3d.geometry.PointCloud:
-        """The cloud at ICP scale `voxel` (normals averaged over each voxel)."""
+        """The cloud at ICP scale `voxel` (normals averaged over each voxel), downsampled from
+        the fine cloud (the TUM cabinet's tracking is chaotic: keep the points it was tuned
+        on)."""
         if voxel <= self.voxel * 1.01:
             return self.cloud
         if voxel not in self._levels:
