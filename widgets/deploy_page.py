@@ -42,6 +42,7 @@ class DeployPage(WorkflowPage):
     step = "deploy"
     sig_run_saved = QtCore.Signal(object)  # DeployResult
     sig_refit_done = QtCore.Signal(str)  # fit artifact id
+    sig_retrained = QtCore.Signal(str)  # policy artifact id
 
     def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
         self.runner = JobRunner(self)
@@ -119,6 +120,16 @@ class DeployPage(WorkflowPage):
         )
         self.refit_button.clicked.connect(self.refit)
         side.addWidget(self.refit_button)
+        self.retrain_button = QtWidgets.QPushButton("4. Retrain from the refit")
+        self.retrain_button.setEnabled(False)
+        self.retrain_button.setToolTip(
+            "Train the policy again under the refit's posterior (same task, trainer and "
+            "budget), with the starts of its failed real runs replayed in training; then "
+            "pick the new policy above and predict"
+        )
+        self.retrain_button.clicked.connect(self.retrain)
+        side.addWidget(self.retrain_button)
+        self.refit_id: str | None = None
         side.addStretch(1)
         self.status = StatusLine("")
         side.addWidget(self.status)
@@ -308,7 +319,8 @@ class DeployPage(WorkflowPage):
             stop_event=self._stop,
         )
         self._task = task = self.runner.start(f"Deploy {plan.policy_id}", job)
-        for w in (self.run_button, self.predict_button, self.refit_button, self.policy_box):
+        for w in (self.run_button, self.predict_button, self.refit_button, self.retrain_button,
+                  self.policy_box):  # fmt: skip
             w.setEnabled(False)
         self.progress.setValue(0)
         self.outcome.setText("running on the robot…")
@@ -400,9 +412,42 @@ class DeployPage(WorkflowPage):
         task.sig_failed.connect(lambda msg: self._say(f"refit: {msg}", error=True))
 
     def _refitted(self, fit_id: str) -> None:
-        self._say(f"refit {fit_id} saved (see the Calibrate page)")
+        self._say(f"refit {fit_id} saved (see the Calibrate page); 4. retrains from it")
+        self.refit_id = fit_id
+        self.retrain_button.setEnabled(True)
         self.controller.notify_project_changed()
         self.sig_refit_done.emit(fit_id)
+
+    def retrain(self) -> None:
+        from app.workflows.close_loop import retrain_argv
+        from app.workflows.train import train_subprocess_job
+
+        project, res = self.controller.project, self.result
+        if project is None or res is None or self.refit_id is None:
+            return
+        policy_id = project.artifact(res.run_id).inputs[0]
+        try:
+            argv = retrain_argv(project, policy_id, self.refit_id)
+        except TwinbenchError as exc:
+            self._say(f"retrain: {exc}", error=True)
+            return
+        self.retrain_button.setEnabled(False)
+        job = train_subprocess_job(project.root, argv[3:])  # without "train --project P"
+        task = self.runner.start(f"Retrain {policy_id}", job)
+        task.sig_progress.connect(lambda p: self._say(f"retrain: {p.message}"))
+        task.sig_finished.connect(self._retrained)
+        task.sig_failed.connect(lambda msg: self._say(f"retrain: {msg}", error=True))
+
+    def _retrained(self, policy_id: str) -> None:
+        if self.controller.project is not None:
+            self.controller.project.refresh()  # the training process wrote the policy
+        self.controller.notify_project_changed()
+        self.refresh()
+        i = self.policy_box.findData(policy_id)
+        if i >= 0:
+            self.policy_box.setCurrentIndex(i)
+        self._say(f"retrained: policy {policy_id}; press 1. Predict to see what it will do")
+        self.sig_retrained.emit(policy_id)
 
     def _say(self, text: str, error: bool = False) -> None:
         self.status.setStyleSheet("color: #c62828;" if error else "")

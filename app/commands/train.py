@@ -1,13 +1,15 @@
 """`python main.py train --project P --twin T --task NAME [--dr none|manual|posterior]
 [--fit F] [--param NAME=DIST ...] [--noise none|typical] [--trainer cem|ppo] [--budget N]
 [--set KEY=VALUE ...] [--workers N] [--backend local|ray] [--resume RUN] [--eval-episodes N]
-[--progress bar|jsonl]`.
+[--progress bar|jsonl]`; `train --project P --retrain POLICY [--fit F]`.
 
 Trains a policy in the (randomized) twin and writes a `policy` artifact (ONNX + spec +
 training record, lineage to the twin and the fit). `--budget`: CEM generations (cem) or
 environment steps (ppo). Ctrl-C keeps the run's checkpoint; `--resume RUN` continues it.
 `--progress jsonl` prints one JSON progress record per line (the GUI's subprocess runs
-read it: app.workflows.train.train_subprocess_job).
+read it: app.workflows.train.train_subprocess_job). `--retrain POLICY` retrains a policy
+from its twin's newest fit (app/workflows/close_loop.py): same task settings, trainer and
+budget, the fit's posterior as randomization, its failed real runs replayed in training.
 """
 
 from __future__ import annotations
@@ -45,7 +47,14 @@ def add_dr_arguments(p: argparse.ArgumentParser) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--project", type=Path, required=True, help="project folder")
     p.add_argument("--twin", default=None, help="twin artifact id (default: the latest)")
-    p.add_argument("--task", required=True, help="task name (reach, push)")
+    p.add_argument("--task", default=None, help="task name (reach, push)")
+    p.add_argument(
+        "--retrain",
+        default=None,
+        metavar="POLICY",
+        help="retrain this policy from the newest fit of its twin (or --fit): same task, "
+        "trainer and budget, --dr posterior, its failed real runs replayed in training",
+    )
     add_dr_arguments(p)
     p.add_argument("--trainer", choices=("cem", "ppo"), default="cem")
     p.add_argument(
@@ -93,6 +102,19 @@ def run(args: argparse.Namespace) -> int:
     from policies.train import TrainSettings
 
     project = Project.open(args.project)
+    if args.retrain:
+        from app.cli import main
+        from app.workflows.close_loop import retrain_argv
+
+        argv = retrain_argv(project, args.retrain, args.fit)
+        if args.progress == "bar" and not args.quiet:
+            print("retraining: main.py " + " ".join(argv[:12]) + (" …" if len(argv) > 12 else ""))
+        argv += ["--progress", args.progress, "--eval-episodes", str(args.eval_episodes)]
+        return main(argv + (["--quiet"] if args.quiet else []))
+    if not args.task:
+        from policies.errors import PolicyError
+
+        raise PolicyError("train: choose --task NAME (reach, push) or --retrain POLICY")
     settings = TrainSettings(
         trainer=args.trainer,
         seed=args.seed,

@@ -8,11 +8,13 @@ configuration, both with the end effector above the table. Success: every joint 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from policies.errors import PolicyError
 from policies.spec import PolicySpec
 from policies.tasks.base import TaskConfig, TwinEnv, Vec
 
@@ -49,6 +51,15 @@ class ReachEnv(TwinEnv):
         c = self.config
         start = self._draw(rng, c.start_range)
         self.target = self._draw(rng, c.goal_range)
+        self.world.set_joint_state(start, None, list(self.joints))
+        self._prev_err = float(np.linalg.norm(self.target - start))
+
+    def _place_replayed(self, cond: Mapping[str, Any]) -> None:
+        start = self._recorded_q(cond)
+        goal = np.asarray(cond.get("goal", ()), dtype=np.float64)
+        if goal.shape != start.shape or not np.all(np.isfinite(goal)):
+            raise PolicyError(f"task reach: a replayed goal has {goal.size} joint values")
+        self.target = np.clip(goal, self.lower, self.upper)
         self.world.set_joint_state(start, None, list(self.joints))
         self._prev_err = float(np.linalg.norm(self.target - start))
 

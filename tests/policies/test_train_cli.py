@@ -156,3 +156,51 @@ def test_subprocess_training_reports_progress_and_resumes_after_interrupt(
     assert gens and "generation 1/3" not in " ".join(gens)  # continued, not restarted
     record = load_policy(Project.open(proj.root), pid).record
     assert len(record["curve"]) == 3 and record["run"] == run
+
+
+def test_retrain_from_the_refit_replays_the_failed_runs(
+    project: tuple[Project, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Close the loop (issue 12 part 7): `train --retrain POLICY` trains again with the
+    policy's task settings, trainer and budget, under the twin's newest fit's posterior,
+    with the initial conditions of its failed real runs replayed in training; its
+    successful runs are not."""
+    proj, tid = project
+    root = str(proj.root)
+    assert main(["train", "--project", root, "--task", "reach", *TINY, "--eval-episodes", "0",
+                 "--quiet"]) == 0  # fmt: skip
+    proj = Project.open(proj.root)
+    pid = proj.artifacts("policy")[-1].id
+    old = load_policy(proj, pid).record
+    fid = _fit_artifact(proj, tid)  # the refit
+    q = np.linspace(-0.2, 0.2, 7)
+    for ok, shift in ((False, 0.1), (True, -0.1)):  # one failed, one successful real run
+        with proj.new_artifact("trajectory", inputs=[pid]):
+            pass
+        traj = proj.artifacts("trajectory")[-1].id
+        out = {"success": ok, "start": (q + shift).tolist(), "goal": (q - shift).tolist()}
+        with proj.new_artifact(
+            "run", inputs=[pid, traj], settings={"kind": "real-deployment"}
+        ) as f:
+            atomic.write_json(f / "run.json", out)
+    capsys.readouterr()
+    rc = main(["train", "--project", root, "--retrain", pid, "--eval-episodes", "0", "--quiet"])
+    assert rc == 0, capsys.readouterr().out
+    proj = Project.open(proj.root)
+    art = proj.artifacts("policy")[-1]
+    assert art.id != pid and list(art.inputs) == [tid, fid]
+    assert art.settings["dr"] == "posterior" and art.settings["task"] == "reach"
+    rec = load_policy(proj, art.id).record
+    cfg = rec["task_config"]
+    assert cfg["replay_starts"] == [{"start": (q + 0.1).tolist(), "goal": (q - 0.1).tolist()}]
+    assert cfg["replay_share"] == pytest.approx(0.3) and cfg["episode_s"] == 1.0
+    assert rec["training"]["cem"] == old["training"]["cem"]
+    assert rec["training"]["seed"] == old["training"]["seed"] + 1
+    # a twin with no fit says what to do first
+    fresh = run_to_end(build_twin(proj, None, procedural=True))
+    assert main(["train", "--project", root, "--twin", fresh, "--task", "reach", *TINY,
+                 "--eval-episodes", "0", "--quiet"]) == 0  # fmt: skip
+    orphan = Project.open(proj.root).artifacts("policy")[-1].id
+    capsys.readouterr()
+    assert main(["train", "--project", root, "--retrain", orphan, "--quiet"]) == 2
+    assert "has no fit to retrain from" in capsys.readouterr().err

@@ -78,7 +78,17 @@ def _policy_project(controller: Any, root: Path) -> tuple[str, tuple[str, ...], 
     pol = Policy(
         to_onnx(torch_module("joint_pd", spec, params), spec.obs_dim),
         spec,
-        {"task": "reach", "twin_id": tid, "task_config": cfg},
+        {
+            "task": "reach",
+            "twin_id": tid,
+            "task_config": cfg,
+            # a tiny budget, so that retraining it (close the loop) takes seconds
+            "training": {
+                "trainer": "cem",
+                "seed": 0,
+                "cem": {"generations": 1, "population": 4, "episodes": 1},
+            },
+        },  # fmt: skip
     )
     with proj.new_artifact(
         "policy", inputs=[tid], settings={"task": "reach"}, summary="reach by cem"
@@ -166,13 +176,19 @@ def test_predict_run_stop_and_send_to_real2sim(
     def fake_fit_job(project: Any, twin_id: str, recs: list[str], config: Any, **_: Any) -> Any:
         calls.append((twin_id, list(recs), config))
         yield from ()
-        return "fit-refit"
+        name = "robot.joints.panda_joint2.damping"  # a fit artifact as twins.fit writes it
+        with project.new_artifact("fit", inputs=[twin_id, *recs], settings={"twin": twin_id}) as f:
+            (f / "fit.json").write_text(json.dumps({"status": "done", "twin": twin_id}))
+            x = np.random.default_rng(0).uniform(0.05, 0.15, (40, 1))
+            np.savez(f / "samples.npz", names=np.array([name]), x=x)
+        return str(project.artifacts("fit")[-1].id)
 
     monkeypatch.setattr(fit_mod, "fit_job", fake_fit_job)
     assert page.refit_button.isEnabled()
     with qtbot.waitSignal(page.sig_refit_done, timeout=20000) as sig:
         page.refit_button.click()
-    assert sig.args[0] == "fit-refit" and "fit-refit" in page.status.text()
+    fid = sig.args[0]
+    assert fid in page.status.text()
     twin_id, recs, config = calls[0]
     assert recs[-1] == page.result.trajectory_id and config.params == (
         "robot.joints.panda_joint2.damping",
@@ -181,6 +197,24 @@ def test_predict_run_stop_and_send_to_real2sim(
         twin_id
         == Policy.load(controller.project.path_of(page.policy_box.currentData())).record["twin_id"]
     )
+    qtbot.waitUntil(lambda: not page.runner.running(), timeout=5000)
+
+    # 4. Retrain from the refit: a training subprocess under the refit's posterior, the
+    # stopped (failed) run's start and goal replayed in training; the new policy is picked
+    old_pid = page.policy_box.currentData()
+    assert page.retrain_button.isEnabled()
+    with qtbot.waitSignal(page.sig_retrained, timeout=180000) as sig:
+        page.retrain_button.click()
+    new_pid = sig.args[0]
+    proj = controller.project
+    proj.refresh()  # written by the training process
+    art = proj.artifact(new_pid)
+    assert new_pid != old_pid and list(art.inputs) == [twin_id, fid]
+    assert art.settings["dr"] == "posterior"
+    cfg = Policy.load(proj.path_of(new_pid)).record["task_config"]
+    run = json.loads((proj.path_of(page.result.run_id) / "run.json").read_text())
+    assert cfg["replay_starts"] == [{"start": run["start"], "goal": run["goal"]}]
+    assert page.policy_box.currentData() == new_pid and "Predict" in page.status.text()
     qtbot.waitUntil(lambda: not page.runner.running(), timeout=5000)
     page.detach()
 
