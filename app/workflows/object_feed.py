@@ -11,8 +11,9 @@ Two threads: a reader keeps only the newest camera frame (`client.camera_frames`
 tracker thread tracks the newest frame it has not tracked yet (a slow tracker skips frames
 rather than falling behind) and sends each object's pose with the frame's capture time, its
 quality and whether it is lost. Frames are stamped on the robot's clock by the robot's own
-camera feed (the lab's camera stamps the lab clock); a camera on another clock is mapped by
-`clock_offset_s` (robot time = camera time + offset). The robot is masked out of the depth
+camera feed (the lab's camera stamps the lab clock); a camera on another clock (one on the
+workbench: `frames=`) is mapped by `clock_offset_s` (robot time = camera time + offset), or,
+with `clock_offset_s=None`, by `ClockMap` from the frames' arrival times. The robot is masked out of the depth
 by forward kinematics at the newest measured joint positions (`surface`). The agent, not
 this feeder, decides when tracking is too old: a feeder that dies or falls behind stops
 the robot through the agent's age limit.
@@ -23,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,22 @@ log = logging.getLogger(__name__)
 # live: every 2nd depth pixel (a quarter of the points; the tracker's time is most of the
 # pose's age at the agent, and the age limit is a few camera frames)
 LIVE_SETTINGS = ObjectTrackSettings(stride=2)
+
+
+class ClockMap:
+    """Camera clock -> robot clock by the smallest delay seen: offset = min over frames of
+    (robot time when the frame arrived - its camera stamp). A pose's age is then short by
+    the camera's smallest capture-to-arrival latency (a few ms over USB), never longer;
+    a drift between the clocks is not followed (restart the feed every few minutes)."""
+
+    def __init__(self, offset_s: float | None = None) -> None:
+        self.fixed = offset_s is not None
+        self.offset_s = float(offset_s) if offset_s is not None else float("inf")
+
+    def robot_time(self, camera_t: float, robot_t_at_arrival: float) -> float:
+        if not self.fixed:
+            self.offset_s = min(self.offset_s, robot_t_at_arrival - camera_t)
+        return camera_t + self.offset_s
 
 
 @dataclass
@@ -87,10 +104,11 @@ class ObjectPoseFeeder:
         surface: RobotSurface | None = None,
         settings: ObjectTrackSettings | None = None,
         send: Sequence[str] | None = None,
-        clock_offset_s: float = 0.0,
+        clock_offset_s: float | None = 0.0,
         frame_timeout_s: float = 60.0,
         stream: bool = True,
         spinless: Sequence[str] = (),
+        frames: Callable[[], Iterator[RGBDFrame]] | None = None,
     ) -> None:
         T = np.asarray(T_base_camera, float)
         if T.shape != (4, 4) or not np.all(np.isfinite(T)):
@@ -104,7 +122,8 @@ class ObjectPoseFeeder:
         self.tracker = ObjectTracker(models, table, settings)
         self.surface = surface
         self.send = tuple(send) if send else tuple(m.name for m in models)
-        self.offset = float(clock_offset_s)
+        self.clock = ClockMap(clock_offset_s)
+        self.frames = frames  # None: the robot's camera `camera` over the protocol
         self.frame_timeout_s = frame_timeout_s
         self.stream = stream  # False: track only (before a policy that observes it is loaded)
         self.spinless = set(spinless)
@@ -115,6 +134,7 @@ class ObjectPoseFeeder:
         self._stop = threading.Event()
         self._new = threading.Condition()
         self._frame: RGBDFrame | None = None
+        self._frame_t = float("nan")
         self._first = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -166,20 +186,26 @@ class ObjectPoseFeeder:
 
     # -- threads ----------------------------------------------------------------------------
     def _read(self) -> None:
-        frames = self.client.camera_frames(self.camera, timeout_s=self.frame_timeout_s)
+        if self.frames is not None:
+            frames: Iterator[RGBDFrame] = self.frames()
+        else:
+            frames = self.client.camera_frames(self.camera, timeout_s=self.frame_timeout_s)
         try:
             for f in frames:
                 if self._stop.is_set():
                     return
+                t_robot = self.clock.robot_time(float(f.timestamp), self.client.latest_state().t)
                 with self._new:
                     if self._frame is not None:
                         self.stats.skipped += 1
-                    self._frame = f
+                    self._frame, self._frame_t = f, t_robot
                     self._new.notify_all()
         except DeviceError as exc:
             self._fail(f"camera '{self.camera}': {exc}")
         finally:
-            frames.close()
+            close = getattr(frames, "close", None)
+            if close is not None:
+                close()
 
     def _track(self) -> None:
         seen: set[str] = set()
@@ -188,16 +214,17 @@ class ObjectPoseFeeder:
                 with self._new:
                     while self._frame is None and not self._stop.is_set():
                         self._new.wait(0.5)
-                    frame, self._frame = self._frame, None
+                    frame, self._frame, t_cap = self._frame, None, self._frame_t
                 if frame is None:
                     continue
-                self._track_one(frame, seen)
+                self._track_one(frame, t_cap, seen)
         except DeviceError as exc:
             self._fail(str(exc))
         except Exception as exc:  # a tracker bug must not leave a silent feed behind
             self._fail(f"object tracker failed: {exc}")
 
-    def _track_one(self, frame: RGBDFrame, seen: set[str]) -> None:
+    def _track_one(self, frame: RGBDFrame, t_cap: float, seen: set[str]) -> None:
+        """Track `frame` (captured at robot time `t_cap`) and send every pose."""
         t0 = time.perf_counter()
         pts = None
         if self.surface is not None:
@@ -205,7 +232,6 @@ class ObjectPoseFeeder:
         tracks = self.tracker.update(frame, self.T, pts)
         self.stats.track_s.append(time.perf_counter() - t0)
         self.stats.frames += 1
-        t_cap = float(frame.timestamp) + self.offset
         age = self.client.latest_state().t - t_cap
         seen.clear()
         for name in self.send:
@@ -245,9 +271,10 @@ class ObjectSource:
     T_base_camera: NDArray[np.float64]
     table: Plane | None = None
     robot_description: str = ""  # URDF key: mask the robot out of the depth
-    clock_offset_s: float = 0.0
+    clock_offset_s: float | None = 0.0  # None: mapped from arrival times (ClockMap)
     settings: ObjectTrackSettings | None = LIVE_SETTINGS
     spinless: tuple[str, ...] = ()  # symmetric about their z: spin dropped (drop_spin)
+    frames: Callable[[], Iterator[RGBDFrame]] | None = None  # a workbench camera's frames
 
     def feeder(self, client: RobotClient, send: Sequence[str], stream: bool) -> ObjectPoseFeeder:
         surface = None
@@ -264,6 +291,7 @@ class ObjectSource:
             send=send,
             clock_offset_s=self.clock_offset_s,
             spinless=self.spinless,
+            frames=self.frames,
             stream=stream,
         )
 
