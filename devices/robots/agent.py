@@ -251,11 +251,13 @@ class Agent:
         """Keep a tracked object pose streamed by the workbench (capture time `t` on the
         robot's clock). ObjectPoseError naming what is wrong with a report (object_feed)."""
         with self._lock:
-            if self.owner not in (None, owner):
+            if self.owner != owner:  # a watcher must not feed (or block) the policy's view
                 raise ObjectPoseError(
                     "refused",
                     f"{self.info.name} is controlled by another client ({self.owner}); only "
-                    "it may stream object poses",
+                    "it may stream object poses"
+                    if self.owner is not None
+                    else f"{self.info.name}: take control (acquire) before streaming object poses",
                 )
             now = self._robot_t
             if not np.isfinite(now):

@@ -239,3 +239,13 @@ def test_an_unauthenticated_peer_cannot_report_poses(rig: Rig, client: RobotClie
     s.close()
     assert msgs[-1]["type"] == "error" and msgs[-1]["code"] == "auth"
     assert rig.agent.objects.last("puck") is None  # nothing was kept
+
+
+def test_only_the_client_in_control_streams_poses(rig: Rig) -> None:
+    with RobotClient("127.0.0.1", rig.port, rig.token) as c:
+        c.upload_policy(_follow_object_x(), _spec())
+        t = c.latest_state().t
+        with pytest.raises(DeviceError, match=r"take control \(acquire\).*\[refused\]"):
+            c.send_object_pose("puck", [0.3, 0, 0, *IDENT], t, wait=True)
+        c.take_control()
+        assert c.send_object_pose("puck", [0.3, 0, 0, *IDENT], t, wait=True) is not None
