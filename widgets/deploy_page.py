@@ -1,7 +1,7 @@
 """Deploy page (workflow step: deploy): a policy onto the connected robot, predicted first.
 
 1. Predict: the policy's spec is checked against the robot (refused naming what differs)
-   and the twin runs it from the robot's measured state (app.workflows.deploy.plan_deploy,
+   and the twin runs it from the robot's measured state (app.workflows.deploy_plan.plan_deploy,
    off the GUI thread): predicted success, final error and joint curves (dashed).
 2. Run on robot: upload and run inside the robot's envelope with the start ramp; measured
    joints (solid) and the commands the envelope let through (dotted) are drawn live over
@@ -46,7 +46,7 @@ class DeployPage(WorkflowPage):
 
     def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
         self.runner = JobRunner(self)
-        self.plan: Any = None  # app.workflows.deploy.DeployPlan of the last prediction
+        self.plan: Any = None  # app.workflows.deploy_plan.DeployPlan of the last prediction
         self.result: Any = None  # DeployResult of the last run
         self._task: JobTask | None = None
         self._stop = threading.Event()
@@ -207,7 +207,7 @@ class DeployPage(WorkflowPage):
 
     # -- 1. predict ------------------------------------------------------------------------
     def predict(self) -> None:
-        from app.workflows.deploy import plan_deploy
+        from app.workflows.deploy_plan import plan_deploy
 
         project, pid = self.controller.project, self.policy_box.currentData()
         try:
@@ -400,7 +400,7 @@ class DeployPage(WorkflowPage):
 
     # -- 3. close the loop ------------------------------------------------------------------
     def refit(self) -> None:
-        from app.workflows.deploy import refit_job
+        from app.workflows.close_loop import refit_job
 
         project, res = self.controller.project, self.result
         if project is None or res is None:

@@ -82,7 +82,8 @@ def _stale_stop_ms(onnx: bytes, spec: dict[str, Any], runs: int) -> list[float]:
 def run(quick: bool = False) -> dict[str, Any]:
     from app.jobs import run_to_end
     from app.project import Project
-    from app.workflows.deploy import deploy_job, plan_deploy
+    from app.workflows.deploy import deploy_job
+    from app.workflows.deploy_plan import plan_deploy
     from app.workflows.object_feed import object_source
     from app.workflows.train import TrainRequest, load_policy, train_job
     from app.workflows.twin import build_twin

@@ -59,7 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
     from app.project import Project
-    from app.workflows.deploy import deploy_job, plan_deploy, refit_job
+    from app.workflows.close_loop import refit_job
+    from app.workflows.deploy import deploy_job
+    from app.workflows.deploy_plan import plan_deploy
     from devices.robots.auth import load_token
     from devices.robots.client import RobotClient
 

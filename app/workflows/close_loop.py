@@ -1,4 +1,5 @@
-"""Closing the loop after a real run (issue 12 part 7): retrain a policy from the newest
+"""Closing the loop after a real run (issue 12 part 7): refit the twin with the run
+(`refit_request` / `refit_job`: "Send to Real2Sim"), then retrain the policy from the newest
 refit's posterior, with the real runs it failed replayed in training.
 
 `retrain_argv(project, policy_id, fit_id)` is the `train` command that does it — the same
@@ -13,8 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.project import Project
-from app.workflows.train import policy_overview
+from app.jobs import Job
+from app.project import Project, ProjectError
+from app.workflows.train import load_policy, policy_overview
 from policies.errors import PolicyError
 
 REPLAY_SHARE = 0.3  # share of training episodes that start from a failed real run
@@ -89,3 +91,55 @@ def retrain_argv(project: Project, policy_id: str, fit_id: str | None = None) ->
     if settings:
         argv += ["--set", *(f"{k}={json.dumps(v)}" for k, v in settings.items())]
     return argv
+
+
+def refit_request(project: Project, trajectory_id: str) -> tuple[str, list[str], dict[str, Any]]:
+    """ "Send to Real2Sim": (twin id, recordings, fit config) of a refit that adds the
+    real run `trajectory_id` to the recordings of the fit its policy's twin came from."""
+    art = project.artifact(trajectory_id)
+    if art.kind != "trajectory":
+        raise ProjectError(f"artifact '{trajectory_id}' is a {art.kind}, not a trajectory")
+    pols = [i for i in art.inputs if project.artifact(i).kind == "policy"]
+    if not pols:
+        raise ProjectError(f"trajectory '{trajectory_id}' is not a deployed policy's run")
+    twin_id = str(load_policy(project, pols[0]).record.get("twin_id"))
+    twin = project.artifact(twin_id)
+    fits = [i for i in twin.inputs if project.artifact(i).kind == "fit"]
+    fits += [
+        a.id
+        for a in project.artifacts("fit")
+        if a.settings.get("twin") == twin_id and a.settings.get("status") != "cancelled"
+    ]
+    if not fits:
+        raise ProjectError(
+            f"twin '{twin_id}' was never fitted: fit it once (choose its parameters) before "
+            "sending runs to Real2Sim"
+        )
+    fit = project.artifact(fits[-1])
+    recs = [str(t) for t in fit.settings.get("trajectories", []) if t != trajectory_id]
+    return twin_id, [*recs, trajectory_id], dict(fit.settings.get("config", {}))
+
+
+def refit_job(project: Project, trajectory_id: str, workers: int = 1) -> Job[str]:
+    """Job: the refit of `refit_request`; returns the new fit artifact id."""
+    from app.workflows.fit import fit_job
+    from twins.fit import FitConfig
+
+    twin_id, recs, cfg = refit_request(project, trajectory_id)
+    config = FitConfig(
+        params=tuple(cfg["params"]),
+        channels=dict(cfg.get("channels") or {"robot/joint_pos": 1.0}),
+        window_s=cfg.get("window_s", 1.0),
+        budget=int(cfg.get("budget", 200)),
+        popsize=cfg.get("popsize"),
+        sigma0=float(cfg.get("sigma0", 0.25)),
+        polish_rounds=int(cfg.get("polish_rounds", 4)),
+        validation=float(cfg.get("validation", 0.25)),
+        seed=int(cfg.get("seed", 0)),
+        bounds={k: (float(v[0]), float(v[1])) for k, v in (cfg.get("bounds") or {}).items()},
+        tie={k: tuple(v) for k, v in (cfg.get("tie") or {}).items()},
+        stall_generations=cfg.get("stall_generations"),
+        posterior=str(cfg.get("posterior", "laplace")),
+        particles=int(cfg.get("particles", 64)),
+    )
+    return (yield from fit_job(project, twin_id, recs, config, workers=workers))

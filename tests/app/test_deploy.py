@@ -17,7 +17,9 @@ import pytest
 
 from app.jobs import run_to_end
 from app.project import Project, ProjectError
-from app.workflows.deploy import deploy_job, plan_deploy, refit_request
+from app.workflows.close_loop import refit_request
+from app.workflows.deploy import deploy_job
+from app.workflows.deploy_plan import plan_deploy
 from app.workflows.twin import build_twin, load_twin
 from devices.errors import DeviceError
 from devices.robots.agent import Agent

@@ -20,7 +20,8 @@ import pytest
 
 from app.jobs import run_to_end
 from app.project import Project
-from app.workflows.deploy import deploy_job, plan_deploy
+from app.workflows.deploy import deploy_job
+from app.workflows.deploy_plan import plan_deploy
 from app.workflows.object_feed import ObjectPoseFeeder, ObjectSource, object_source
 from app.workflows.train import TrainRequest, train_job
 from app.workflows.twin import build_twin

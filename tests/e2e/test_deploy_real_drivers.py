@@ -27,7 +27,8 @@ import pytest
 from app.cli import main
 from app.jobs import run_to_end
 from app.project import Project
-from app.workflows.deploy import deploy_job, plan_deploy
+from app.workflows.deploy import deploy_job
+from app.workflows.deploy_plan import plan_deploy
 from devices.robots.auth import write_token_file
 from devices.robots.client import RobotClient
 from devices.robots.drivers.calibration import ArmCalibration, default_calibration

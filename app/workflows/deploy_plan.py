@@ -1,0 +1,291 @@
+"""Before a policy reaches the robot (app/workflows/deploy.py runs it): its spec checked
+against the robot (`check_robot`), and the twin's prediction from the robot's measured state
+(`shadow_run`, `plan_deploy` -> DeployPlan), for reach and for push (the object tracked in
+the robot's camera now, the goal drawn around it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from app.project import Project
+from app.workflows.object_feed import (
+    ObjectSource,
+    object_source,
+    track_now,
+)
+from app.workflows.train import load_policy
+from app.workflows.twin import load_twin
+from devices.errors import DeviceError
+from devices.robots.client import RobotClient
+from devices.robots.driver import RobotInfo
+from devices.robots.policy_runner import OBS_TERMS as AGENT_TERMS
+from policies.errors import PolicyError
+from policies.policy import Policy
+from policies.spec import PolicySpec
+from policies.tasks import get_task, task_config
+from policies.tasks.base import TaskConfig
+from twins.spec import TwinSpec
+
+log = logging.getLogger(__name__)
+
+SETTLE_VEL = 0.01  # rad/s: the robot counts as stopped below this on every joint
+SETTLE_S = 1.5  # longest wait for the robot to come to rest after a stop
+
+
+def check_robot(spec: PolicySpec, info: RobotInfo) -> None:
+    """PolicyError naming every way this robot cannot run this policy as trained."""
+    problems = []
+    if tuple(info.joint_names) != spec.joints:
+        problems.append(
+            f"joints: policy {list(spec.joints)}, robot {info.name} {list(info.joint_names)}"
+        )
+    if abs(info.control_rate_hz - spec.control_rate_hz) > 0.05 * spec.control_rate_hz:
+        problems.append(
+            f"control rate: policy trained at {spec.control_rate_hz:g} Hz, robot runs at "
+            f"{info.control_rate_hz:g} Hz (train it for this robot with "
+            f"`train … --set control_rate_hz={info.control_rate_hz:g}`)"
+        )
+    if spec.action_mode not in info.command_modes:
+        problems.append(
+            f"command mode: policy commands {spec.action_mode}, robot takes "
+            f"{list(info.command_modes)}"
+        )
+    supported = tuple(info.meta.get("policy_observations", AGENT_TERMS))
+    missing = [t for t in spec.observation if t not in supported]
+    if missing:
+        problems.append(
+            f"observations: the robot's agent does not provide {missing} (it provides "
+            f"{list(supported)})"
+        )
+    if "target" in spec.observation and (spec.target is None or len(spec.target) != spec.n):
+        problems.append(f"target: the policy observes 'target' but carries no {spec.n} values")
+    if problems:
+        raise PolicyError(
+            f"policy does not fit robot {info.name}; nothing was uploaded: " + "; ".join(problems)
+        )
+
+
+@dataclass
+class Shadow:
+    """The twin's prediction of one deployment (from the robot's measured state)."""
+
+    t: NDArray[np.float64]  # s since the policy started
+    joint_pos: NDArray[np.float64]  # (len(t), n) predicted measured joints
+    command: NDArray[np.float64]  # (len(t), n) predicted commands
+    success: bool
+    final_error: float
+    stopped: str = ""
+    unit: str = "rad"  # of final_error: rad (reach, largest joint error), m (push, object)
+
+
+@dataclass
+class DeployPlan:
+    """Everything checked and predicted before the robot moves."""
+
+    policy_id: str
+    policy: Policy
+    spec: PolicySpec  # with this deployment's goal
+    task: str
+    config: TaskConfig
+    twin_id: str
+    start: NDArray[np.float64]
+    goal: NDArray[np.float64]
+    shadow: Shadow
+    robot: str = ""
+    objects: ObjectSource | None = None  # where the object poses come from (push)
+    object_start: NDArray[np.float64] | None = None  # tracked pose at planning (7,)
+
+    def summary(self) -> str:
+        s = self.shadow
+        return (
+            f"twin {self.twin_id} predicts {'success' if s.success else 'FAILURE'}: final "
+            f"error {s.final_error:.3f} {s.unit} after "
+            f"{float(s.t[-1]) if len(s.t) else 0.0:.1f} s"
+        )
+
+
+def final_error(
+    task: str,
+    goal: NDArray[np.float64],
+    q: NDArray[np.float64],
+    object_pose: NDArray[np.float64] | None = None,
+) -> float:
+    """The task's success measure: reach, the largest joint error (rad) of joint state `q`;
+    push, the object's distance (m) from the goal (x, y), from its tracked pose."""
+    if task == "reach":
+        return float(np.max(np.abs(np.asarray(q, float) - goal)))
+    if task == "push":
+        if object_pose is None:
+            raise PolicyError("deploy: a push is judged on the object's pose; none was tracked")
+        return float(np.linalg.norm(np.asarray(object_pose, float)[:2] - goal[:2]))
+    raise PolicyError(f"deploy: task '{task}' has no success measure for real runs")
+
+
+def shadow_run(
+    task: str,
+    twin: TwinSpec,
+    config: TaskConfig,
+    policy: Policy,
+    start: NDArray[np.float64],
+    goal: NDArray[np.float64],
+    object_start: NDArray[np.float64] | None = None,
+) -> Shadow:
+    """The policy in the nominal twin from joint state `start` (and, for a push, the
+    object at its tracked pose `object_start`) to goal `goal` (joints, or object x, y)."""
+    base = get_task(task).env
+    start, goal = np.asarray(start, float), np.asarray(goal, float)
+
+    class FromRobot(base):  # type: ignore[valid-type,misc]
+        def _place(self, rng: np.random.Generator) -> None:
+            super()._place(rng)
+            if object_start is not None:
+                self.world.set_object_pose(self._obj, np.asarray(object_start, float))
+                self.goal = goal.copy()
+            else:
+                self.target = goal.copy()
+            self.world.set_joint_state(start, None, list(self.joints))
+
+    env = FromRobot(twin, config, None, 0)
+    try:
+        obs, _ = env.reset(seed=0)
+        ts, qs, cs = [0.0], [env.q.copy()], [env.q.copy()]
+        info: dict[str, Any] = {}
+        while True:
+            obs, _, term, trunc, info = env.step(policy.act(obs))
+            ts.append(env.t)
+            qs.append(env.q.copy())
+            cs.append(env.cmd.copy())
+            if term or trunc:
+                break
+        obj = env.world.object_pose(env._obj) if object_start is not None else None
+        return Shadow(
+            np.array(ts),
+            np.array(qs),
+            np.array(cs),
+            bool(info.get("is_success", False)),
+            final_error(task, goal, env.q, obj),
+            str(info.get("stopped", "")),
+            "m" if object_start is not None else "rad",
+        )
+    finally:
+        env.close()
+
+
+def plan_deploy(
+    project: Project,
+    client: RobotClient,
+    policy_id: str,
+    target: Sequence[float] | None = None,
+    goal_seed: int = 0,
+    objects: ObjectSource | None = None,
+    object_goal: Sequence[float] | None = None,
+) -> DeployPlan:
+    """Check the policy against the robot and predict the run in its twin. The goal is
+    `target` (joint values, rad) or one drawn from the task's goal distribution; for a
+    push, `object_goal` (x, y in m) or one drawn around the object's tracked pose, which
+    `objects` (the camera through the tracker) gives."""
+    info = client.info
+    if info is None:
+        raise DeviceError(f"robot at {client.address}: not connected")
+    policy = load_policy(project, policy_id)
+    task = str(policy.record.get("task", ""))
+    twin_id, twin = load_twin(project, policy.record.get("twin_id"))
+    config = task_config(task, policy.record.get("task_config", {}))
+    spec = policy.spec
+    if "object_pose" in spec.observation:
+        return _plan_push(project, client, policy_id, policy, task, twin_id, twin, config,
+                          goal_seed, objects, object_goal)  # fmt: skip
+    if target is not None:
+        goal = np.asarray(target, float)
+        if goal.shape != (spec.n,):
+            raise PolicyError(
+                f"deploy: --target has {goal.size} values, policy {policy_id} drives {spec.n} "
+                f"joints {list(spec.joints)}"
+            )
+    elif "target" in spec.observation:
+        env = get_task(task).env(twin, config, None, goal_seed)
+        try:
+            env.reset(seed=goal_seed)
+            goal = np.asarray(env.target, float).copy()
+        finally:
+            env.close()
+    else:
+        goal = np.zeros(spec.n)
+    spec = spec.with_goal(target=goal.tolist()) if "target" in spec.observation else spec
+    check_robot(spec, info)
+    lo, hi = info.limits.lower, info.limits.upper
+    if np.any(goal < lo) or np.any(goal > hi):
+        j = int(np.argmax(np.maximum(lo - goal, goal - hi)))
+        raise PolicyError(
+            f"deploy: goal {goal[j]:.3f} rad for {info.joint_names[j]} is outside robot "
+            f"{info.name}'s limits [{lo[j]:.3f}, {hi[j]:.3f}]"
+        )
+    start = client.latest_state().joint_pos.copy()
+    shadow = shadow_run(task, twin, config, policy, start, goal)
+    return DeployPlan(
+        policy_id, policy, spec, task, config, twin_id, start, goal, shadow, info.name
+    )
+
+
+def _plan_push(
+    project: Project,
+    client: RobotClient,
+    policy_id: str,
+    policy: Policy,
+    task: str,
+    twin_id: str,
+    twin: TwinSpec,
+    config: TaskConfig,
+    goal_seed: int,
+    objects: ObjectSource | None,
+    object_goal: Sequence[float] | None,
+) -> DeployPlan:
+    info = client.info
+    assert info is not None
+    spec = policy.spec
+    name = str(spec.object)
+    if objects is None:  # the calibrated fixed camera of the scan the twin came from
+        try:
+            objects = object_source(project, twin_id, [name], robot_description=info.description)
+        except DeviceError as exc:
+            raise PolicyError(
+                f"deploy: policy {policy_id} observes object '{name}' and no camera is known "
+                f"to see it ({exc})"
+            ) from None
+    if name not in {m.name for m in objects.models}:
+        raise PolicyError(
+            f"deploy: policy {policy_id} pushes '{name}', the object source tracks "
+            f"{[m.name for m in objects.models]}"
+        )
+    check_robot(spec, info)  # before the camera is even opened
+    if twin.object(name).shape.kind == "cylinder":  # as the twin observed it in training
+        objects = dataclasses.replace(objects, spinless=(*objects.spinless, name))
+    obj0 = track_now(client, objects, name)
+    if object_goal is not None:
+        goal = np.asarray(object_goal, float).reshape(-1)[:2]
+        if goal.shape != (2,) or not np.all(np.isfinite(goal)):
+            raise PolicyError("deploy: the object goal must be two finite numbers (x, y in m)")
+    else:  # the task's goal distribution, drawn around where the object is now
+        env = get_task(task).env(twin, config, None, goal_seed)
+        try:
+            env.reset(seed=goal_seed)
+            drawn = np.asarray(env.deploy_spec.object_goal, float)
+            placed = np.asarray(env.world.object_pose(name), float)[:2]
+        finally:
+            env.close()
+        goal = obj0[:2] + (drawn - placed)
+    spec = spec.with_goal(object_goal=goal.tolist())
+    check_robot(spec, info)
+    start = client.latest_state().joint_pos.copy()
+    shadow = shadow_run(task, twin, config, policy, start, goal, obj0)
+    return DeployPlan(
+        policy_id, policy, spec, task, config, twin_id, start, goal, shadow, info.name,
+        objects, obj0,
+    )  # fmt: skip
