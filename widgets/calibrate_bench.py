@@ -34,7 +34,8 @@ MOVES = (
 
 class PaintWatch(QtCore.QObject):
     """When each watched widget finished painting (a zero timer started from its paint
-    event runs once that event has been handled)."""
+    event runs once that event has been handled; a 3D view drawn in a window of its own:
+    when it swapped that frame onto the window)."""
 
     def __init__(self, widgets: list[QtCore.QObject]) -> None:
         super().__init__()
