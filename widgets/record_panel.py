@@ -114,7 +114,7 @@ class RecordPanel(QtWidgets.QWidget):
         self.plot = pg.PlotWidget()
         self.plot.setBackground("w")
         self.plot.setLabel("bottom", "time", units="s")
-        self.plot.setLabel("left", "planned joint offset from start (rad)")
+        self.plot.setLabel("left", "offset", units="rad")
         self.plot.addLegend(offset=(5, 5))
         self.plot.setMinimumHeight(180)
         self.time_line = pg.InfiniteLine(angle=90, pen=pg.mkPen("#c62828", width=2))
@@ -301,8 +301,9 @@ class RecordPanel(QtWidgets.QWidget):
             y = motion.command[:, j] - motion.command[0, j]
             self.plot.plot(motion.t, y, pen=pg.mkPen(PALETTE[k % len(PALETTE)], width=2), name=name)
         unit = "rad" if motion.mode == "position" else "N·m"
-        what = "offset from start" if motion.mode == "position" else "torque"
-        self.plot.setLabel("left", f"planned joint {what} ({unit})")
+        what = "offset" if motion.mode == "position" else "torque"  # planned, from the start
+        # units= lets the axis pick a prefix (mrad) and say so; plain text would not
+        self.plot.setLabel("left", what, units=unit)
 
     def curves(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """The drawn curves by joint name: (t, y) (tests read it)."""

@@ -22,6 +22,21 @@ pytestmark = [pytest.mark.gui, pytest.mark.slow, pytest.mark.realtime]
 DAMPING = "robot.joints.panda_joint2.damping"
 
 
+def _shot(window: Any, qtbot: Any, name: str) -> None:
+    """With $TWINBENCH_LOOP_SHOTS set to a folder, save the window as NAME.png (run under
+    Xvfb with QT_QPA_PLATFORM=xcb for the README's walkthrough pictures)."""
+    import os
+
+    folder = os.environ.get("TWINBENCH_LOOP_SHOTS")
+    if not folder:
+        return
+    from widgets.scene_view import grab_widget
+
+    qtbot.wait(800)  # let plots and the 3D view draw
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    assert grab_widget(window).save(str(Path(folder) / f"{name}.png"))
+
+
 def _latest(proj: Any, kind: str) -> Any:
     proj.refresh()
     arts = proj.artifacts(kind)
@@ -46,6 +61,7 @@ def test_demo_scan_twin_record_fit_train_deploy_refit(
     with qtbot.waitSignal(scan_page.sig_scan_accepted, timeout=60000) as sig:
         scan_page.accept_scan()
     scan_id = sig.args[0]
+    _shot(window, qtbot, "loop-1-scan")
 
     # 2. twin: built from that scan on the Twin page
     twin_page = window.show_step("twin")
@@ -55,7 +71,11 @@ def test_demo_scan_twin_record_fit_train_deploy_refit(
     assert scan_id in twin.inputs
     _, spec = load_twin(proj, twin.id)
     assert {o.name for o in spec.objects} and DAMPING in spec.params
+    qtbot.waitUntil(
+        lambda: twin_page.twin_id == twin.id and not twin_page._loading_id, timeout=300000
+    )
     qtbot.waitUntil(lambda: not window.runner.running(), timeout=60000)
+    _shot(window, qtbot, "loop-2-twin")
 
     # the robot: the virtual lab as its own process, connected like any robot
     lab = start_lab_process("panda_table", extra_args=["--no-cameras"])
@@ -76,6 +96,7 @@ def test_demo_scan_twin_record_fit_train_deploy_refit(
             panel.record_button.click()
         rec_id = sig.args[0]
         qtbot.waitUntil(lambda: not panel.runner.running(), timeout=10000)
+        _shot(panel, qtbot, "loop-3-record")
 
         # 4. fit: the Fit window on that recording, one parameter, a small budget
         dlg = FitDialog(controller, twin.id, [rec_id], spec.params, [DAMPING])
@@ -86,6 +107,7 @@ def test_demo_scan_twin_record_fit_train_deploy_refit(
         fit = proj.artifact(dlg.fit_id)
         assert list(fit.inputs) == [twin.id, rec_id]
         assert dlg.pair.shown == [DAMPING]
+        _shot(dlg, qtbot, "loop-4-fit")
 
         # 5. train: the Policies page, CEM reach under the fit's posterior, tiny budget
         controller.notify_project_changed()
@@ -105,6 +127,7 @@ def test_demo_scan_twin_record_fit_train_deploy_refit(
         qtbot.waitUntil(lambda: pol_page.train_btn.isEnabled(), timeout=60000)
         policy = _latest(proj, "policy")
         assert list(policy.inputs) == [twin.id, fit.id]
+        _shot(window, qtbot, "loop-5-policies")
 
         # 6. deploy: predict in the twin, then run on the lab
         controller.notify_project_changed()
@@ -121,6 +144,7 @@ def test_demo_scan_twin_record_fit_train_deploy_refit(
         qtbot.waitUntil(lambda: not dep.runner.running(), timeout=30000)
         q_v = controller.robot_state().joint_vel
         assert float(np.max(np.abs(q_v))) < 0.05  # left stopped
+        _shot(window, qtbot, "loop-6-deploy")
 
         # 7. refit with the real run, then retrain from the refit
         with qtbot.waitSignal(dep.sig_refit_done, timeout=600000) as sig:
@@ -134,6 +158,7 @@ def test_demo_scan_twin_record_fit_train_deploy_refit(
         proj.refresh()
         policy2 = proj.artifact(sig.args[0])
         assert list(policy2.inputs) == [twin.id, refit.id]
+        _shot(window, qtbot, "loop-7-retrained")
         qtbot.waitUntil(lambda: not dep.runner.running(), timeout=30000)
     finally:
         controller.detach_robot()
