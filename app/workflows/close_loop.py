@@ -16,7 +16,7 @@ from typing import Any
 
 from app.jobs import Job
 from app.project import Project, ProjectError
-from app.workflows.train import load_policy, policy_overview
+from app.workflows.train import fits_of_twin, load_policy, policy_overview
 from policies.errors import PolicyError
 
 REPLAY_SHARE = 0.3  # share of training episodes that start from a failed real run
@@ -42,8 +42,9 @@ def failed_starts(project: Project, policy_id: str) -> list[dict[str, Any]]:
 
 
 def newest_fit(project: Project, twin_id: str) -> str | None:
-    fits = [a.id for a in project.artifacts("fit") if a.inputs[:1] == (twin_id,)]
-    return fits[-1] if fits else None
+    """The newest finished fit made on the twin (a refit), else the one it was made from."""
+    made_from, own = fits_of_twin(project, twin_id)
+    return (made_from + own)[-1] if made_from or own else None
 
 
 def retrain_argv(project: Project, policy_id: str, fit_id: str | None = None) -> list[str]:
@@ -103,13 +104,8 @@ def refit_request(project: Project, trajectory_id: str) -> tuple[str, list[str],
     if not pols:
         raise ProjectError(f"trajectory '{trajectory_id}' is not a deployed policy's run")
     twin_id = str(load_policy(project, pols[0]).record.get("twin_id"))
-    twin = project.artifact(twin_id)
-    fits = [i for i in twin.inputs if project.artifact(i).kind == "fit"]
-    fits += [
-        a.id
-        for a in project.artifacts("fit")
-        if a.settings.get("twin") == twin_id and a.settings.get("status") != "cancelled"
-    ]
+    made_from, own = fits_of_twin(project, twin_id)
+    fits = made_from + own
     if not fits:
         raise ProjectError(
             f"twin '{twin_id}' was never fitted: fit it once (choose its parameters) before "

@@ -72,21 +72,27 @@ class TrainRequest:
     eval_episodes: int = 20
 
 
+def fits_of_twin(project: Project, twin_id: str) -> tuple[list[str], list[str]]:
+    """(the fits the twin was made from, the finished fits made on it), oldest first."""
+    twin = project.artifact(twin_id)
+    made_from = [i for i in twin.inputs if project.artifact(i).kind == "fit"]
+    own = [
+        a.id
+        for a in project.artifacts("fit")
+        if a.settings.get("twin") == twin_id and a.settings.get("status") != "cancelled"
+    ]
+    return made_from, own
+
+
 def _fit_for(project: Project, twin_id: str, fit_id: str | None) -> str:
     if fit_id is not None:
         art = project.artifact(fit_id)
         if art.kind != "fit":
             raise ProjectError(f"artifact '{fit_id}' is a {art.kind}, not a fit")
         return fit_id
-    twin = project.artifact(twin_id)
-    made_from = [i for i in twin.inputs if project.artifact(i).kind == "fit"]
+    made_from, own = fits_of_twin(project, twin_id)
     if made_from:
         return made_from[-1]
-    own = [
-        a.id
-        for a in project.artifacts("fit")
-        if a.settings.get("twin") == twin_id and a.settings.get("status") != "cancelled"
-    ]
     if not own:
         raise PolicyError(
             f"twin '{twin_id}' has no finished fit to take a posterior from "
