@@ -171,7 +171,16 @@ class TwinPage(WorkflowPage):
         self.notes = QtWidgets.QLabel("")
         self.notes.setWordWrap(True)
         self.notes.setStyleSheet("color: #8a6d00;")
-        ll.addWidget(self.notes)
+        self.notes.setAlignment(QtCore.Qt.AlignmentFlag.AlignTop)
+        # a scan's notes (primitive fits, decompositions) run long: they scroll in their own
+        # box rather than make the page taller than a laptop screen
+        self.notes_area = QtWidgets.QScrollArea()
+        self.notes_area.setWidgetResizable(True)
+        self.notes_area.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
+        self.notes_area.setWidget(self.notes)
+        self.notes_area.setMaximumHeight(140)
+        self.notes_area.setVisible(False)
+        ll.addWidget(self.notes_area)
         left.setMinimumWidth(260)
         split.addWidget(left)
         self.view = SceneView()
@@ -311,6 +320,7 @@ class TwinPage(WorkflowPage):
         self.obj_combo.blockSignals(False)
         notes = session.notes
         self.notes.setText(("Notes:\n• " + "\n• ".join(notes)) if notes else "")
+        self.notes_area.setVisible(bool(notes))
         self.live = LiveTwin(session, self._frame_from_worker)
         self.view.clear()
         self.view.look_at((0.35, 0.0, 0.15), 1.8)
