@@ -40,19 +40,20 @@ class TrackingSettings:
     loop_radius_m: float = 1.0
     loop_max_deg: float = 60.0
     loop_candidates: int = 5
-    # the video fast path's model view at 1/raycast_down of the frame's resolution: half
-    # costs less than half (lab 424x240: 18 vs 40 ms CPU), still gives ~12k points, as many
-    # as the frame's view, and renders within 0.01 deg / 0.1 mm of the full one (measured)
-    raycast_down: int = 2
+    # the video fast path's model view at 1/raycast_down of the frame's resolution. Half
+    # costs less than half (lab 424x240: 18 vs 40 ms CPU) and renders within 0.01 deg /
+    # 0.1 mm of the full one, but on the lab hand path 4 of ~20 runs then lost track near
+    # the glance away and relocalised 42 cm off (0 of 9 at full resolution): kept at 1
+    raycast_down: int = 1
     video_dt_s: float = 0.1  # frames closer than this take the one-ICP fast path first
     fast_accept_ratio: float = 0.9
-    # video fast path: ICP levels (2: 4x and 2x voxel; the 1x level was half of a frame's
-    # ICP time and did not help on the lab hand path: ATE 0.31 cm with 2 levels, 0.32 with 3),
-    # and reuse of a model view for up to `reuse_view_frames` frames while the camera stays
+    # video fast path: ICP levels (3: 4x, 2x and 1x voxel; 2 levels cost 21 instead of 51 ms
+    # CPU per frame but, with a full-resolution view, ended the lab hand path ~1.0 cm off
+    # instead of 0.2-0.4 cm), and reuse of a model view for up to `reuse_view_frames` frames while the camera stays
     # within `reuse_view_m` / `reuse_view_deg` of the pose it was raycast at. Default: every
     # frame raycast; reusing a view even for 2 frames lost track on the lab path (32 cm ATE,
     # most frames falling to global registration)
-    fast_icp_levels: int = 2
+    fast_icp_levels: int = 3
     reuse_view_frames: int = 1
     reuse_view_m: float = 0.03
     reuse_view_deg: float = 4.0

@@ -4,9 +4,8 @@ drifts and its `fitness` counts pixels without depth).
 Each frame is registered to the fused model, not to the previous frame: the TSDF is raycast
 near the previous pose and the frame is aligned to that view.
 
-- Video frames (`video_dt_s` apart) first take a fast path: ICP at the two coarser scales
-  against the model view raycast at half resolution, from "no motion", then constant
-  velocity.
+- Video frames (`video_dt_s` apart) first take a fast path: coarse-to-fine ICP
+  against the model view, from "no motion", then constant velocity.
   The model view is reused for a few frames while the camera stays near the pose it was
   raycast at (`reuse_view_*`): the raycast is the costliest step of a tracked frame.
 - Otherwise (large motion, or the fast path failing): coarse-to-fine KD-tree point-to-plane
@@ -206,9 +205,9 @@ class HandheldTracker:
         self, f: RGBDFrame, src: View, model_view: Any, last: Mat4, glob: bool
     ) -> tuple[Hypothesis | None, Mat4]:
         """Large motion: KD-tree ICP against a model view rendered at the last pose (at full
-        resolution, as the TUM cabinet was tuned on: with half resolution here its first two
-        runs lost track near frame 43, 27-28 cm ATE; too few runs to tell from its chaos), from
-        constant velocity, no motion and the frame-to-frame registration."""
+        resolution whatever `raycast_down` says: with half resolution here the TUM cabinet's
+        first two runs lost track near frame 43, 27-28 cm ATE), from constant velocity, no
+        motion and the frame-to-frame registration."""
         m = self._model
         if (
             m is None
