@@ -10,19 +10,18 @@ partial result; a 10 Hz timer draws that result on the GUI thread.
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from app.jobs import Job, Progress
 from app.workflows import scan as wf
 from app.workflows.scan_robot import scan_lab
 from resources.errors import TwinbenchError
 from resources.text import count
 from widgets.pages import StatusLine, WorkflowPage, preview
+from widgets.scan_live import Live, depth_colormap, qimage
 from widgets.scene_view import SceneView
 
 log = logging.getLogger(__name__)
@@ -33,54 +32,6 @@ SOURCES = (
     ("RealSense camera (handheld)", "realsense"),
     ("Recording (.db3 / .bag)…", "file"),
 )
-
-
-def _qimage(rgb: np.ndarray) -> QtGui.QImage:
-    a = np.ascontiguousarray(rgb)
-    h, w = a.shape[:2]
-    return QtGui.QImage(a.data, w, h, 3 * w, QtGui.QImage.Format.Format_RGB888).copy()
-
-
-def depth_colormap(depth_m: np.ndarray, near: float = 0.2, far: float = 1.2) -> np.ndarray:
-    """Depth (m) -> RGB (near warm, far cool, no data black)."""
-    t = np.clip((depth_m - near) / (far - near), 0, 1)
-    rgb = np.stack([255 * (1 - t), 255 * (1 - np.abs(2 * t - 1)), 255 * t], -1).astype(np.uint8)
-    rgb[depth_m <= 0] = 0
-    return rgb
-
-
-class _Live:
-    """Shared between the worker thread (writes) and the GUI timer (reads)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.partial: dict[str, Any] = {}
-        self.message = ""
-        self.fraction: float | None = None
-        self.resume = threading.Event()
-        self.resume.set()
-        self.stop = threading.Event()
-        self.updates = 0
-
-    def wrap(self, job: Job[Any]) -> Job[Any]:
-        try:
-            while True:
-                self.resume.wait()
-                rec = next(job)
-                with self.lock:
-                    if isinstance(rec.partial, dict):
-                        self.partial.update(rec.partial)
-                    self.message, self.fraction = rec.message, rec.fraction
-                yield Progress(rec.fraction, rec.message)
-        except StopIteration as stop:
-            return stop.value
-        finally:
-            job.close()
-
-    def take(self) -> tuple[dict[str, Any], str, float | None]:
-        with self.lock:
-            p, self.partial = self.partial, {}
-            return p, self.message, self.fraction
 
 
 DEPTH_RANGES: tuple[tuple[str, tuple[float, float] | str], ...] = (
@@ -98,7 +49,7 @@ class ScanPage(WorkflowPage):
 
     def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
         self.result: Any = None
-        self._live: _Live | None = None
+        self._live: Live | None = None
         # The artifact the shown result was saved as or opened from: an edit of it is saved as
         # a new scan whose parent it is (artifacts are immutable).
         self._saved_id: str | None = None
@@ -274,7 +225,7 @@ class ScanPage(WorkflowPage):
     def start_scan(self, source: str | None = None, path: Path | None = None) -> bool:
         key = source or self.source.currentData()
         opt = wf.ScanOptions(depth_range=self.depth_range.currentData())
-        live = _Live()
+        live = Live()
         opt.stop = live.stop
         import tempfile
 
@@ -329,8 +280,8 @@ class ScanPage(WorkflowPage):
         f = partial.get("frame")
         if f is not None:
             for view, img in (
-                (self.color_view, _qimage(f.color)),
-                (self.depth_view, _qimage(depth_colormap(f.depth_m))),
+                (self.color_view, qimage(f.color)),
+                (self.depth_view, qimage(depth_colormap(f.depth_m))),
             ):
                 view.setPixmap(
                     QtGui.QPixmap.fromImage(img).scaled(

@@ -29,7 +29,8 @@ def recording(tmp_path: Path) -> Path:
 
 
 def test_scan_page_reconstructs_edits_and_accepts(qtbot, tmp_path: Path, recording: Path) -> None:  # type: ignore[no-untyped-def]
-    from widgets.scan_page import ScanPage, depth_colormap
+    from widgets.scan_live import depth_colormap
+    from widgets.scan_page import ScanPage
 
     c = AppController()
     c.install_log_handler()
