@@ -91,11 +91,12 @@ def _record_unaligned(path: Path, n: int = 3) -> None:
 
 def test_playback_aligns_depth_to_colour(tmp_path: Path) -> None:
     path = tmp_path / "unaligned.db3"
-    _record_unaligned(path, n=5)
+    _record_unaligned(path, n=10)
     with PlaybackSource(path) as pb:
         frames = list(pb.frames())
-    # SDK 2.59 playback now and then loses the first frame at start; it must be reported
-    assert len(frames) + len(pb.dropped) == 5 and len(frames) >= 3
+    # SDK 2.59 playback now and then loses the first frames at start (up to 3 seen on a
+    # fresh clone's test run); every lost frame must be reported
+    assert len(frames) + len(pb.dropped) == 10 and len(frames) >= 5
     f = frames[-1]
     assert f.depth.shape == (480, 640) and f.color.shape == (480, 640, 3)
     assert f.intrinsics.fx == pytest.approx(600.0)
