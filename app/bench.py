@@ -48,6 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--minutes", type=float, default=None, help="how long a soak runs (gui; default 10)"
     )
     p.add_argument("--lab-config", type=Path, default=None, help="lab truth to run against (fit)")
+    p.add_argument(
+        "--posterior",
+        choices=("laplace", "smc"),
+        default=None,
+        help="fit: how the posterior is found",
+    )
 
 
 def run_benchmark(name: str, quick: bool = False, **options: Any) -> dict[str, Any]:
@@ -71,7 +77,11 @@ def run_benchmark(name: str, quick: bool = False, **options: Any) -> dict[str, A
 
 def run(args: argparse.Namespace) -> int:
     result = run_benchmark(
-        args.name, quick=args.quick, minutes=args.minutes, lab_config=args.lab_config
+        args.name,
+        quick=args.quick,
+        minutes=args.minutes,
+        lab_config=args.lab_config,
+        posterior=args.posterior,
     )
     mod = importlib.import_module(BENCHMARKS[args.name])
     print(f"bench {args.name}: {getattr(mod, 'DESCRIPTION', '')}")

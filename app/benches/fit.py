@@ -121,7 +121,9 @@ def _parallel_efficiency(prob: Any, k: int = 8) -> float:
     return times[1] / (2 * times[2])
 
 
-def run(quick: bool = False, lab_config: Path | None = None) -> dict[str, Any]:
+def run(
+    quick: bool = False, lab_config: Path | None = None, posterior: str = "laplace"
+) -> dict[str, Any]:
     from app.benches.fit_lab import fitted_truth, lab_replay, lab_twin, tied_latency
     from devices.lab.config import LabConfig
     from devices.lab.scenes import get_scene
@@ -165,6 +167,7 @@ def run(quick: bool = False, lab_config: Path | None = None) -> dict[str, Any]:
             tie=tie,
             validation=0.25,
             stall_generations=3,
+            posterior=posterior,
         )
         t0 = time.perf_counter()
         with LocalExecutor(workers) as ex:
