@@ -186,7 +186,7 @@ def _fuzz(n_commands: int) -> dict[str, Any]:
     lab = make_driver(SCENE, start=False)
     box = (np.asarray(LAB_WORKSPACE["lower"]), np.asarray(LAB_WORKSPACE["upper"]))
     drv = AuditedDriver(lab, box)
-    from devices.robots.safety import SafetyConfig
+    from devices.robots.safety_config import SafetyConfig
 
     agent = Agent(
         drv,

@@ -26,7 +26,8 @@ from devices.robots.driver import RobotDriver, RobotState
 from devices.robots.object_feed import ObjectFeed, ObjectPoseError, ObjectReport
 from devices.robots.policy_runner import OnnxPolicy, PolicySpec
 from devices.robots.policy_worker import PolicyFn, PolicyWorker
-from devices.robots.safety import SafetyConfig, SafetyEnvelope, default_config
+from devices.robots.safety import SafetyEnvelope
+from devices.robots.safety_config import SafetyConfig, default_config
 from devices.robots.timing import RateLoop, set_realtime
 from devices.robots.watchdog import Watchdog, WatchdogConfig
 

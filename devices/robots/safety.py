@@ -24,19 +24,17 @@ configuration sent with a policy may only tighten them (`SafetyConfig.tightened`
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
-from typing import Any, Literal
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
 from devices.errors import DeviceError
 from devices.robots.driver import RobotInfo, RobotState
+from devices.robots.safety_config import SafetyConfig, default_config
 
 Vec = NDArray[np.float64]
-OnViolation = Literal["clamp", "stop"]
 LIMIT_NAMES = ("nonfinite", "position", "velocity", "max_step", "effort", "workspace")
 SOFT_SPEED = 0.9  # governors on the measured state aim at this fraction of the speed limit
 DAMPING_BAND = 1.0  # torque falls from full to zero over this fraction of the speed limit
@@ -54,134 +52,6 @@ BRAKE_BAND = 0.5  # above the governed speed, full braking torque is reached thi
 PREDICT_S = 0.008  # s: command latency + one control period, typical of the lab and arms
 MAX_ACCEL = 500.0  # rad/s^2: larger measured accelerations are glitches, not motion
 BOX_HORIZON_S = 0.25  # s ahead that velocity/torque motion is checked against the box
-
-
-@dataclass(frozen=True)
-class SafetyConfig:
-    """How strict the envelope is. Scales are fractions of the robot's limits (<= 1)."""
-
-    on_violation: OnViolation = "clamp"
-    position_margin: float = 0.0  # rad kept clear of each joint limit
-    velocity_scale: float = 1.0
-    effort_scale: float = 1.0
-    max_step: tuple[float, ...] | None = (
-        None  # per joint, per tick (rad or rad/s); None: from limits
-    )
-    velocity_ramp_s: float = 0.1  # velocity commands reach full speed no faster than this
-    workspace_lower: tuple[float, float, float] | None = None  # m, robot base frame
-    workspace_upper: tuple[float, float, float] | None = None
-    measured_effort_factor: float | None = 1.5  # stop when |measured effort| > factor * limit
-    # -- limits on the measured state --
-    brake_decel: float = 5.0  # rad/s^2 the envelope counts on to stop a joint before a limit
-    max_accel: float = 10.0  # rad/s^2 a position target may accelerate (or reverse) at
-    lead_s: float = 0.08  # a position target leads the measured joint by <= velocity * lead_s
-    measured_velocity_factor: float = 1.1  # stop when |measured velocity| > factor * limit
-    limit_tolerance: float = 0.002  # rad (joints) and m (box) of measured overshoot tolerated
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v)
-            for f in fields(self)
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "safety config") -> SafetyConfig:
-        """Build from a dict (unknown keys are an error, so typos cannot disable a limit)."""
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise DeviceError(
-                f"{where}: unknown safety setting(s) {sorted(unknown)} (known: {sorted(known)})"
-            )
-        kw: dict[str, Any] = {}
-        try:
-            for k, v in d.items():
-                if v is None:
-                    kw[k] = None
-                elif k in ("max_step", "workspace_lower", "workspace_upper"):
-                    kw[k] = tuple(float(x) for x in v)
-                elif k == "on_violation":
-                    if v not in ("clamp", "stop"):
-                        raise ValueError(f"on_violation must be 'clamp' or 'stop', not {v!r}")
-                    kw[k] = v
-                else:
-                    kw[k] = float(v)
-        except (TypeError, ValueError) as exc:
-            raise DeviceError(f"{where}: {exc}") from None
-        cfg = cls(**kw)
-        for name in ("velocity_scale", "effort_scale"):
-            if not 0 < getattr(cfg, name) <= 1:
-                raise DeviceError(f"{where}: {name} must be in (0, 1], got {getattr(cfg, name)}")
-        if cfg.position_margin < 0 or cfg.velocity_ramp_s < 0:
-            raise DeviceError(f"{where}: position_margin and velocity_ramp_s must be >= 0")
-        if not (
-            cfg.brake_decel > 0
-            and cfg.max_accel > 0
-            and cfg.lead_s > 0
-            and cfg.measured_velocity_factor >= 1
-        ):
-            raise DeviceError(
-                f"{where}: brake_decel, max_accel and lead_s must be > 0, "
-                "measured_velocity_factor >= 1"
-            )
-        if not (0 <= cfg.limit_tolerance <= 0.05):
-            raise DeviceError(f"{where}: limit_tolerance must be within [0, 0.05]")
-        for name in (f.name for f in fields(cfg)):
-            v = getattr(cfg, name)
-            vals = v if isinstance(v, tuple) else (v,)
-            if any(isinstance(x, float) and not math.isfinite(x) for x in vals):
-                raise DeviceError(f"{where}: {name} must be finite, got {v}")
-        return cfg
-
-    def tightened(self, other: SafetyConfig) -> SafetyConfig:
-        """`other` combined with self so that no limit gets looser than self's."""
-
-        def tighter_box(a: Any, b: Any, fn: Callable[..., Any]) -> Any:
-            if a is None or b is None:
-                return a if b is None else b
-            return tuple(float(x) for x in fn(a, b))
-
-        step = (
-            self.max_step
-            if other.max_step is None
-            else (
-                other.max_step
-                if self.max_step is None
-                else tuple(float(x) for x in np.minimum(self.max_step, other.max_step))
-            )
-        )
-        mef = [f for f in (self.measured_effort_factor, other.measured_effort_factor) if f]
-        return replace(
-            self,
-            on_violation="stop" if "stop" in (self.on_violation, other.on_violation) else "clamp",
-            position_margin=max(self.position_margin, other.position_margin),
-            velocity_scale=min(self.velocity_scale, other.velocity_scale),
-            effort_scale=min(self.effort_scale, other.effort_scale),
-            max_step=step,
-            velocity_ramp_s=max(self.velocity_ramp_s, other.velocity_ramp_s),
-            workspace_lower=tighter_box(self.workspace_lower, other.workspace_lower, np.maximum),
-            workspace_upper=tighter_box(self.workspace_upper, other.workspace_upper, np.minimum),
-            measured_effort_factor=min(mef) if mef else None,
-            brake_decel=min(self.brake_decel, other.brake_decel),
-            max_accel=min(self.max_accel, other.max_accel),
-            lead_s=min(self.lead_s, other.lead_s),
-            measured_velocity_factor=min(
-                self.measured_velocity_factor, other.measured_velocity_factor
-            ),
-            limit_tolerance=min(self.limit_tolerance, other.limit_tolerance),
-        )
-
-
-def default_config(info: RobotInfo) -> SafetyConfig:
-    """The envelope the agent starts with: the robot's limits and workspace box."""
-    ws = info.meta.get("workspace") if isinstance(info.meta, dict) else None
-    if isinstance(ws, dict) and "lower" in ws and "upper" in ws:
-        lo = [float(x) for x in ws["lower"]]
-        hi = [float(x) for x in ws["upper"]]
-        return SafetyConfig(
-            workspace_lower=(lo[0], lo[1], lo[2]), workspace_upper=(hi[0], hi[1], hi[2])
-        )
-    return SafetyConfig()
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import numpy as np
 
 from devices.errors import DeviceError
 from devices.robots.driver import RobotDriver
-from devices.robots.safety import SafetyConfig, default_config
+from devices.robots.safety_config import SafetyConfig, default_config
 from devices.robots.server import CameraFeed
 
 

@@ -10,7 +10,8 @@ from devices.errors import DeviceError
 from devices.robots.agent import Agent
 from devices.robots.agent_log import MODES
 from devices.robots.drivers.ideal import HOME, IdealDriver
-from devices.robots.safety import LIMIT_NAMES, SOFT_SPEED, SafetyConfig
+from devices.robots.safety import LIMIT_NAMES, SOFT_SPEED
+from devices.robots.safety_config import SafetyConfig
 from devices.robots.watchdog import WatchdogConfig
 from tests.devices.robots.helpers import constant_policy, linear_policy, wait_for
 

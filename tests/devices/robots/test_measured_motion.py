@@ -18,7 +18,7 @@ from devices.robots.agent import Agent
 from devices.robots.client import RobotClient
 from devices.robots.drivers.lab import LAB_WORKSPACE
 from devices.robots.launch import start_lab_process
-from devices.robots.safety import SafetyConfig
+from devices.robots.safety_config import SafetyConfig
 from devices.robots.watchdog import WatchdogConfig
 from tests.devices.robots.helpers import wait_for
 

@@ -8,7 +8,8 @@ import pytest
 from devices.errors import DeviceError
 from devices.robots.driver import RobotState
 from devices.robots.drivers.ideal import HOME, IdealDriver, panda_like_info
-from devices.robots.safety import LEAD_BRAKE, SOFT_SPEED, SafetyConfig, SafetyEnvelope
+from devices.robots.safety import LEAD_BRAKE, SOFT_SPEED, SafetyEnvelope
+from devices.robots.safety_config import SafetyConfig
 
 INFO = panda_like_info(250.0)
 FK = IdealDriver(INFO).forward_kinematics
