@@ -38,73 +38,17 @@ from scipy.spatial.transform import Rotation
 
 from devices.frames import RGBDFrame
 from devices.poses import invert
-from reconstruction.errors import ReconstructionError
+from reconstruction.object_track_types import (
+    FrameTracks,
+    Mat4,
+    ObjectModel,
+    ObjectTrack,
+    ObjectTrackingError,
+    ObjectTrackSettings,
+)
 from reconstruction.segment import Plane
 
-Mat4 = NDArray[np.float64]
 _reg = o3d.pipelines.registration
-
-
-class ObjectTrackingError(ReconstructionError):
-    """Object tracking cannot run (bad model, camera pose or frame); the message says which."""
-
-
-@dataclass(frozen=True)
-class ObjectModel:
-    """A scanned object: its mesh in its own frame and its pose at the start (the scan)."""
-
-    name: str
-    mesh: trimesh.Trimesh
-    T_world_object: Mat4
-
-
-@dataclass(frozen=True)
-class ObjectTrackSettings:
-    """Scales in metres. ICP levels run coarse to fine: `voxels[i]` downsamples the frame's
-    points, `max_corr[i]` is the correspondence distance."""
-
-    voxels: tuple[float, ...] = (0.008, 0.004, 0.002)
-    max_corr: tuple[float, ...] = (0.03, 0.012, 0.005)
-    iterations: tuple[int, ...] = (20, 15, 15)
-    depth_range: tuple[float, float] = (0.15, 2.5)
-    stride: int = 1  # pixel step when lifting depth to points
-    table_clearance: float = 0.004
-    workspace: tuple[tuple[float, float, float], tuple[float, float, float]] | None = None
-    robot_margin: float = 0.012
-    crop_margin: float = 0.03  # around the model's bounding sphere at the predicted pose
-    model_points: int = 3000
-    min_points: int = 30  # observed points an object needs for ICP
-    min_support_px: int = 25  # explained pixels for a confident pose
-    agree_m: float = 0.006  # depth agreement of a rendered model pixel (plus sensor noise)
-    lost_quality: float = 0.4
-    confident_quality: float = 0.7  # below it, every guess is tried and the best kept
-    min_visible: float = 0.4  # share of the model's front pixels seen; less lowers quality
-    accept_quality: float = 0.6  # a re-detection must reach this
-    search_radius: float = 0.2  # local re-detection around the last seen pose
-    redetect_voxel: float = 0.005
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class ObjectTrack:
-    """One object in one frame. `T_world_object` is None until the object was ever found;
-    when lost it holds the last good pose. `method`: track | hold | redetect | lost."""
-
-    T_world_object: Mat4 | None
-    quality: float
-    lost: bool
-    rmse: float = float("nan")
-    support_px: int = 0
-    method: str = "track"
-
-
-@dataclass(frozen=True)
-class FrameTracks:
-    """Every object's track in one frame, with the frame's time and number."""
-
-    timestamp: float
-    index: int
-    objects: dict[str, ObjectTrack]
 
 
 @dataclass

@@ -30,13 +30,13 @@ from scipy.spatial.transform import Rotation, Slerp
 from devices.frames import RGBDFrame
 from devices.poses import POSE_UNIT, matrix_to_pose
 from devices.trajectory import Trajectory
-from reconstruction.object_tracking import (
+from reconstruction.object_track_types import (
     FrameTracks,
     ObjectModel,
-    ObjectTracker,
     ObjectTrackingError,
     ObjectTrackSettings,
 )
+from reconstruction.object_tracking import ObjectTracker
 from reconstruction.segment import Plane
 
 QUALITY_UNIT = "1"

@@ -52,7 +52,7 @@ def lab_push(
     from devices.lab.truth import object_mesh, truth_camera_pose
     from devices.poses import pose_to_matrix
     from devices.trajectory import Trajectory
-    from reconstruction.object_tracking import ObjectModel
+    from reconstruction.object_track_types import ObjectModel
     from twins.pushes import plan_push
 
     sim = LabSim("panda_table")

@@ -36,7 +36,8 @@ from devices.errors import DeviceError
 from devices.frames import RGBDFrame
 from devices.poses import drop_spin, matrix_to_pose
 from devices.robots.client import RobotClient
-from reconstruction.object_tracking import ObjectModel, ObjectTracker, ObjectTrackSettings
+from reconstruction.object_track_types import ObjectModel, ObjectTrackSettings
+from reconstruction.object_tracking import ObjectTracker
 from reconstruction.segment import Plane
 
 log = logging.getLogger(__name__)

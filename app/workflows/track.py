@@ -31,7 +31,7 @@ from app.jobs import Job, Progress
 from app.project import Project
 from devices.frames import RGBDFrame
 from devices.trajectory import Trajectory
-from reconstruction.object_tracking import FrameTracks, ObjectModel, ObjectTrackSettings
+from reconstruction.object_track_types import FrameTracks, ObjectModel, ObjectTrackSettings
 from reconstruction.object_tracks import add_object_tracks
 from reconstruction.scan_result import ScanResult
 from reconstruction.segment import Plane

@@ -17,13 +17,13 @@ from devices.lab.sim import LabSim
 from devices.lab.truth import object_mesh, truth_camera_pose
 from devices.poses import POSE_UNIT, pose_to_matrix
 from devices.trajectory import Trajectory
-from reconstruction.object_tracking import (
+from reconstruction.object_track_types import (
     FrameTracks,
     ObjectModel,
     ObjectTrack,
-    ObjectTracker,
     ObjectTrackingError,
 )
+from reconstruction.object_tracking import ObjectTracker
 from reconstruction.object_tracks import (
     add_object_tracks,
     object_channels,
