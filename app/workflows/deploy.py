@@ -43,12 +43,14 @@ from app.project import Project
 from app.workflows.deploy_plan import DeployPlan, Shadow, check_robot, final_error
 from app.workflows.object_feed import (
     ObjectPoseFeeder,
+    feed_tracks,
     save_poses,
     start_feed,
 )
 from devices.errors import DeviceError
 from devices.robots.client import RobotClient
 from policies.errors import PolicyError
+from reconstruction.object_tracks import add_object_tracks
 from resources import atomic
 
 log = logging.getLogger(__name__)
@@ -251,6 +253,8 @@ def _save(
             object_feed=feed,
         )
     traj = traj.with_channels(meta={**dict(traj.meta), "deploy": outcome})
+    if feeder is not None and feeder.stats.poses:  # the object as the agent saw it
+        traj = add_object_tracks(feed_tracks(feeder.stats, [str(plan.spec.object)]), traj)
     with project.new_artifact(
         "trajectory",
         inputs=[plan.policy_id],

@@ -34,9 +34,14 @@ from numpy.typing import NDArray
 from app.workflows.track import RobotSurface
 from devices.errors import DeviceError
 from devices.frames import RGBDFrame
-from devices.poses import drop_spin, matrix_to_pose
+from devices.poses import drop_spin, matrix_to_pose, pose_to_matrix
 from devices.robots.client import RobotClient
-from reconstruction.object_track_types import ObjectModel, ObjectTrackSettings
+from reconstruction.object_track_types import (
+    FrameTracks,
+    ObjectModel,
+    ObjectTrack,
+    ObjectTrackSettings,
+)
 from reconstruction.object_tracking import ObjectTracker
 from reconstruction.segment import Plane
 
@@ -405,3 +410,20 @@ def save_poses(path: Any, feeder: ObjectPoseFeeder) -> None:
             quality=np.array([r[3] for r in p], float),
             lost=np.array([r[4] for r in p], bool),
         )
+
+
+def feed_tracks(stats: FeedStats, names: Sequence[str]) -> list[FrameTracks]:
+    """The poses a feeder streamed, as one `FrameTracks` per tracked frame (robot clock,
+    in capture order; a name not reported in a frame is lost there) for
+    `reconstruction.object_tracks.add_object_tracks`: the run's `objects/<name>/pose`
+    channels are exactly what the agent was told."""
+    by_t: dict[float, dict[str, ObjectTrack]] = {}
+    for t, name, pose, quality, lost in stats.poses:
+        T = pose_to_matrix(np.asarray(pose, float))
+        by_t.setdefault(float(t), {})[name] = ObjectTrack(T, quality, lost)
+    out = []
+    for k, t in enumerate(sorted(by_t)):
+        seen = by_t[t]
+        objs = {n: seen.get(n, ObjectTrack(None, 0.0, True, method="lost")) for n in names}
+        out.append(FrameTracks(t, k, objs))
+    return out

@@ -30,8 +30,10 @@ from devices.robots.agent import Agent
 from devices.robots.auth import new_token
 from devices.robots.client import RobotClient
 from devices.robots.serve import add_arguments, build
+from devices.trajectory import Trajectory
 from policies.ppo import PpoSettings
 from policies.train import TrainSettings
+from reconstruction.object_tracks import pose_channel, quality_channel
 
 pytestmark = [pytest.mark.slow, pytest.mark.realtime]  # the feed must keep up with the clock
 
@@ -128,6 +130,13 @@ def test_a_push_policy_runs_on_tracked_poses_that_match_the_labs_truth(lab: Lab)
         # the cylinder's spin is invisible: streamed without it, as the twin observed it
         assert np.abs(z["pose"][:, 3:6]).max() < 0.02
     assert lab.project.artifact(res.trajectory_id).inputs == (lab.policy_id,)
+    # the run's trajectory carries the object as the agent saw it, for a refit on objects
+    traj = Trajectory.load(lab.project.path_of(res.trajectory_id))
+    pose, qual = traj[pose_channel("cylinder")], traj[quality_channel("cylinder")]
+    assert pose.shape == (len(traj.t), 7) and qual.shape == (len(traj.t), 2)
+    seen = qual[:, 1] == 0  # not flagged lost
+    assert seen.mean() > 0.5
+    assert np.linalg.norm(pose[seen][-1, :3] - truth[:3]) < 0.005
 
 
 @pytest.mark.realtime
