@@ -24,6 +24,7 @@ from PySide6 import QtCore, QtWidgets
 
 from app.jobs import Job, Progress
 from resources.errors import TwinbenchError
+from widgets.file_field import FileField
 from widgets.jobs import JobRunner, JobTask
 from widgets.pages import StatusLine, WorkflowPage, preview
 from widgets.record_panel import PALETTE
@@ -80,6 +81,15 @@ class DeployPage(WorkflowPage):
         form.addRow("Policy", self.policy_box)
         form.addRow("Robot", self.robot_label)
         form.addRow("Goal", self.goal_seed)
+        self.camera_pose = FileField(
+            "Camera pose (calibrate --out JSON)", "JSON (*.json)", "the scan's calibration"
+        )
+        self.camera_pose.setToolTip(
+            "push policies: the pose of the camera that sees the object (T_base_camera, "
+            "a `calibrate --out` JSON); by default the fixed camera calibrated with the scan"
+        )
+        self.camera_pose.sig_changed.connect(self._invalidate)
+        form.addRow("Camera pose", self.camera_pose)
         form.addRow("Start ramp", self.ramp)
         form.addRow("Run for", self.duration)
         side.addLayout(form)
@@ -208,6 +218,8 @@ class DeployPage(WorkflowPage):
     # -- 1. predict ------------------------------------------------------------------------
     def predict(self) -> None:
         from app.workflows.deploy_plan import plan_deploy
+        from app.workflows.object_feed import policy_object_source
+        from app.workflows.train import load_policy
 
         project, pid = self.controller.project, self.policy_box.currentData()
         try:
@@ -217,11 +229,14 @@ class DeployPage(WorkflowPage):
             return
         if project is None or pid is None:
             return
-        seed = self.goal_seed.value()
+        seed, cam_pose = self.goal_seed.value(), self.camera_pose.path
 
         def job() -> Job[Any]:
             yield Progress(None, f"checking {pid} against the robot and predicting…")
-            return plan_deploy(project, client, pid, goal_seed=seed)
+            objects = None
+            if cam_pose is not None and "object_pose" in load_policy(project, pid).spec.observation:
+                objects = policy_object_source(project, pid, client, None, cam_pose)
+            return plan_deploy(project, client, pid, goal_seed=seed, objects=objects)
 
         self._invalidate()
         self.predict_button.setEnabled(False)

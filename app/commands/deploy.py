@@ -19,12 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from app.project import Project
-    from app.workflows.object_feed import ObjectSource
-    from devices.robots.client import RobotClient
 
 HELP = "Deploy a policy to a connected robot: spec check, twin prediction, run, record."
 
@@ -62,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from app.workflows.close_loop import refit_job
     from app.workflows.deploy import deploy_job
     from app.workflows.deploy_plan import plan_deploy
+    from app.workflows.object_feed import policy_object_source
     from devices.robots.auth import load_token
     from devices.robots.client import RobotClient
 
@@ -71,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     ) as robot:
         objects = None
         if args.camera or args.camera_pose:
-            objects = _object_source(project, robot, args)
+            objects = policy_object_source(
+                project, args.policy, robot, args.camera, args.camera_pose
+            )
         plan = plan_deploy(
             project, robot, args.policy, args.target, args.goal_seed, objects, args.object_goal
         )
@@ -110,33 +107,3 @@ def run(args: argparse.Namespace) -> int:
     if fit_id:
         print(f"refit {fit_id}: the twin fitted again with this run added")
     return 0 if out["success"] else 1
-
-
-def _object_source(project: Project, robot: RobotClient, args: argparse.Namespace) -> ObjectSource:
-    """The push policy's object seen by --camera at --camera-pose (or the scan's)."""
-    import numpy as np
-
-    from app.workflows.object_feed import object_source
-    from app.workflows.train import load_policy
-    from resources.errors import TwinbenchError
-
-    pol = load_policy(project, args.policy)
-    T = None
-    if args.camera_pose is not None:
-        try:
-            T = np.asarray(json.loads(args.camera_pose.read_text())["T_base_camera"], float)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise TwinbenchError(
-                f"{args.camera_pose}: not a camera pose file with T_base_camera ({exc})"
-            ) from None
-        if T.shape != (4, 4) or not np.all(np.isfinite(T)):
-            raise TwinbenchError(f"{args.camera_pose}: T_base_camera must be a finite 4x4 matrix")
-    info = robot.info
-    return object_source(
-        project,
-        str(pol.record.get("twin_id")),
-        [str(pol.spec.object)],
-        args.camera,
-        T,
-        info.description if info is not None else "",
-    )

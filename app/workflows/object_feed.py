@@ -21,11 +21,13 @@ the robot through the agent's age limit.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -427,3 +429,41 @@ def feed_tracks(stats: FeedStats, names: Sequence[str]) -> list[FrameTracks]:
         objs = {n: seen.get(n, ObjectTrack(None, 0.0, True, method="lost")) for n in names}
         out.append(FrameTracks(t, k, objs))
     return out
+
+
+def read_camera_pose(path: Path) -> NDArray[np.float64]:
+    """T_base_camera (4x4) from a `calibrate --out` JSON; DeviceError naming the file."""
+    try:
+        T = np.asarray(json.loads(Path(path).read_text())["T_base_camera"], float)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DeviceError(f"{path}: not a camera pose file with T_base_camera ({exc})") from None
+    if T.shape != (4, 4) or not np.all(np.isfinite(T)):
+        raise DeviceError(f"{path}: T_base_camera must be a finite 4x4 matrix")
+    return T
+
+
+def policy_object_source(
+    project: Any,
+    policy_id: str,
+    client: RobotClient,
+    camera: str | None = None,
+    camera_pose: Path | None = None,
+) -> ObjectSource:
+    """The object a push policy observes, seen by `camera` (default: the scan's fixed
+    camera, or the robot's only camera) at the pose in `camera_pose` (default: the scan's
+    calibration): what `deploy --camera/--camera-pose` and the Deploy page give."""
+    from app.workflows.train import load_policy
+
+    pol = load_policy(project, policy_id)
+    T = None if camera_pose is None else read_camera_pose(camera_pose)
+    info = client.info
+    if camera is None and info is not None and len(info.cameras) == 1 and T is not None:
+        camera = info.cameras[0]
+    return object_source(
+        project,
+        str(pol.record.get("twin_id")),
+        [str(pol.spec.object)],
+        camera,
+        T,
+        info.description if info is not None else "",
+    )

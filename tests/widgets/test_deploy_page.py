@@ -238,3 +238,43 @@ def test_a_robot_that_does_not_fit_is_refused_before_upload(setup: Any, qtbot: A
         client.run_policy()
     qtbot.waitUntil(lambda: not page.runner.running(), timeout=5000)
     page.detach()
+
+
+def test_a_push_policy_takes_the_camera_pose_file_and_a_bad_one_is_refused(
+    setup: Any, qtbot: Any, tmp_path: Path
+) -> None:
+    """Camera pose (a `calibrate --out` JSON) on the Deploy page: a push policy's object is
+    seen by the camera at that pose; a file without a valid T_base_camera is refused before
+    anything is uploaded, naming the file and what is wrong."""
+    import torch
+
+    controller, _, home = setup
+    proj = controller.project
+    tid = proj.artifacts("twin")[-1].id
+    _, twin = load_twin(proj, tid)
+    env = make_env("push", twin, {"episode_s": 1.5})
+    spec, cfg = env.policy_spec, env.config.to_json()
+    env.close()
+    torch.manual_seed(0)
+    pol = Policy(to_onnx(torch.nn.Linear(spec.obs_dim, spec.n), spec.obs_dim), spec,
+                 {"task": "push", "twin_id": tid, "task_config": cfg})  # fmt: skip
+    with proj.new_artifact("policy", inputs=[tid], settings={"task": "push"}) as f:
+        pol.save(f)
+    controller.notify_project_changed()
+    controller.attach_robot(_Link(panda_like_info(), home))
+    page = _page(qtbot, controller)
+    page.refresh()
+    page.policy_box.setCurrentIndex(page.policy_box.findData(proj.artifacts("policy")[-1].id))
+    assert page.camera_pose.label.text() == "the scan's calibration"
+    bad = tmp_path / "camera.json"
+    bad.write_text(json.dumps({"T_base_camera": [[1, 0, 0], [0, 1, 0]]}))
+    page.camera_pose.set_path(bad)
+    assert page.camera_pose.label.text() == "camera.json"
+    page.predict_button.click()
+    qtbot.waitUntil(lambda: "Refused" in page.prediction.text(), timeout=20000)
+    assert "camera.json: T_base_camera must be a finite 4x4 matrix" in page.prediction.text()
+    assert not page.run_button.isEnabled()
+    page.camera_pose.set_path(None)
+    assert not page.camera_pose.clear_button.isEnabled()
+    qtbot.waitUntil(lambda: not page.runner.running(), timeout=5000)
+    page.detach()
