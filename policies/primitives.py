@@ -4,6 +4,11 @@
 joint, with log-gains as the searched parameters. It is a linear map of the observation,
 so it exports to ONNX as one Linear layer and a clip.
 
+`push_ik` (tasks observing `object_pose` and `object_goal`): the closed-loop pushing law of
+policies/push_primitive.py (tool forward kinematics, a phase picked from where the tool is
+relative to object and goal, damped least squares); 13 parameters in R^13. It needs the
+robot's kinematic chain (`chain`, twins.chain.serial_chain; `task_chain(env)`).
+
 `cem_steps` is a job-like generator: each generation's candidates run through the
 executor (`EpisodeJob`s), it yields (fraction, message, partial) with the learning curve
 and a checkpoint (mean, std, generation, curve) that `resume` continues from.
@@ -26,23 +31,51 @@ from policies.spec import PolicySpec
 from twins.executor import Executor
 from twins.spec import TwinSpec
 
-FAMILIES = ("joint_pd",)
+FAMILIES = ("joint_pd", "push_ik")
 Steps = Generator[tuple[float, str, dict[str, Any]], None, "CemResult"]
 
 
+def default_family(spec: PolicySpec) -> str:
+    """The primitive that can drive a task with this spec: `push_ik` when the task observes
+    an object and its goal, else `joint_pd`."""
+    return "push_ik" if "object_goal" in spec.observation else "joint_pd"
+
+
+def task_chain(env: Any) -> Any:
+    """The serial chain of a task environment's tool point (a grasp/TCP link if the robot
+    has one, else the task's end-effector link), for `push_ik`."""
+    from twins.chain import serial_chain
+
+    links = list(env._kin.links)
+    tool = next((n for n in links if "grasptarget" in n or n.endswith("tcp")), env._ee)
+    robot = env.twin.robot
+    return serial_chain(env.twin.resolve(robot.urdf), env.joints, tool)
+
+
 def n_params(family: str, spec: PolicySpec) -> int:
+    if family == "push_ik":
+        from policies import push_primitive
+
+        push_primitive.check_spec(spec)
+        return push_primitive.n_params()
     if family == "joint_pd":
         if "target" not in spec.observation or "joint_pos" not in spec.observation:
             raise PolicyError(
                 "primitive 'joint_pd' needs a task that observes joint_pos and target "
-                f"(this one observes {list(spec.observation)}); train it with --trainer ppo"
+                f"(this one observes {list(spec.observation)}); push tasks take 'push_ik' "
+                "(the default), or train with --trainer ppo"
             )
         return 2 * spec.n
     raise PolicyError(f"unknown motion primitive '{family}' (known: {', '.join(FAMILIES)})")
 
 
 def initial_mean(family: str, spec: PolicySpec) -> NDArray[np.float64]:
-    """Log-gains of a gentle start: kp = 2 (per unit action per rad), kd = 0.05."""
+    """joint_pd: log-gains of a gentle start (kp = 2 per unit action per rad, kd = 0.05);
+    push_ik: its hand-set defaults."""
+    if family == "push_ik":
+        from policies import push_primitive
+
+        return push_primitive.initial_mean()
     n = spec.n
     return np.concatenate([np.full(n, np.log(2.0)), np.full(n, np.log(0.05))])
 
@@ -66,8 +99,15 @@ def linear_weights(
 
 
 def primitive_actor(
-    family: str, spec: PolicySpec, params: Sequence[float] | NDArray[np.float64]
+    family: str,
+    spec: PolicySpec,
+    params: Sequence[float] | NDArray[np.float64],
+    chain: Any = None,
 ) -> Callable[[np.ndarray], np.ndarray]:
+    if family == "push_ik":
+        from policies import push_primitive
+
+        return push_primitive.actor(spec, _need(chain), params)  # type: ignore[no-any-return]
     W, b = linear_weights(family, spec, params)
 
     def act(obs: np.ndarray) -> np.ndarray:
@@ -76,11 +116,25 @@ def primitive_actor(
     return act
 
 
+def _need(chain: Any) -> Any:
+    if chain is None:
+        raise PolicyError("primitive 'push_ik' needs the robot's kinematic chain")
+    return chain
+
+
 def torch_module(
-    family: str, spec: PolicySpec, params: Sequence[float] | NDArray[np.float64]
+    family: str,
+    spec: PolicySpec,
+    params: Sequence[float] | NDArray[np.float64],
+    chain: Any = None,
 ) -> Any:
     """The primitive as a torch module (for ONNX export)."""
     import torch
+
+    if family == "push_ik":
+        from policies import push_primitive
+
+        return push_primitive.torch_module(spec, _need(chain), params)
 
     W, b = linear_weights(family, spec, params)
     lin = torch.nn.Linear(spec.obs_dim, spec.n)
@@ -145,7 +199,9 @@ def cem_steps(
         if mean.shape != (d,):
             raise PolicyError(f"checkpoint has {mean.size} parameters, primitive needs {d}")
     else:
-        mean, std = initial_mean(family, policy_spec), np.full(d, settings.init_std)
+        mean = initial_mean(family, policy_spec)
+        # push_ik searches logits of bounded parameters: half the spread covers their range
+        std = np.full(d, settings.init_std * (0.5 if family == "push_ik" else 1.0))
         gen0, curve, evals = 0, [], 0
     n_elite = max(2, int(round(settings.population * settings.elite_frac)))
     t0 = time.monotonic()

@@ -20,6 +20,7 @@ from twins.spec import TwinSpec
 Act = Callable[[np.ndarray], np.ndarray]
 _ENVS: dict[str, TwinEnv] = {}
 _ACTORS: dict[str, Act] = {}
+_CHAINS: dict[int, Any] = {}  # id(env) -> its tool chain (push_ik)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ def env_for(job: EpisodeJob) -> TwinEnv:
             for old in _ENVS.values():
                 old.close()
             _ENVS.clear()
+            _CHAINS.clear()
         env = _ENVS[key] = make_env(job.task, job.spec, job.config, job.dr)
     return env
 
@@ -70,9 +72,14 @@ def actor_for(job: EpisodeJob, env: TwinEnv) -> Act:
 
             act = _ACTORS[key] = Policy(job.payload, env.policy_spec).act
         return act
-    from policies.primitives import primitive_actor
+    from policies.primitives import primitive_actor, task_chain
 
-    return primitive_actor(job.kind, env.policy_spec, job.payload)
+    chain = None
+    if job.kind == "push_ik":
+        chain = _CHAINS.get(id(env))
+        if chain is None:
+            chain = _CHAINS[id(env)] = task_chain(env)
+    return primitive_actor(job.kind, env.policy_spec, job.payload, chain)
 
 
 def run_episodes(job: EpisodeJob) -> list[dict[str, Any]]:

@@ -1,7 +1,9 @@
 """One training run, trainer-agnostic: task + twin + randomization -> `Policy` (ONNX).
 
 `train_steps` is a job-like generator of (fraction, message, partial): it trains with the
-motion-primitive trainer (`cem`, policies/primitives.py) or PPO (`ppo`, policies/ppo.py),
+motion-primitive trainer (`cem`, policies/primitives.py: `joint_pd` for reach, the
+closed-loop `push_ik` law for push, picked by the task's observation unless `primitive`
+names one) or PPO (`ppo`, policies/ppo.py),
 checkpointing into `ckpt_dir` as it goes (a crash or a cancel leaves the last checkpoint;
 `resume=True` continues it), exports the actor to ONNX and checks onnxruntime against the
 trainer's own outputs on observations it stores (`check.npz`: inputs and outputs).
@@ -23,7 +25,14 @@ from policies.errors import PolicyError
 from policies.export import to_onnx, torch_outputs, verify
 from policies.policy import Policy
 from policies.ppo import PpoSettings, ppo_steps
-from policies.primitives import CemSettings, cem_steps, n_params, torch_module
+from policies.primitives import (
+    CemSettings,
+    cem_steps,
+    default_family,
+    n_params,
+    task_chain,
+    torch_module,
+)
 from policies.randomization import Randomization
 from policies.tasks import make_env, task_config
 from resources import atomic
@@ -38,7 +47,7 @@ Steps = Generator[tuple[float | None, str, dict[str, Any]], None, "TrainOutcome"
 class TrainSettings:
     trainer: str = "cem"
     seed: int = 0
-    primitive: str = "joint_pd"
+    primitive: str = "auto"  # "auto": primitives.default_family of the task's spec
     cem: CemSettings = field(default_factory=CemSettings)
     ppo: PpoSettings = field(default_factory=PpoSettings)
 
@@ -98,12 +107,16 @@ def train_steps(
     cfg_json = cfg.to_json()
     probe = make_env(task, spec, cfg, dr)
     pspec = probe.policy_spec
+    family = settings.primitive
+    if family == "auto":
+        family = default_family(pspec)
+    chain = task_chain(probe) if settings.trainer == "cem" and family == "push_ik" else None
     probe.close()
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     yield 0.0, f"training {task} with {settings.trainer} (checkpoints in {ckpt_dir.name})", {}
     if settings.trainer == "cem":
-        n_params(settings.primitive, pspec)  # refuse a task the primitive cannot drive, now
+        n_params(family, pspec)  # refuse a task the primitive cannot drive, now
         ckpt_path = ckpt_dir / "cem.json"
         state = None
         if resume:
@@ -111,7 +124,7 @@ def train_steps(
                 raise PolicyError(f"{ckpt_dir}: no CEM checkpoint to resume from")
             state = json.loads(ckpt_path.read_text(encoding="utf-8"))
         gen = cem_steps(
-            settings.primitive,
+            family,
             task,
             spec,
             cfg_json,
@@ -133,7 +146,7 @@ def train_steps(
                 yield 0.9 * frac, msg, {"curve": part["curve"]}
         finally:
             gen.close()
-        module = torch_module(settings.primitive, pspec, res.params)
+        module = torch_module(family, pspec, res.params, chain)
         curve = res.curve
         extra: dict[str, Any] = {"params": res.params.tolist(), "episodes": res.evaluations}
     else:
@@ -154,10 +167,13 @@ def train_steps(
     onnx = to_onnx(module, pspec.obs_dim)
     X = sample_observations(task, spec, cfg_json, dr, 64, settings.seed + 7)
     err = verify(onnx, module, X)
+    training = settings.to_json()
+    if settings.trainer == "cem":
+        training["primitive"] = family
     record = {
         "task": task,
         "task_config": cfg_json,
-        "training": settings.to_json(),
+        "training": training,
         "randomization": dr.to_json(),
         "twin": spec.name,
         "curve": curve,

@@ -88,9 +88,9 @@ def test_cem_primitive_learns_to_reach_and_exports(tmp_path: Path, demo_twin: Tw
 
 
 def test_cem_refuses_a_task_without_target(tmp_path: Path, demo_twin: TwinSpec) -> None:
-    gen = train_steps(
-        "push", demo_twin, {"episode_s": 0.2}, Randomization(), TrainSettings("cem"), tmp_path
-    )
+    """joint_pd needs a target; push tasks get push_ik (tests/policies/test_push_primitive.py)."""
+    settings = TrainSettings("cem", primitive="joint_pd")
+    gen = train_steps("push", demo_twin, {"episode_s": 0.2}, Randomization(), settings, tmp_path)
     with pytest.raises(PolicyError, match="--trainer ppo"):
         _drive(gen)
 
