@@ -10,14 +10,17 @@ and turns the tool's velocity towards it into joint deltas by damped least squar
   sideways), and low: push — target `lead` m into the object along that line (less near
   the goal: at most `overshoot` past the point where the object would sit on the goal),
   at most `v_push` m/s;
-- in the corridor but high: descend there to `z_push`;
+- in the corridor but high: descend there to `z_push` (the corridor widens to 3 x
+  `align_tol` as the tool gets lower, so a tool that drifts a little while descending
+  does not climb back up);
 - elsewhere: go to the pre-push point `standoff` m behind the object's contact point at
   `z_hover`, lifting first when low (sideways speed grows with height), at most `v_travel`;
 - once the object is within `stop_tol` of the goal, wherever the tool is: hold still.
 
 The tool's z axis is kept pointing down (`k_rot`). Joint velocities dq from the damped
 least-squares solve (conjugate gradients, a fixed number of iterations, so numpy and the
-exported ONNX run the same arithmetic) become a delta action dq * `lead_s` / scale. The
+exported ONNX run the same arithmetic) become a delta action dq * `lead_s` / scale, scaled
+down as a whole (direction kept) when a joint would exceed 1. The
 13 searched parameters live in R^13 and map to their ranges by a logistic, so CEM can
 search them unconstrained; every geometric or speed parameter is tuned in the twin it was
 trained in: a twin with wrong friction or actuator response tunes them wrong.
@@ -58,6 +61,7 @@ NAMES = tuple(p[0] for p in PARAMS)
 DAMPING = 1e-3  # lambda^2 of the damped least squares (m^2, rad^2)
 CG_ITERS = 10
 LOW_BAND = 0.03  # m above z_push that still counts as "low"
+WIDEN = 2.0  # the corridor is (1 + WIDEN) x align_tol wide at z_push, align_tol at z_hover
 
 
 def n_params() -> int:
@@ -114,6 +118,9 @@ class _NpOps:
         self.clip, self.minimum, self.maximum = np.clip, np.minimum, np.maximum
         self.abs = np.abs
 
+    def amax(self, x: Any, axis: int) -> Any:
+        return x.max(axis=axis, keepdims=True)
+
     def c(self, x: Any) -> Any:
         return np.asarray(x, np.float32)
 
@@ -143,6 +150,9 @@ class _TorchOps:
 
     def c(self, x: Any) -> Any:
         return self.t.as_tensor(np.asarray(x, np.float32))
+
+    def amax(self, x: Any, axis: int) -> Any:
+        return self.t.amax(x, dim=axis, keepdim=True)
 
     def clip(self, x: Any, lo: Any, hi: Any) -> Any:
         if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
@@ -229,14 +239,15 @@ def push_law(
     s = ops.sum(rel * u, 1)
     c = ops.sum(rel * nrm, 1)
     contact, zp, zh = v["contact"], v["z_push"], v["z_hover"]
-    corridor = (s < -contact + 0.01) & (ops.abs(c) < v["align_tol"])
+    h = ops.clip((pz - zp) / (zh - zp), 0.0, 1.0)
+    tol = v["align_tol"] * (1.0 + WIDEN * (1.0 - h))
+    corridor = (s < -contact + 0.01) & (ops.abs(c) < tol)
     low = pz < zp + LOW_BAND
     done = d < v["stop_tol"]
     push_in = ops.minimum(B1 + v["lead"], d + v["overshoot"])
     push_xy = o + (push_in - contact) * u
     desc_xy = o + ops.minimum(s, B1 - (contact + 0.005)) * u
     pre = o - (contact + v["standoff"]) * u
-    h = ops.clip((pz - zp) / (zh - zp), 0.0, 1.0)
     travel_xy = pxy + h * (pre - pxy)
     tgt_xy = ops.where(corridor, ops.where(low, push_xy, desc_xy), travel_xy)
     tgt_xy = ops.where(done, pxy, tgt_xy)
@@ -266,9 +277,9 @@ def push_law(
         rs_new = ops.sum(r * r, 1)
         dvec_cg = r + (rs_new / (rs + 1e-20)) * dvec_cg
         rs = rs_new
-    dq = (Jt @ y[:, :, None])[:, :, 0]
+    a = (Jt @ y[:, :, None])[:, :, 0] * (v["lead_s"] / action_scale)
     del ctrl_dt
-    return ops.clip(dq * (v["lead_s"] / action_scale), -1.0, 1.0)
+    return a / ops.maximum(ops.amax(ops.abs(a), 1), B1 + 1.0)  # scaled, not clipped
 
 
 def check_spec(spec: PolicySpec) -> None:
@@ -335,7 +346,8 @@ def actor(spec: PolicySpec, chain: Any, x: Sequence[float] | NDArray[np.float64]
         rel = pxy - o
         s, c = float(rel @ u), float(rel @ nrm)
         contact, zp, zh = v["contact"], v["z_push"], v["z_hover"]
-        corridor = s < -contact + 0.01 and abs(c) < v["align_tol"]
+        h = min(max((pz - zp) / (zh - zp), 0.0), 1.0)
+        corridor = s < -contact + 0.01 and abs(c) < v["align_tol"] * (1.0 + WIDEN * (1.0 - h))
         low = pz < zp + LOW_BAND
         if d < v["stop_tol"]:
             tgt = p
@@ -345,7 +357,6 @@ def actor(spec: PolicySpec, chain: Any, x: Sequence[float] | NDArray[np.float64]
         elif corridor:
             tgt = np.array([*(o + min(s, -(contact + 0.005)) * u), zp])
         else:
-            h = min(max((pz - zp) / (zh - zp), 0.0), 1.0)
             pre = o - (contact + v["standoff"]) * u
             tgt = np.array([*(pxy + h * (pre - pxy)), zh])
         vel = v["k_pos"] * (tgt - p)
@@ -368,8 +379,8 @@ def actor(spec: PolicySpec, chain: Any, x: Sequence[float] | NDArray[np.float64]
             rs_new = float(r @ r)
             dd = r + (rs_new / (rs + 1e-20)) * dd
             rs = rs_new
-        dq = J.T @ y
-        return np.clip(dq * (v["lead_s"] / scale), -1.0, 1.0).astype(np.float32)
+        a = (J.T @ y) * (v["lead_s"] / scale)
+        return (a / max(float(np.max(np.abs(a))), 1.0)).astype(np.float32)
 
     return act
 
