@@ -33,6 +33,7 @@ from numpy.typing import NDArray
 from devices.frames import RGBDFrame
 from devices.poses import invert, rotation_angle_deg
 from reconstruction import pose_graph
+from reconstruction.depth_range import choose_depth_range
 from reconstruction.errors import clean_message
 from reconstruction.pose_graph import Keyframe, LoopEdge
 from reconstruction.registration import Hypothesis, best_hypothesis, icp, passes
@@ -376,19 +377,3 @@ class HandheldTracker:
             "depth_range_m": [self.s.depth_min, self.s.depth_max],
             "icp_voxel_m": self.s.voxel,
         }
-
-
-def choose_depth_range(frames: list[RGBDFrame], sensor_max_m: float = 4.0) -> tuple[float, float]:
-    """Depth range (m) for tracking and fusion from the data: from a little under the nearest
-    surfaces to a little past the 90th percentile of the measured depth, capped at
-    `sensor_max_m`. Measured trade-off: on the real TUM cabinet the far structure holds the
-    track (ATE 7.8 cm with 0.7-2.8 m, 34 cm with 0.7-2.1 m); on the lab table at 424x240 the
-    far walls' noise hurts (ATE 6.3 cm with 0.5-2.4 m, 0.4 cm with 0.3-1.4 m): for a tabletop,
-    set the working range (`scan --depth-range 0.3:1.4`)."""
-    z = np.concatenate([f.depth_m[f.depth > 0][::37] for f in frames]) if frames else np.zeros(0)
-    z = z[np.isfinite(z) & (z > 0.05)]
-    if len(z) < 100:
-        return 0.1, 1.5
-    lo = float(max(0.1, 0.8 * np.percentile(z, 1)))
-    hi = float(np.clip(1.15 * np.percentile(z, 90), max(lo + 0.3, 0.5), sensor_max_m))
-    return round(lo, 3), round(hi, 3)
