@@ -302,21 +302,20 @@ def ear_clip(poly: NDArray[np.float64]) -> NDArray[np.int64] | None:
     )
     sign = 1.0 if area2 >= 0 else -1.0
     out: list[tuple[int, int, int]] = []
-
-    def cross(o: NDArray[np.float64], a: NDArray[np.float64], b: NDArray[np.float64]) -> float:
-        return float((a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0]))
-
+    xs, ys = poly[:, 0].tolist(), poly[:, 1].tolist()
     guard = 0
     while len(idx) > 3 and guard < 4 * n * n:
         found = False
+        alive = np.asarray(idx)
         for k in range(len(idx)):
             guard += 1
             i0, i1, i2 = idx[k - 1], idx[k], idx[(k + 1) % len(idx)]
-            a, b, c = poly[i0], poly[i1], poly[i2]
-            if sign * cross(a, b, c) <= 1e-14:
+            # the corner test in plain floats (this loop runs up to n^2 times)
+            turn = (xs[i1] - xs[i0]) * (ys[i2] - ys[i0]) - (ys[i1] - ys[i0]) * (xs[i2] - xs[i0])
+            if sign * turn <= 1e-14:
                 continue  # reflex or degenerate corner
-            others = [j for j in idx if j not in (i0, i1, i2)]
-            q = poly[others]
+            a, b, c = poly[i0], poly[i1], poly[i2]
+            q = poly[alive[(alive != i0) & (alive != i1) & (alive != i2)]]
             if len(q):
                 d1 = sign * ((b[0] - a[0]) * (q[:, 1] - a[1]) - (b[1] - a[1]) * (q[:, 0] - a[0]))
                 d2 = sign * ((c[0] - b[0]) * (q[:, 1] - b[1]) - (c[1] - b[1]) * (q[:, 0] - b[0]))

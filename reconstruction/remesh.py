@@ -38,8 +38,11 @@ def voxel_remesh(
     part = _drop_fragments(part)
     B = plane.basis()
     origin = plane.project(np.asarray(part.vertices).mean(axis=0)[None])[0]
+    p0 = max(pitch, budget_pitch(part, plane, triangle_budget))
+    if p0 > pitch:
+        notes.append(f"voxel pitch {p0 * 1000:.1f} mm for an object this large")
     best: trimesh.Trimesh | None = None
-    for k, p in enumerate((pitch, 1.5 * pitch, 2 * pitch, 3 * pitch)):
+    for k, p in enumerate((p0, 1.5 * p0, 2 * p0, 3 * p0)):
         local = _surface_samples(part, p) - origin
         local = local @ B  # plane frame: z = height
         local[:, 2] = np.maximum(local[:, 2], 0.0)
@@ -65,6 +68,18 @@ def voxel_remesh(
     if best is None:
         return None, ["marching cubes found no surface"]
     return best, notes + [f"{len(best.faces)} triangles: over the budget of {triangle_budget}"]
+
+
+def budget_pitch(part: trimesh.Trimesh, plane: Plane, triangle_budget: int) -> float:
+    """The voxel pitch (m) at which marching cubes gives about 8x `triangle_budget`
+    triangles for the part's bounding box (measured: ~2.6 triangles per pitch^2 of surface).
+    Finer grids only feed the decimation: a 22 x 21 x 31 cm object at 2 mm made 165k
+    triangles and took 10 s to remesh, 0.5 s at 6 mm for the same 4000-triangle result."""
+    local = np.asarray(part.vertices) @ plane.basis()
+    w, d, _ = np.ptp(local, axis=0)
+    h = max(float(plane.height(np.asarray(part.vertices)).max()), 0.0)
+    area = 2 * w * d + 2 * h * (w + d)
+    return float(np.sqrt(2.6 * area / (8 * max(triangle_budget, 100))))
 
 
 def decimate_watertight(m: trimesh.Trimesh, budget: int) -> trimesh.Trimesh | None:
