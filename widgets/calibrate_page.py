@@ -39,8 +39,10 @@ from widgets.trajectory_plot import Series, TrajectoryPlot
 
 log = logging.getLogger(__name__)
 WINDOWS = (("1 s windows (as the fit)", 1.0), ("whole recording", None))
-# replays run in worker processes (PyBullet keeps Python's GIL while it steps)
-REPLAY_PROCESSES = max(1, min(4, os.cpu_count() or 1))
+# replays run in worker processes (PyBullet keeps Python's GIL while it steps), one more than
+# the cores: windows seldom divide evenly among cores (5 on 2: 2+2+1 shared by the OS ends
+# after 2.5 windows' time, 3+2 after 3)
+REPLAY_PROCESSES = max(2, min(6, (os.cpu_count() or 1) + 1))
 
 
 class CalibratePage(WorkflowPage):
@@ -428,6 +430,10 @@ class CalibratePage(WorkflowPage):
         out = sim_series(frame.sims, self._real_series, labelled, self._joint_units())
         visible_before = set(self.plot.visible_series())
         self.plot.update_data(out)
+        for p in self.plot.plots().values():
+            # the new curves' auto range now, not while painting: a range that changes
+            # during a paint (new axis ticks) would ask for a second paint of every plot
+            p.vb.prepareForPaint()
         new = [s.name for s in out if s.name not in visible_before]
         want = {n.split("/", 1)[1] for n in visible_before if n.startswith("real")}
         show = [n for n in new if n.split("/", 1)[1] in want]

@@ -39,6 +39,10 @@ from twins.spec import TwinSpec
 log = logging.getLogger(__name__)
 
 GHOST_HZ = 25.0  # ghost poses per second of recording (scrubbing granularity)
+# With worker processes, the ghost over the whole recording is asked for once no edit has
+# come for this long (or at once when the time cursor moves): while a slider is dragged the
+# workers only replay, and the first frame's redraw has the CPU to itself.
+FULL_GHOST_AFTER_S = 0.08
 
 
 @dataclass(frozen=True)
@@ -151,8 +155,10 @@ class LiveCalibration:
 
     def set_cursor(self, time_s: float) -> None:
         """The time cursor (s from the recording's start): a new simulation's first frame
-        holds the ghost there (no re-simulation)."""
+        holds the ghost there (no re-simulation); a ghost over the whole recording still
+        owed is then sent at once (scrubbing shows it)."""
         self.cursor_s = float(time_s)
+        self._send(_Cmd("cursor"))
 
     def close(self, timeout_s: float = 10.0) -> None:
         if self._thread.is_alive():
@@ -160,6 +166,12 @@ class LiveCalibration:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 log.warning("calibration worker did not stop within %.0f s", timeout_s)
+
+    @property
+    def workers(self) -> int:
+        """Replay worker processes running (0: replays on the worker thread)."""
+        pool = self._pool
+        return pool.size if pool is not None else 0
 
     @property
     def alive(self) -> bool:
@@ -190,9 +202,16 @@ class LiveCalibration:
 
     # -- worker ----------------------------------------------------------------------------
     def _run(self) -> None:
+        owed: Any = None  # the full ghost of the last frame, when still to be sent
         try:
             while True:
-                cmds = [self._cmds.get()]
+                try:
+                    first = self._cmds.get(timeout=FULL_GHOST_AFTER_S if owed else None)
+                except queue.Empty:  # no edit for a while: the ghost over the recording
+                    self._full_ghost(owed)
+                    owed = None
+                    continue
+                cmds = [first]
                 while True:
                     try:
                         cmds.append(self._cmds.get_nowait())
@@ -200,6 +219,12 @@ class LiveCalibration:
                         break
                 if any(c.kind == "close" for c in cmds):
                     return
+                if all(c.kind == "cursor" for c in cmds):
+                    if owed is not None:
+                        self._full_ghost(owed)
+                    owed = None
+                    continue
+                owed = None
                 edits = [c for c in cmds if c.kind == "values"]
                 with self._lock:
                     self._pending_requests -= sum(1 for c in edits if c.request > 0)
@@ -212,7 +237,7 @@ class LiveCalibration:
                         self.window_s = c.args[0]
                         self._close_replay()
                 request = max([c.request for c in edits] + [self._last_request()])
-                self._simulate(request)
+                owed = self._simulate(request)
         except Exception:
             log.exception("the calibration worker stopped")
             self._publish(self._empty_frame("the calibration worker stopped (see the log)"))
@@ -244,8 +269,9 @@ class LiveCalibration:
             )
             self._all_windows += ws
         if self.processes > 0:
+            n = min(self.processes, len(self._all_windows))  # no idle worker
             try:
-                self._pool = ReplayPool(self.spec, self._all_windows, self.processes)
+                self._pool = ReplayPool(self.spec, self._all_windows, n)
                 return
             except (OSError, RuntimeError, EOFError) as exc:  # e.g. no process may start here
                 log.warning("replays run on one thread: worker processes did not start (%s)", exc)
@@ -329,7 +355,9 @@ class LiveCalibration:
         meta = {**dict(sims[idx[0]].meta), "windows": len(idx), "window_s": self.window_s}
         return Trajectory(rec.t, chans, units, "sim", meta)
 
-    def _simulate(self, request: int) -> None:
+    def _simulate(self, request: int) -> Any:
+        """Re-simulate the visible recordings and publish the frame; with worker processes,
+        returns what `_full_ghost` needs to send the ghost over the recordings later."""
         from twins.builder import TwinWorld
         from twins.ghost import body_tracks
 
@@ -342,7 +370,7 @@ class LiveCalibration:
                 self._world = TwinWorld(self.spec)
         except TwinbenchError as exc:
             self._publish(self._empty_frame(str(exc)))
-            return
+            return None
         for rid in self._visible:  # recorded motion: once per recording
             if rid not in self._recorded:
                 self._recorded[rid] = self._track(body_tracks, self.recordings[rid], None)
@@ -360,7 +388,7 @@ class LiveCalibration:
             self._values = dict(self._latest.values) if self._latest else self.spec.params.nominal()
         if self._newer_edit_waiting():
             self.dropped += 1
-            return
+            return None
         sims: dict[str, Trajectory] = {}
         ghost: dict[str, BodyTrack] = {}
         errors: dict[str, str] = {}
@@ -399,13 +427,22 @@ class LiveCalibration:
         )
         if not pooled:
             self._publish(frame)
-            return
+            return None
         self._publish(replace(frame, full_ghost=False))
-        if self._newer_edit_waiting() or not sims:  # the next simulation brings its own
+        return (frame, grids, times) if sims else None
+
+    def _full_ghost(self, owed: Any) -> None:
+        """Send `owed` (`_simulate`'s frame, ghost grids and times) again with the ghost over
+        the whole recordings, asked of the workers that replayed them (unless a newer edit
+        waits: its simulation brings its own)."""
+        from twins.ghost import body_tracks
+
+        frame, grids, times = owed
+        if self._newer_edit_waiting() or self._pool is None:
             return
         wtracks = self._pool.tracks({i: t for i, t in times.items() if len(t)})
         full = {}
-        for rid, s in sims.items():
+        for rid, s in frame.sims.items():
             track = self._merge_tracks(rid, grids[rid], wtracks)
             full[rid] = track if track is not None else self._track(body_tracks, s, None)
         if not self._newer_edit_waiting():
