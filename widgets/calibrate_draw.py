@@ -14,7 +14,7 @@ from scipy.spatial.transform import Rotation
 from app.workflows.calibrate_live import CalibFrame
 from devices.trajectory import Trajectory
 from widgets.scene_view import SceneView
-from widgets.trajectory_plot import Series
+from widgets.trajectory_plot import Series, TrajectoryPlot
 
 GHOST_RGBA = (0.35, 0.65, 1.0, 0.35)
 
@@ -24,14 +24,22 @@ def _qmat(T: np.ndarray) -> QtGui.QMatrix4x4:
 
 
 def channel_series(
-    traj: Trajectory, source: str, joint_units: dict[str, str] | None = None
+    traj: Trajectory,
+    source: str,
+    joint_units: dict[str, str] | None = None,
+    keys: set[str] | None = None,
 ) -> list[Series]:
     """Plot series of a recording or its simulation, time from 0: joint positions per joint
     (`<source>/joint_pos/<joint>`), object positions x/y/z (m) and orientation roll/pitch/yaw
     (rad, unwrapped) per object (`<source>/objects/<name>/<component>`). `joint_units`
-    names joints whose unit differs from the channel's (a Panda's prismatic fingers: m)."""
+    names joints whose unit differs from the channel's (a Panda's prismatic fingers: m).
+    `keys`: only the series whose name after `<source>/` is one of these."""
     t = traj.t - traj.t[0]
     out: list[Series] = []
+
+    def want(key: str) -> bool:
+        return keys is None or key in keys
+
     if "robot/joint_pos" in traj.channels:
         q = traj["robot/joint_pos"]
         names = [str(j) for j in traj.meta.get("joint_names", [])] or [
@@ -40,16 +48,21 @@ def channel_series(
         unit = traj.units.get("robot/joint_pos", "rad")
         for k, jn in enumerate(names[: q.shape[1]]):
             u = (joint_units or {}).get(jn, unit)
-            out.append(Series(f"{source}/joint_pos/{jn}", t, q[:, k], u))
+            if want(f"joint_pos/{jn}"):
+                out.append(Series(f"{source}/joint_pos/{jn}", t, q[:, k], u))
     for ch, arr in traj.channels.items():
         if not (ch.startswith("objects/") and ch.endswith("/pose")) or arr.shape[1] != 7:
             continue
         obj = ch.split("/")[1]
         for k, c in enumerate("xyz"):
-            out.append(Series(f"{source}/objects/{obj}/{c}", t, arr[:, k], "m"))
-        rpy = np.unwrap(Rotation.from_quat(arr[:, 3:]).as_euler("xyz"), axis=0)
-        for k, c in enumerate(("roll", "pitch", "yaw")):
-            out.append(Series(f"{source}/objects/{obj}/{c}", t, rpy[:, k], "rad"))
+            if want(f"objects/{obj}/{c}"):
+                out.append(Series(f"{source}/objects/{obj}/{c}", t, arr[:, k], "m"))
+        angles = [(k, c) for k, c in enumerate(("roll", "pitch", "yaw"))]
+        angles = [(k, c) for k, c in angles if want(f"objects/{obj}/{c}")]
+        if angles:
+            rpy = np.unwrap(Rotation.from_quat(arr[:, 3:]).as_euler("xyz"), axis=0)
+            for k, c in angles:
+                out.append(Series(f"{source}/objects/{obj}/{c}", t, rpy[:, k], "rad"))
     return out
 
 
@@ -98,15 +111,85 @@ def sim_series(
     real: Mapping[str, list[Series]],
     labelled: bool,
     joint_units: dict[str, str],
+    shown: Sequence[str] | None = None,
 ) -> list[Series]:
     """The simulations' series and their residuals against the recordings' (`real` by
-    recording id; `@<id tail>` labels when several recordings are shown)."""
+    recording id; `@<id tail>` labels when several recordings are shown). `shown`: only
+    those of the channels these series names show (any source: real, sim or residual)."""
     out: list[Series] = []
     for rid, sim in sims.items():
         lab = f"@{rid.rsplit('-', 1)[-1]}" if labelled else ""
-        s = channel_series(sim, f"sim{lab}", joint_units)
-        out += s + residual_series(list(real.get(rid, [])), s, lab)
+        keys = None if shown is None else shown_keys(shown, lab)
+        s = channel_series(sim, f"sim{lab}", joint_units, keys)
+        reals = [r for r in real.get(rid, []) if keys is None or r.name.split("/", 1)[1] in keys]
+        out += s + residual_series(reals, s, lab)
     return out
+
+
+def shown_keys(names: Sequence[str], label: str) -> set[str]:
+    """The channels (series names without their source) of `names` that belong to the
+    recording labelled `label` ("" or "@<id tail>")."""
+    out = set()
+    for n in names:
+        src, _, key = n.partition("/")
+        if src.partition("@")[2] == label[1:]:
+            out.add(key)
+    return out
+
+
+class SimCurves:
+    """The simulated series and residuals a frame draws: those shown (or of a shown
+    channel) are computed with each frame, the others only when shown (until then they
+    hold an older simulation). Every series is computed once per set of recordings, so
+    the plot lists them all."""
+
+    def __init__(self) -> None:
+        self.sims_for: frozenset[str] | None = None
+        self.stale: set[str] = set()
+
+    def reset(self) -> None:
+        """The plot lost its simulated series: the next frame computes them all."""
+        self.sims_for = None
+
+    def draw(
+        self,
+        plot: TrajectoryPlot,
+        sims: Mapping[str, Trajectory],
+        real: Mapping[str, list[Series]],
+        labelled: bool,
+        joint_units: dict[str, str],
+    ) -> list[Series]:
+        """Put a frame's series into `plot`; returns them."""
+        every = frozenset(sims) != self.sims_for
+        shown = None if every else plot.visible_series()
+        out = sim_series(sims, real, labelled, joint_units, shown)
+        if every:
+            self.sims_for, self.stale = frozenset(sims), set()
+        else:
+            held = plot.series().values()
+            self.stale |= {s.name for s in held if s.source in ("sim", "residual")}
+        self.stale -= {s.name for s in out}
+        plot.update_data(out)
+        for p in plot.plots().values():
+            # the new curves' auto range now, not while painting: a range that changes
+            # during a paint (new axis ticks) would ask for a second paint of every plot
+            p.vb.prepareForPaint()
+        return out
+
+    def refresh(
+        self,
+        plot: TrajectoryPlot,
+        sims: Mapping[str, Trajectory],
+        real: Mapping[str, list[Series]],
+        labelled: bool,
+        joint_units: dict[str, str],
+    ) -> None:
+        """Series just shown that hold an older simulation: these `sims`' data."""
+        stale = [n for n in plot.visible_series() if n in self.stale]
+        if stale:
+            out = sim_series(sims, real, labelled, joint_units, stale)
+            self.stale -= {s.name for s in out}
+            plot.update_data(out)
 
 
 def build_scene(view: SceneView, drawables: Sequence[Any]) -> None:

@@ -24,13 +24,13 @@ from app.workflows.calibrate_live import CalibFrame, LiveCalibration
 from app.workflows.calibrate_open import CalibrationInputs
 from resources.errors import TwinbenchError
 from widgets.calibrate_draw import (
+    SimCurves,
     build_scene,
     channel_series,
     default_view,
     demo_project,
     joint_units,
     place_bodies,
-    sim_series,
 )
 from widgets.pages import StatusLine, WorkflowPage, preview
 from widgets.param_sliders import ParamSliders
@@ -61,6 +61,7 @@ class CalibratePage(WorkflowPage):
         self._real_series: dict[str, list[Series]] = {}
         self._shown_series: set[str] = set()
         self._ghost_ready = False
+        self.curves = SimCurves()
         self.frames_drawn = 0
         self.scene_moved = False  # the last redraw moved something in the 3D view
         self.fit_dialog: Any = None
@@ -150,6 +151,8 @@ class CalibratePage(WorkflowPage):
         self.status = StatusLine("")
         layout.addWidget(self.status)
         self.plot.sig_time_changed.connect(self._cursor_moved)
+        # after the plot's own handler (it redraws with the data it holds)
+        self.plot.list.itemChanged.connect(lambda _it: self._refresh_stale())
         self.sig_frame_ready.connect(self._on_frame, QtCore.Qt.ConnectionType.QueuedConnection)
 
     # -- state -----------------------------------------------------------------------------
@@ -312,6 +315,7 @@ class CalibratePage(WorkflowPage):
         if self.inputs is None:
             return
         vis = [r for r in ids if r in self.inputs.recordings]
+        self.curves.reset()  # the simulated series go: the next frame lists them again
         keep = [s for r in vis for s in self._real_series.get(r, [])]
         names = {s.name for s in keep}
         drop = [n for n in self.plot.series() if n not in names]
@@ -333,6 +337,7 @@ class CalibratePage(WorkflowPage):
         self._last = None
         self._opened_for = None
         self._ghost_ready = False
+        self.curves.reset()
         self._update_buttons()
 
     def detach(self) -> None:
@@ -427,18 +432,21 @@ class CalibratePage(WorkflowPage):
         if self.inputs is None:
             return
         labelled = len(self.inputs.recordings) > 1
-        out = sim_series(frame.sims, self._real_series, labelled, self._joint_units())
         visible_before = set(self.plot.visible_series())
-        self.plot.update_data(out)
-        for p in self.plot.plots().values():
-            # the new curves' auto range now, not while painting: a range that changes
-            # during a paint (new axis ticks) would ask for a second paint of every plot
-            p.vb.prepareForPaint()
+        out = self.curves.draw(
+            self.plot, frame.sims, self._real_series, labelled, self._joint_units()
+        )
         new = [s.name for s in out if s.name not in visible_before]
         want = {n.split("/", 1)[1] for n in visible_before if n.startswith("real")}
         show = [n for n in new if n.split("/", 1)[1] in want]
         if show:
             self.plot.set_visible(sorted(visible_before | set(show)))
+
+    def _refresh_stale(self) -> None:
+        if self._last is not None and self.inputs is not None:
+            labelled = len(self.inputs.recordings) > 1
+            args = (self._last.sims, self._real_series, labelled, self._joint_units())
+            self.curves.refresh(self.plot, *args)
 
     def _cursor_moved(self, t: float) -> None:
         if self.live is not None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PySide6 import QtCore
 
 from app.session import AppController
 from app.workflows import fit as fit_flow
@@ -23,6 +24,10 @@ def _in_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     import widgets.calibrate_page as cp
 
     monkeypatch.setattr(cp, "REPLAY_PROCESSES", 0)
+
+
+def shown_now(page) -> list[str]:  # type: ignore[no-untyped-def]
+    return list(page.plot.visible_series())
 
 
 def _decay_rate(t: np.ndarray, y: np.ndarray) -> float:
@@ -67,6 +72,16 @@ def test_damping_slider_changes_the_decay(qtbot, controller: AppController, tmp_
         if b == 2e-4:  # the twin at the recording's own value: residual ~0
             res = page.plot.series()["residual/joint_pos/pendulum"]
             assert np.abs(res.y).max() < 1e-9
+    # a series not shown is computed when ticked: it then holds the newest simulation
+    hidden = [n for n in page.plot.series() if n.startswith("sim/") and n not in shown_now(page)]
+    assert hidden
+    item = page.plot.list.findItems(hidden[0], QtCore.Qt.MatchFlag.MatchExactly)[0]
+    item.setCheckState(QtCore.Qt.CheckState.Checked)
+    jn = hidden[0].rsplit("/", 1)[1]
+    sim = page._last.sims[next(iter(page._last.sims))]
+    k = [str(j) for j in sim.meta["joint_names"]].index(jn)
+    np.testing.assert_array_equal(page.plot.series()[hidden[0]].y, sim["robot/joint_pos"][:, k])
+    item.setCheckState(QtCore.Qt.CheckState.Unchecked)
     # viscous damping: the decay rate grows linearly with the damping (it is b / 2I plus
     # the small loss into the arm): doubling it nearly doubles the rate
     assert rates[1] > rates[0]
