@@ -17,6 +17,7 @@ commands before it kept for latency; a whole recording is one window.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -110,9 +111,21 @@ class Replayer:
         self.world = self._zero = None
 
 
+def _batch_priority() -> None:
+    """Mark this process as batch work (Linux SCHED_BATCH: the same share of the CPU, but
+    waking up it does not preempt interactive threads), so a window's GUI thread is not
+    pushed back by the replays it asked for; elsewhere nothing changes."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        pass
+
+
 def _serve(conn: Any, spec: TwinSpec, windows: Sequence[Plain]) -> None:
     """A pool worker: replays windows on request until told to close."""
     from twins.ghost import body_tracks, start_poses
+
+    _batch_priority()
 
     rep = Replayer(spec)
     wins = [Trajectory(*w) for w in windows]
@@ -165,6 +178,7 @@ class ReplayPool:
         ctx = mp.get_context("spawn")  # a fresh interpreter: no Qt, no inherited threads
         self.windows = list(windows)
         self.cpu_s = 0.0
+        self.cpu_spent_s = 0.0  # CPU time of every worker on every request, summed
         self._owner: dict[int, int] = {}  # window -> the worker that replayed it last
         self._conns: list[Any] = []
         self._procs: list[Any] = []
@@ -218,6 +232,7 @@ class ReplayPool:
                 continue
             _, out, rb, cpu = msg
             self.cpu_s = max(self.cpu_s, float(cpu))
+            self.cpu_spent_s += float(cpu)
             rebuilt |= bool(rb)
             for i, p, poses, err in out:
                 if p is None:
@@ -247,6 +262,7 @@ class ReplayPool:
             if msg[0] == "tracks":
                 out.update(msg[1])
                 self.cpu_s = max(self.cpu_s, float(msg[2]))
+                self.cpu_spent_s += float(msg[2])
         return out
 
     def close(self) -> None:

@@ -147,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     page.plot.set_time(2.5)  # mid-window, mid-motion: parameter changes move the ghost
     wait(lambda: False, 1.0)  # settle (first paints, full ghost)
     tick.start()
+    proc0 = time.process_time()  # this process: GUI thread, calibration thread, GL drivers
+    replay0 = page.live.replay_cpu_s if page.live is not None else 0.0
     for i in range(args.moves):
         name = MOVES[i % len(MOVES)]
         row = page.sliders.rows[name]
@@ -176,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             rebuilt += int(f.rebuilt)
         wait(lambda: False, 0.25 + 0.1 * rng.random())  # a person's pace between moves
     tick.stop()
+    proc_cpu = time.process_time() - proc0
+    replay_cpu = (page.live.replay_cpu_s if page.live is not None else 0.0) - replay0
     gaps = np.diff(np.asarray(ticks)) * 1000 - TICK_MS if len(ticks) > 1 else np.zeros(1)
     lat = np.asarray(latencies)
     report.update(
@@ -195,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
                 else None
             ),
             "gui_thread_cpu_ms_median": (round(float(np.median(gui_cpu)), 1) if gui_cpu else None),
+            # all CPU time per move: what the machine must find for each (idle time excluded)
+            "window_process_cpu_ms_per_move": round(1000 * proc_cpu / max(args.moves, 1), 1),
+            "replay_processes_cpu_ms_per_move": round(1000 * replay_cpu / max(args.moves, 1), 1),
             "replay_processes": page.live.workers if page.live is not None else None,
             "rebuilds": rebuilt,
             "dropped_results": page.live.dropped if page.live is not None else None,

@@ -174,6 +174,12 @@ class LiveCalibration:
         return pool.size if pool is not None else 0
 
     @property
+    def replay_cpu_s(self) -> float:
+        """CPU time the replay worker processes spent so far, summed over them."""
+        pool = self._pool
+        return pool.cpu_spent_s if pool is not None else 0.0
+
+    @property
     def alive(self) -> bool:
         return self._thread.is_alive()
 
