@@ -171,9 +171,7 @@ class SimCurves:
         self.stale -= {s.name for s in out}
         plot.update_data(out)
         for p in plot.plots().values():
-            # the new curves' auto range now, not while painting: a range that changes
-            # during a paint (new axis ticks) would ask for a second paint of every plot
-            p.vb.prepareForPaint()
+            keep_y_range(p)
         return out
 
     def refresh(
@@ -190,6 +188,28 @@ class SimCurves:
             out = sim_series(sims, real, labelled, joint_units, stale)
             self.stale -= {s.name for s in out}
             plot.update_data(out)
+
+
+def keep_y_range(p: Any, fill: float = 0.4, pad: float = 0.08) -> None:
+    """Keep a plot's y range while its curves fit in it and fill at least `fill` of it,
+    else fit it to them (with `pad`): an axis whose range changes is drawn again with its
+    grid over the whole plot (~5 ms each), so re-fed curves move in a still frame. Set
+    now, not while painting: a range that changes during a paint asks for a second one."""
+    vb = p.vb
+    lo, hi = np.inf, -np.inf
+    for item in p.listDataItems():
+        a, b = item.dataBounds(1)
+        if a is not None and b is not None and np.isfinite(a) and np.isfinite(b):
+            lo, hi = min(lo, a), max(hi, b)
+    if not lo <= hi:
+        vb.prepareForPaint()
+        return
+    y0, y1 = vb.viewRange()[1]
+    if not (y0 <= lo and hi <= y1 and hi - lo >= fill * (y1 - y0)):
+        span = hi - lo if hi > lo else max(abs(hi), 1e-9)
+        vb.setYRange(lo - pad * span, hi + pad * span, padding=0)
+    vb.disableAutoRange(axis=vb.YAxis)
+    vb.prepareForPaint()
 
 
 def build_scene(view: SceneView, drawables: Sequence[Any]) -> None:
