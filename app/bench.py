@@ -37,6 +37,7 @@ BENCHMARKS: dict[str, str] = {
     "track": "app.benches.track",
     "policies": "app.benches.policies",
     "push_deploy": "app.benches.push_deploy",
+    "sim2real": "app.benches.sim2real",
 }
 
 

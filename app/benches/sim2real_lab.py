@@ -1,0 +1,220 @@
+"""Pieces of `bench sim2real` (app/benches/sim2real.py): the lab push twin, the lab's true
+values in twin names, and push episodes run in the lab in-process.
+
+Benchmarks may read the lab's truth (devices.lab); the app proper never does.
+
+In-process lab episodes (`lab_episode`) step `LabSim` (MuJoCo, the lab's true physics,
+latency and sensor noise) faster than real time and run the policy through the agent's
+own pieces: `devices.robots.policy_runner.OnnxPolicy` builds the observation (measured
+joints, the newest good object pose from an `ObjectFeed`, the goal) and turns the output
+into a command, `SafetyEnvelope` (the robot's default envelope) filters it, and the start
+ramp blends it in as the agent does. What differs from the protocol path: the policy's
+output is always ready within its tick (no threads), and the object poses come from the
+lab's truth at the tracker's measured rate and age (`bench push_deploy`: 15 fps, pose age
+~55 ms at the agent), spin dropped, with `track_std_m` noise, instead of from the camera
+through the tracker. A run is judged by the lab's true object pose at the end.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+OBJECT = "cylinder"
+Vec = NDArray[np.float64]
+
+
+def push_twin(folder: Path, cfg: Any) -> Any:
+    """The scene's twin (objects and table from the scene description, as `twin build
+    --procedural` makes them) with the lab Panda of bench fit: PD actuators with gravity
+    compensation, the controller gains, force limits, rotor inertias and held-wrist
+    friction a user knows (app/benches/fit_lab.lab_twin); every other value nominal."""
+    from app.benches.fit_lab import lab_twin
+    from twins.from_scan import PANDA, robot_into, support_in_object, table_from_plane
+    from twins.make import assemble, mesh_object, sim_params
+    from twins.scan_input import procedural_scan
+
+    folder = Path(folder)
+    robot_spec = lab_twin(folder / "robot_only", cfg)
+    sc = procedural_scan()
+    objects = []
+    for o in sc.objects:
+        obj, params, _ = mesh_object(
+            o.name,
+            o.mesh,
+            tuple(o.pose),
+            folder,
+            density=500.0,
+            source=sc.source,
+            rgba=o.rgba,
+            support=support_in_object(sc.table_plane, o.pose),
+            observed=o.observed,
+        )
+        objects.append((obj, params))
+    q0 = tuple(cfg.initial_joint_pos) + (0.02, 0.02)
+    robot, rparams, _ = robot_into(
+        folder, PANDA, actuator="pd", initial_joint_pos=q0, time_step=float(cfg.timestep)
+    )
+    spec = assemble(
+        "lab-push",
+        (robot, rparams),
+        objects,
+        table_from_plane(sc),
+        ground=False,
+        sim=sim_params(),
+        base_dir=folder,
+    )
+    known = [robot_spec.params[n] for n in robot_spec.params if n in spec.params]
+    spec = replace(spec, params=spec.params.replace(*known))
+    spec = spec.with_values({p.name: p.nominal for p in known})
+    spec.save(folder)
+    return spec
+
+
+def true_values(cfg: Any, spec: Any) -> dict[str, float]:
+    """The lab's truth in the twin's parameter names: joint damping and Coulomb friction,
+    command latency, and the pushed object's mass (as density), friction and restitution.
+    MuJoCo's contact takes the object's friction (it has contact priority), PyBullet
+    multiplies both bodies': the table and the robot get 1.0, the object the lab's value."""
+    from app.benches.fit_lab import joint_names
+
+    names = joint_names(cfg)
+    out: dict[str, float] = {}
+    for i, n in enumerate(names):
+        out[f"robot.joints.{n}.damping"] = float(cfg.joints.damping[i])
+        out[f"robot.joints.{n}.friction"] = float(cfg.joints.frictionloss[i])
+        out[f"robot.actuators.{n}.latency"] = float(cfg.latency_s)
+    o = next(o for o in cfg.objects if o.name == OBJECT)
+    r, h = spec.object(OBJECT).shape.size
+    out[f"objects.{OBJECT}.density"] = float(o.mass / (math.pi * r * r * h))
+    out[f"objects.{OBJECT}.friction"] = float(o.friction)
+    out[f"objects.{OBJECT}.restitution"] = float(o.restitution)
+    out["env.table.friction"] = 1.0
+    out["robot.material.friction"] = 1.0
+    return {k: v for k, v in out.items() if k in spec.params}
+
+
+@dataclass(frozen=True)
+class LabStart:
+    """One episode's initial condition: the object's start pose and the goal (m)."""
+
+    object_start: tuple[float, ...]
+    goal: tuple[float, float]
+    seed: int
+
+
+def draw_starts(cfg: Any, n: int, seed: int, task: Any) -> list[LabStart]:
+    """`n` starts drawn as the push task draws them (policies/tasks/push.py): the object
+    within `object_jitter` of its place in the scene, the goal `goal_distance` away within
+    `goal_spread_deg` of straight away from the robot base."""
+    rng = np.random.default_rng(seed)
+    base = np.asarray(next(o for o in cfg.objects if o.name == OBJECT).pose, float)
+    out = []
+    for k in range(n):
+        pose = base.copy()
+        pose[:2] += rng.uniform(-task.object_jitter, task.object_jitter, 2)
+        away = math.atan2(pose[1], pose[0])
+        ang = away + math.radians(rng.uniform(-task.goal_spread_deg, task.goal_spread_deg))
+        d = rng.uniform(*task.goal_distance)
+        goal = (pose[0] + d * math.cos(ang), pose[1] + d * math.sin(ang))
+        out.append(LabStart(tuple(float(v) for v in pose), goal, seed * 1000 + k))
+    return out
+
+
+def lab_episode(
+    cfg: Any,
+    onnx: bytes,
+    spec: Any,
+    start: LabStart,
+    episode_s: float,
+    success_tol: float,
+    ramp_s: float = 0.5,
+    camera_hz: float = 15.0,
+    pose_age_s: float = 0.055,
+    track_std_m: float = 0.001,
+) -> dict[str, Any]:
+    """One push in the lab, in-process (see the module docstring): {"success", "distance"
+    (m, true), "stopped" (why the agent's pieces stopped it, "" if it ran to the end)}."""
+    from devices.lab.sim import LabSim
+    from devices.poses import drop_spin
+    from devices.robots.object_feed import ObjectFeed
+    from devices.robots.policy_runner import OnnxPolicy
+    from devices.robots.policy_runner import PolicySpec as AgentSpec
+    from devices.robots.safety import SafetyEnvelope
+    from devices.robots.safety_config import default_config
+
+    sim = LabSim(cfg.scene, replace(cfg, seed=int(start.seed) % (2**31)))
+    info = sim.info()
+    sim.set_object(OBJECT, np.asarray(start.object_start, float), np.zeros(3), np.zeros(3))
+    sim.run_for(0.1)  # settle on the table
+    n = sim.n
+    wire = spec.with_goal(object_goal=start.goal).to_dict()
+    aspec = AgentSpec.from_dict(wire, n)
+    feed = ObjectFeed()
+    feed.expect([OBJECT], aspec.object_min_quality)
+    policy = OnnxPolicy(onnx, aspec, info, feed)
+    env = SafetyEnvelope(info, default_config(info), fk=sim.forward_kinematics)
+    per = max(1, int(round(1.0 / (info.control_rate_hz * sim.dt))))
+    ticks = int(round((episode_s + ramp_s) * info.control_rate_hz))
+    rng = np.random.default_rng(start.seed + 1)
+    pending: list[tuple[float, float, Vec]] = []  # (arrival, capture, pose)
+    next_frame = sim.time
+    stopped = ""
+    spinless = next(o for o in cfg.objects if o.name == OBJECT).shape == "cylinder"
+
+    def camera(now: float) -> None:  # frames: true pose, noisy, arriving pose_age_s later
+        nonlocal next_frame
+        while next_frame <= now + 1e-9:
+            pose = sim.truth_object_poses()[OBJECT].copy()
+            pose[:3] += rng.normal(0.0, track_std_m, 3)
+            pose = drop_spin(pose) if spinless else pose
+            pending.append((next_frame + pose_age_s, next_frame, pose))
+            next_frame += 1.0 / camera_hz
+        while pending and pending[0][0] <= now + 1e-9:
+            _, tc, pose = pending.pop(0)
+            feed.update(OBJECT, pose.tolist(), tc, 1.0, False, now)
+
+    while feed.good(OBJECT) is None:  # the agent refuses to start without a pose
+        camera(sim.time)
+        sim.step(per)
+    t0 = sim.time
+    state = sim.read_state()
+    env.start(state)
+    prev = state.joint_pos.copy()
+    ramp_from = state.joint_pos.copy()
+    for _ in range(ticks):
+        now = sim.time
+        camera(now)
+        state = sim.read_state()
+        why = feed.stale(OBJECT, state.t, aspec.object_max_age_s, t0)
+        if why is not None:
+            stopped = why
+            break
+        raw = policy.raw_output(state)
+        cmd = policy.to_command(raw, state)
+        a = min(1.0, (now - t0) / ramp_s) if ramp_s > 0 else 1.0
+        cmd = ramp_from + a * (cmd - ramp_from)
+        res = env.apply("position", cmd, state, prev)
+        if res.stop is not None:
+            stopped = f"safety: {res.stop}"
+            break
+        sim.write_command("position", res.command)
+        prev = res.command
+        sim.step(per)
+    if stopped:
+        sim.hold()
+        sim.run_for(0.3)
+    final = sim.truth_object_poses()[OBJECT]
+    dist = float(np.hypot(final[0] - start.goal[0], final[1] - start.goal[1]))
+    return {"success": (not stopped) and dist < success_tol, "distance": dist, "stopped": stopped}
+
+
+def lab_episodes(job: tuple[Any, bytes, Any, list[LabStart], float, float]) -> list[dict[str, Any]]:
+    """`lab_episode` over several starts (module level: an executor job)."""
+    cfg, onnx, spec, starts, episode_s, tol = job
+    return [lab_episode(cfg, onnx, spec, s, episode_s, tol) for s in starts]
