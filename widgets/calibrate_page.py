@@ -39,10 +39,10 @@ from widgets.trajectory_plot import Series, TrajectoryPlot
 
 log = logging.getLogger(__name__)
 WINDOWS = (("1 s windows (as the fit)", 1.0), ("whole recording", None))
-# replays run in worker processes (PyBullet keeps Python's GIL while it steps), one more than
-# the cores: windows seldom divide evenly among cores (5 on 2: 2+2+1 shared by the OS ends
-# after 2.5 windows' time, 3+2 after 3)
-REPLAY_PROCESSES = max(2, min(6, (os.cpu_count() or 1) + 1))
+# replays run in worker processes (PyBullet keeps Python's GIL while it steps), one per core:
+# one more (5 windows on 2 cores: 2+2+1 shared by the OS, not 3+2) ended a move sooner only
+# on idle cores and cost ~16 ms more CPU a move (every worker retunes its own world)
+REPLAY_PROCESSES = max(1, min(4, os.cpu_count() or 1))
 
 
 class CalibratePage(WorkflowPage):
