@@ -148,10 +148,12 @@ def test_support_plane_in_an_objects_frame() -> None:
 
 def test_a_side_the_scan_never_saw_is_not_judged() -> None:
     """A scanned box whose +y side the camera never saw: the scan's hole filling closed it
-    with a surface caving up to 16 mm in (measured on a lab scan: 10-17 mm), so a box fitted
-    to the whole mesh comes out 42 mm wide, not 50. Given the points the scan observed, the
-    closed side is left out and the box comes out at its true size; the U-block, fully
-    observed, still does not become one."""
+    with a surface caving up to 16 mm in (measured on a lab scan: 10-17 mm), so the median of
+    that side's points lies 8 mm in (a box from it came out 42 mm wide, not 50). Without the
+    observed points that side is still caught, its points being scattered; given them, the
+    closed side is left out, and with it the only evidence of the box's width: no box either
+    way. Seen all round, the box comes out at its true size; the U-block, fully observed,
+    still does not become one."""
     table = (0.0, 0.0, 1.0, 0.0)
     box = _on_table_with_skirt(_lab("box"))
     v = box.vertices.copy()
@@ -163,12 +165,43 @@ def test_a_side_the_scan_never_saw_is_not_judged() -> None:
     seen, _ = trimesh.sample.sample_surface(box, 20000, seed=1)
     seen = seen[(seen[:, 1] < 0.0245) & (seen[:, 2] > 1e-3)]  # neither the side nor the bottom
     blind = closest_primitive(caved, support=table)
-    assert blind is not None and blind.kind == "box"
-    assert sorted(2 * np.asarray(blind.size))[0] < 0.045  # measured: 42.3 mm
-    fit = fit_primitive(caved, support=table, observed=seen)
+    assert blind is not None and blind.kind != "box" and blind.rms_m > 2 * PRIMITIVE_TOL_M
+    assert fit_primitive(caved, support=table, observed=seen) is None  # nothing sizes +y
+    near = closest_primitive(caved, support=table, observed=seen)
+    assert near is not None and near.kind != "box" and 0.6 < near.seen < 0.9
+    # seen all round but for the bottom, the box comes out at its true size
+    around, _ = trimesh.sample.sample_surface(box, 20000, seed=1)
+    fit = fit_primitive(box, support=table, observed=around[around[:, 2] > 1e-3])
     assert fit is not None and fit.kind == "box" and fit.on_support, fit
     assert sorted(2 * np.asarray(fit.size)) == pytest.approx([0.05, 0.05, 0.08], abs=0.0015)
-    assert 0.6 < fit.seen < 0.9 and "not seen" in fit.describe()
+    assert fit.seen < 0.95 and "not seen" in fit.describe()
     u = _on_table_with_skirt(_lab("u_block"))
     u_seen, _ = trimesh.sample.sample_surface(u, 20000, seed=1)
     assert fit_primitive(u, support=table, observed=u_seen[u_seen[:, 2] > 1e-3]) is None
+
+
+def test_a_side_seen_at_grazing_angles_does_not_size_the_box() -> None:
+    """A lab scan's side seen only at grazing angles came out scattered and bulging outwards
+    (a box 57.8 x 85.6 mm, truth 50 x 80; on two others 3.2 and 5.7 mm too narrow, the top's
+    edge bulging with the side on one of them). Nothing places such a side: whether its
+    points scatter (a bow up to 6 mm, jittered) or sit tight but offset (4 mm out below the
+    rim, off the top's edge), no primitive is made (the twin decomposes the mesh), where a
+    median of the side's points had made the box 4-5 mm too long."""
+    table = (0.0, 0.0, 1.0, 0.0)
+    rng = np.random.default_rng(3)
+    for how in ("scattered bow", "offset slab"):
+        box = _on_table_with_skirt(_lab("box"))
+        v = box.vertices.copy()
+        side = v[:, 0] < -0.038  # the -x face (80 x 50 x 50 mm box: at x = -40 mm)
+        if how == "scattered bow":
+            bow = np.sin(np.pi * np.clip(v[:, 2] / 0.05, 0, 1)) * np.sin(
+                np.pi * np.clip((v[:, 1] + 0.025) / 0.05, 0, 1)
+            )
+            out = 0.006 * bow + rng.uniform(0, 0.003, len(v))
+        else:
+            out = np.full(len(v), 0.004) * ((v[:, 2] > 0.006) & (v[:, 2] < 0.044))
+        v[side, 0] -= out[side]
+        bulged = trimesh.Trimesh(v, box.faces)
+        assert fit_primitive(bulged, support=table) is None, how
+        near = closest_primitive(bulged, support=table)
+        assert near is not None and near.kind != "box" and near.rms_m > PRIMITIVE_TOL_M, how
