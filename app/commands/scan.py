@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="auto",
         metavar="MIN:MAX",
         help="handheld: depth used for tracking and fusion, m (e.g. 0.3:2.5); 'auto' "
-        "(default) chooses it from the first frame",
+        "(default) chooses it from the first frame, up to where its depth noise passes 1 cm",
     )
     p.add_argument(
         "--support-plane",

@@ -45,8 +45,8 @@ class ScanOptions:
     triangle_budget: int = 4000
     seed: int = 0
     max_frames: int | None = None
-    # handheld sources: "auto" (from the first frame) or (min, max) in m; for a tabletop the
-    # far walls' noise hurts tracking (reconstruction.tracking.choose_depth_range)
+    # handheld sources: "auto" (from the first frame: up to where the depth's own noise
+    # passes 1 cm, reconstruction.depth_range) or (min, max) in m
     depth_range: tuple[float, float] | str = "auto"
     stop: threading.Event | None = None  # set -> stop acquiring, reconstruct what we have
     exclude: list[tuple[NDArray[np.float64], NDArray[np.float64]]] = field(default_factory=list)
