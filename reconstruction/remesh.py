@@ -35,7 +35,9 @@ def voxel_remesh(
     notes: list[str] = []
     if len(part.faces) == 0:
         return None, ["no surface to remesh"]
-    part = _drop_fragments(part)
+    # geometry only: trimesh's split() carries colours through a face-colour conversion that
+    # raised "face colors incorrect shape!" on a handheld TUM scan's object
+    part = _drop_fragments(trimesh.Trimesh(part.vertices, part.faces, process=False))
     B = plane.basis()
     origin = plane.project(np.asarray(part.vertices).mean(axis=0)[None])[0]
     p0 = max(pitch, budget_pitch(part, plane, triangle_budget))
