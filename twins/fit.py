@@ -8,8 +8,8 @@ yield's `partial["checkpoint"]` lets `fit_steps(..., resume=checkpoint)` continu
 - **Parameters** are dotted names from the twin's ParamSet, searched in a normalised space
   u in [0, 1]: linear between the bounds, logarithmic where the prior is log.
 - **Objective**: weighted mean squared discrepancy over chosen channels, each divided by
-  the spread (std) of the recorded channel so joint angles, efforts and object poses can be
-  mixed; pose channels compare position (m) and rotation (rotation-vector of the relative
+  the spread (std) of the recorded channel — or, with `scales="noise"`, by its sensor noise
+  (twins/fit_channels.py) — so joint angles, efforts and object poses can be mixed; pose channels compare position (m) and rotation (rotation-vector of the relative
   rotation, rad). Time alignment: each recording is cut into windows of `window_s` seconds,
   each replayed from its own recorded initial state (multiple shooting: a pendulum's
   open-loop replay diverges after a swing or two), and sim is sampled at the recording's
@@ -44,10 +44,10 @@ from numpy.typing import NDArray
 from devices.trajectory import Trajectory
 from twins.errors import TwinError
 from twins.executor import Executor, SerialExecutor
+from twins.fit_channels import channel_scales, noise_level
 from twins.fit_posterior import latency_resolution, smc_posterior_steps, with_identifiability
 from twins.objective import (
     FAILED_RESIDUAL,
-    POSE_UNIT,
     Outcome,
     Problem,
     Space,
@@ -91,6 +91,7 @@ class FitConfig:
     stall_generations: int | None = None
     posterior: str = "laplace"  # or "smc": sampled (twins/fit_posterior.py), `particles` of them
     particles: int = 64
+    scales: str = "spread"  # or "noise": each channel divided by its sensor noise (fit_channels.py)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +109,7 @@ class FitConfig:
             "stall_generations": self.stall_generations,
             "posterior": self.posterior,
             "particles": self.particles,
+            "scales": self.scales,
         }
 
 
@@ -182,22 +184,8 @@ def _split(
 def _channels(
     windows_: Sequence[Trajectory], config: FitConfig
 ) -> tuple[tuple[str, float, float], ...]:
-    out = []
-    for name, weight in config.channels.items():
-        if weight <= 0:
-            continue
-        missing = [str(w.meta.get("name", "?")) for w in windows_ if name not in w.channels]
-        if missing:
-            raise TwinError(f"fit: channel '{name}' is missing from recording {missing[0]}")
-        data = np.vstack([w[name] for w in windows_])
-        if windows_[0].units.get(name) == POSE_UNIT and data.shape[1] == 7:
-            scale = max(float(np.std(data[:, :3])), 1e-3)
-        else:
-            scale = max(float(np.std(data)), 1e-6)
-        out.append((name, float(weight), scale))
-    if not out:
-        raise TwinError("fit: no channel with a positive weight")
-    return tuple(out)
+    """(name, weight, scale) per channel with a positive weight (twins/fit_channels.py)."""
+    return channel_scales(windows_, config.channels, config.scales)
 
 
 def fit_steps(
@@ -488,6 +476,7 @@ __all__ = [
     "evaluate",
     "fit",
     "fit_steps",
+    "noise_level",
     "replay_rmse",
     "rmse",
     "windows",

@@ -40,7 +40,7 @@ def smc_posterior_steps(
     is -inf: no particle lands there."""
     n = len(u_star)
     cov_u, _, _, inflation = laplace_covariance(J, r, blocks)
-    s2, _ = residual_scale(r, n)
+    s2, _ = residual_scale(r, n, blocks)
     m = r.size
 
     def logp(U: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -2,8 +2,9 @@
 
 For now the uncertainty is a Laplace approximation at the optimum: the Gauss–Newton
 covariance `s² (JᵀJ)⁻¹` of the (normalised) parameters, with `s²` the residual variance
-inflated for the residuals' lag-1 autocorrelation (samples of a trajectory are not
-independent; without it the intervals are far too narrow). Intervals are taken in the
+inflated by the residuals' integrated autocorrelation time (batch means within each
+replayed window: samples of a trajectory are not independent, and a replay's model
+mismatch wanders slowly; without it the intervals are far too narrow). Intervals are taken in the
 normalised space (log for log priors) and mapped back, so they respect the bounds and are
 asymmetric for log parameters. Samples are drawn from that Gaussian.
 `from_samples` fills the same fields from samples instead: the fit's SMC posterior
@@ -116,12 +117,45 @@ def lag1_autocorrelation(r: NDArray[np.float64]) -> float:
     return float(a[1:] @ a[:-1] / den) if den > 0 else 0.0
 
 
-def residual_scale(r: NDArray[np.float64], n: int) -> tuple[float, float]:
-    """(s², m_eff): the residual variance at a fit, inflated for the residuals' lag-1
-    autocorrelation, and the number of residuals that many independent ones are worth."""
+def correlation_time(r: NDArray[np.float64], blocks: Sequence[slice] = ()) -> float:
+    """How many residuals one independent residual is worth (>= 1): the integrated
+    autocorrelation time by batch means within each block (one replayed window; the whole
+    vector when there are none). Residuals are joints x samples x channels flattened, so a
+    sample's neighbour in time sits a stride away and lag-1 sees only its sibling joints;
+    batch means see every correlation shorter than a batch, whatever the layout — the slow
+    model-mismatch wander of a replay included. The mean of the estimates with batches of
+    1/4 and 1/2 of a block, capped at the block length."""
+    segs = [r[b] for b in blocks if r[b].size >= 16] or ([r] if r.size >= 16 else [])
+    if not segs:
+        return 1.0
+    var = float(np.mean(np.concatenate(segs) ** 2))
+    if var <= 0:
+        return 1.0
+    est = []
+    for frac in (4, 2):
+        means, sizes = [], []
+        for seg in segs:
+            b = max(seg.size // frac, 1)
+            k = seg.size // b
+            means.append(seg[: k * b].reshape(k, b).mean(axis=1))
+            sizes.append(np.full(k, b))
+        mu, sz = np.concatenate(means), np.concatenate(sizes)
+        if mu.size < 4:
+            continue
+        est.append(float(np.mean(sz * mu**2)) / var)
+    tau = float(np.mean(est)) if est else 1.0
+    return float(min(max(tau, 1.0), max(s.size for s in segs)))
+
+
+def residual_scale(
+    r: NDArray[np.float64], n: int, blocks: Sequence[slice] = ()
+) -> tuple[float, float]:
+    """(s², m_eff): the residual variance at a fit, inflated for the residuals'
+    correlation (`correlation_time`; lag-1 for a vector too short for batches), and the
+    number of residuals that many independent ones are worth."""
     m = r.size
     rho = min(max(lag1_autocorrelation(r), 0.0), 0.99)
-    inflate = (1 + rho) / (1 - rho)
+    inflate = max((1 + rho) / (1 - rho), correlation_time(r, blocks))
     return float(r @ r) / max(m - n, 1) * inflate, m / inflate
 
 
@@ -133,7 +167,7 @@ def laplace_covariance(
     variance inflation the window-clustered (sandwich) check applied, ≥ 1)."""
     n = J.shape[1]
     ok_cols = np.all(np.isfinite(J), axis=0)
-    s2, _ = residual_scale(r, n)
+    s2, _ = residual_scale(r, n, blocks)
     # The bounds' uniform prior, as a Gaussian with its variance (1/12 in normalised units),
     # keeps what the data cannot see at the prior's width: a direction the residuals do not
     # constrain gets a wide interval (and is flagged), never the zero width a truncated
