@@ -54,10 +54,11 @@ _HUBER_M = 0.002  # Huber scale of the circle fit: about a scan's surface noise
 # An upright box needs every side well supported: at least _MIN_SIDE of the samples facing
 # it within a MAD of _SIDE_MAD_M, each the same distance outside the top's edge within
 # _SIDE_AGREE_M when the top is seen (at least _MIN_TOP points on it); see _box_sides
-_MIN_SIDE = 40
+_MIN_SIDE = 20
 _SIDE_MAD_M = 0.0012
 _MIN_TOP = 50
 _SIDE_AGREE_M = 0.0015
+_BOX_RIM_M = 0.008
 # On a support plane a shape fitted to the whole mesh (a lying can, a tilted box: sized from
 # the closed mesh too) replaces the upright fit only when this much closer: on the observed
 # surface alone an oversized box can score as well as the right one (measured: 7 mm too
@@ -251,8 +252,7 @@ def _upright(
 ) -> tuple[list[tuple[str, tuple[float, ...], NDArray[np.float64]]], bool]:
     """An upright box and cylinder standing on the support plane (frame T_ms), fitted to the
     observed surface: the top's median height and the side walls above the skirt; and
-    whether walls face at least three of the four ways (a box-like object or an upright can;
-    a lying can's horizontal normals face two)."""
+    whether no box was made because a side was poorly supported (see _box_sides)."""
     q = trimesh.transform_points(pts, np.linalg.inv(T_ms))
     nq = normals @ T_ms[:3, :3]
     h = q[:, 2]
@@ -271,13 +271,8 @@ def _upright(
     theta = float(np.angle(np.exp(4j * np.arctan2(n2[:, 1], n2[:, 0])).sum())) / 4
     R2 = np.array([[np.cos(theta), -np.sin(theta)], [np.sin(theta), np.cos(theta)]])
     uv, nuv = w2 @ R2, n2 @ R2
-    cos = np.cos(np.radians(_FACING_DEG))
-    all_round = (
-        sum((sgn * nuv[:, ax] > cos).sum() >= _MIN_SIDE // 2 for ax in range(2) for sgn in (1, -1))
-        >= 3
-    )
     top_uv = q[top_pts, :2] @ R2 if top_pts.sum() >= _MIN_TOP else None
-    sides = _box_sides(uv, nuv, top_uv)
+    sides, poor = _box_sides(uv, nuv, top_uv)
     half = None if sides is None else (sides[:, 0] - sides[:, 1]) / 2
     if sides is not None and half is not None and np.all(half > 0):
         Tb = np.eye(4)
@@ -289,12 +284,12 @@ def _upright(
     Tc = np.eye(4)
     Tc[:2, 3], Tc[2, 3] = c, top / 2
     out.append(("cylinder", (r, top), T_ms @ Tc))
-    return out, all_round
+    return out, poor
 
 
 def _box_sides(
     uv: NDArray[np.float64], nuv: NDArray[np.float64], top_uv: NDArray[np.float64] | None
-) -> NDArray[np.float64] | None:
+) -> tuple[NDArray[np.float64] | None, bool]:
     """Positions of an upright box's four sides, [axis, (+, -)], from the wall points `uv`
     (box axes, normals `nuv`), checked against the top's points `top_uv`; None when the
     scan does not hold a box's size.
@@ -306,25 +301,30 @@ def _box_sides(
     such scan the top's edge there was right, on another it bulged 3.5 mm out with the side.
     With the top seen, each side must also stand the same distance outside the top's edge
     (the rim the TSDF rounds, 2.2-2.8 mm at 4 mm voxels) within _SIDE_AGREE_M: a side that
-    sits tight but offset is not believed either."""
+    sits tight but offset is not believed either. Returns (sides or None, whether the object
+    looks like a box whose size the scan does not hold: a side poorly supported, or rims
+    that disagree while all within _BOX_RIM_M; a lying can's caps and flanks also face four
+    ways, but its flanks stand far outside its narrow top)."""
     sides = np.full((2, 2), np.nan)
     for ax in range(2):
         for k, sgn in enumerate((1.0, -1.0)):
             facing = sgn * nuv[:, ax] > np.cos(np.radians(_FACING_DEG))
             if facing.sum() < _MIN_SIDE:
-                return None
+                return None, True
             x = uv[facing, ax]
             sides[ax, k] = np.median(x)
             if 1.4826 * float(np.median(np.abs(x - sides[ax, k]))) > _SIDE_MAD_M:
-                return None
+                return None, True
     if top_uv is not None:
         edges = np.column_stack(
             [np.percentile(top_uv, 99, axis=0), np.percentile(top_uv, 1, axis=0)]
         )  # [axis, (+, -)]
         rim = np.array([1.0, -1.0]) * (sides - edges)
         if np.abs(rim - np.median(rim)).max() > _SIDE_AGREE_M:
-            return None
-    return sides
+            # rims of a few mm all round: a box with a side out of place; a lying can's
+            # flanks stand ~r sin(65 deg) outside its narrow top (20 mm at r 35 mm)
+            return None, bool(np.abs(rim).max() <= _BOX_RIM_M)
+    return sides, False
 
 
 def _primitive_mesh(kind: str, size: tuple[float, ...]) -> trimesh.Trimesh:
@@ -399,19 +399,19 @@ def closest_primitive(
         cands, keep = _candidates(mesh, pts), seen_pts
     else:
         normals = _normals(pts, mesh.face_normals[fidx], dense, tree)
-        upright, all_round = _upright(pts[seen_pts], normals[seen_pts], T_ms)
+        upright, poor_side = _upright(pts[seen_pts], normals[seen_pts], T_ms)
         h = (pts - T_ms[:3, 3]) @ T_ms[:3, 2]
         skirt = min(SKIRT_M, 0.3 * float(np.percentile(h, 99)))
         keep = seen_pts & (h > skirt)
-        # no upright box from the observed walls (a side poorly or never seen, _box_sides):
-        # a box fitted to the whole mesh, closed surface and all, is no better evidence of
-        # its size; with walls all round, neither is a lying can (a bulged 80 x 50 x 50 mm
-        # box passed as one, r 28 mm at 2.6 mm RMS)
-        no_box = not any(c[0] == "box" for c in upright)
+        # no upright box because a side was poorly or never seen (_box_sides): a shape
+        # fitted to the whole mesh, closed surface and all, is no better evidence of the
+        # object's size (a bulged 80 x 50 x 50 mm box passed as a lying can, r 28 mm at
+        # 2.6 mm RMS); refused by its top's edge alone it may be a lying can, not a box
+        no_box = bool(upright) and not any(c[0] == "box" for c in upright)
         general = [
             c
             for c in _candidates(mesh, pts)
-            if c[0] != "sphere" and not (no_box and (c[0] == "box" or all_round))
+            if c[0] != "sphere" and not poor_side and not (no_box and c[0] == "box")
         ]
         cands = upright + general + _sphere(pts[keep])
     if keep.sum() < 100:

@@ -205,3 +205,21 @@ def test_a_side_seen_at_grazing_angles_does_not_size_the_box() -> None:
         assert fit_primitive(bulged, support=table) is None, how
         near = closest_primitive(bulged, support=table)
         assert near is not None and near.kind != "box" and near.rms_m > PRIMITIVE_TOL_M, how
+
+
+def test_a_can_lying_on_the_table_is_still_a_cylinder() -> None:
+    """Its caps and flanks face four ways like a box's sides, but its flanks stand ~20 mm
+    outside its narrow top: not a box with a side out of place, so the whole-mesh cylinder
+    (axis along the table) is kept; a box on its side stays an upright box."""
+    table = (0.0, 0.0, 1.0, 0.0)
+    turn = trimesh.transformations.rotation_matrix(np.pi / 2, [1, 0, 0])
+    can = _lab("cylinder").copy()
+    can.apply_transform(turn)
+    fit = fit_primitive(_on_table_with_skirt(can), support=table)
+    assert fit is not None and fit.kind == "cylinder" and not fit.on_support, fit
+    assert fit.size == pytest.approx((0.035, 0.09), abs=0.003)
+    box = _lab("box").copy()
+    box.apply_transform(turn)
+    fit = fit_primitive(_on_table_with_skirt(box), support=table)
+    assert fit is not None and fit.kind == "box" and fit.on_support, fit
+    assert sorted(2 * np.asarray(fit.size)) == pytest.approx([0.05, 0.05, 0.08], abs=0.002)
