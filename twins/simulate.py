@@ -199,7 +199,10 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
     bodies = {n: world.bodies[n].body_id for n in obj_names}
     get_js, get_base, step = pb.getJointStates, pb.getBasePositionAndOrientation, pb.stepSimulation
 
-    body_bufs = [(b, com_pos[n], com_orn[n]) for n, b in bodies.items()]
+    body_ids = list(bodies.values())
+    # what PyBullet returns per recorded sample, converted to arrays once after the run
+    js_rows: list[Any] = []
+    base_rows: list[Any] = []
 
     # PD joints report the torque they applied over the last step (as a robot does), not
     # one recomputed from the state after it
@@ -209,14 +212,14 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
         if PDT is not None and bank is not None and bank.last_pd_tau is not None:
             PDT[k] = bank.last_pd_tau
         if jids:
-            st = get_js(rid, jids, physicsClientId=cid)
-            Q[k] = [s[0] for s in st]
-            QD[k] = [s[1] for s in st]
-        for b, pos_buf, orn_buf in body_bufs:
-            pos_buf[k], orn_buf[k] = get_base(b, physicsClientId=cid)
+            js_rows.append(get_js(rid, jids, physicsClientId=cid))
+        if body_ids:
+            base_rows.append([get_base(b, physicsClientId=cid) for b in body_ids])
 
+    rec_at = rec_step.tolist()  # plain ints and bools: cheaper to test every step
+    changed_at = changed.tolist() if bank is not None else []
     k = 0
-    while k < K and rec_step[k] == 0:
+    while k < K and rec_at[k] == 0:
         record(k)
         k += 1
     per_step = bank is not None and bank.needs_per_step
@@ -230,7 +233,7 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
         kp, kd, force = bank.sv_kp, bank.sv_kd, bank.sv_force
     for s in range(steps):
         if fast:
-            if changed[s]:
+            if changed_at[s]:
                 set_motors(
                     rid,
                     sv_ids,
@@ -243,14 +246,21 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
                     physicsClientId=cid,
                 )
         elif bank is not None:
-            if changed[s]:
+            if changed_at[s]:
                 bank.apply(u_steps[s], tau_steps[s])
             if per_step:
                 bank.before_step()
         step(physicsClientId=cid)
-        while k < K and rec_step[k] == s + 1:
+        while k < K and rec_at[k] == s + 1:
             record(k)
             k += 1
+    if js_rows:
+        Q[:k] = [[j[0] for j in st] for st in js_rows]
+        QD[:k] = [[j[1] for j in st] for st in js_rows]
+    for i, name in enumerate(bodies):
+        if base_rows:
+            com_pos[name][:k] = [r[i][0] for r in base_rows]
+            com_orn[name][:k] = [r[i][1] for r in base_rows]
     objs = {n: _com_to_body(com_pos[n], com_orn[n], world.bodies[n].T_com_body) for n in obj_names}
     _check_finite(t, Q, QD, joints, objs, spec.name)
     channels: dict[str, np.ndarray] = {}
