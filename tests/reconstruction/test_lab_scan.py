@@ -103,20 +103,9 @@ def test_recording_replays_through_cli(lab_scan, tmp_path: Path) -> None:  # typ
     assert np.allclose(again.T_base_camera, res.T_base_camera)
 
 
-@pytest.mark.xfail(
-    reason="issue 9 part 6: on 6 lab scans the box came out within 2.6 mm, but a fresh-clone "
-    "run fitted it 57.8 x 85.6 x 49.2 mm (truth 50 x 80 x 50) at 1.3 mm RMS surface error: a "
-    "side seen at grazing angles bulges outwards and moves its wall; not reliable yet",
-    strict=False,
-)
-def test_scanned_objects_become_primitives_when_the_scan_holds(lab_scan, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Issue 9 part 6 on real scan output, through the twin's own path (scan -> ScanInput ->
-    mesh_object): a box or cylinder scanned to within 3 mm (Chamfer, against the lab's
-    truth) becomes that primitive at its true size (3 mm per dimension), fitted to the
-    surface the scan observed above the table (not the bottom and skirt the scan closed,
-    nor a side it never saw) and extruded down to the table, with the fit error in the
-    notes; the U-block never does (it is decomposed into hulls). Whatever the scan, a
-    primitive that is made has the true shape and size."""
+def _twin_objects(lab_scan, folder: Path):  # type: ignore[no-untyped-def]
+    """(name, ObjectSpec, notes, Chamfer mm vs truth) of each scanned object matched to the
+    lab's truth, made through the twin's own path (scan -> ScanInput -> mesh_object)."""
     from devices.lab.scenes import panda_table_config
     from devices.lab.truth import truth_meshes
     from reconstruction.metrics import chamfer_fscore, match_objects
@@ -125,32 +114,61 @@ def test_scanned_objects_become_primitives_when_the_scan_holds(lab_scan, tmp_pat
     from twins.scan_input import load_scan
 
     res, _, _ = lab_scan
-    cfg = panda_table_config()
-    truth = {k: v for k, v in truth_meshes(cfg).items() if k != "table"}
-    shapes = {o.name: o.shape for o in cfg.objects}
-    true_size = {o.name: sorted(o.size) for o in cfg.objects}
+    truth = {k: v for k, v in truth_meshes(panda_table_config()).items() if k != "table"}
     sc = load_scan(res)
     found = [o.mesh_in_base() for o in res.objects]
-    checked = []
+    out = []
     for i, name in match_objects(found, truth):
         o = sc.objects[i]
         support = support_in_object(sc.table_plane, o.pose)
         obj, _, notes = mesh_object(
-            name, o.mesh, (0, 0, 0, 0, 0, 0, 1), tmp_path, support=support, observed=o.observed
+            name, o.mesh, (0, 0, 0, 0, 0, 0, 1), folder, support=support, observed=o.observed
         )
         chamfer_mm = chamfer_fscore(found[i], truth[name])[0] * 1000
         print(f"{name}: Chamfer {chamfer_mm:.2f} mm -> {notes}")
+        out.append((name, obj, notes, chamfer_mm))
+    return out
+
+
+def test_a_primitive_made_from_a_scan_has_the_true_size(lab_scan, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 9 part 6 on real scan output: whatever the scan, a primitive that is made has
+    the true shape and size (3 mm per dimension), fitted to the surface the scan observed
+    above the table and extruded down to it, with the fit error in the notes; the U-block
+    never becomes one (it is decomposed into hulls). A scan that does not hold a box's size
+    (a side seen at grazing angles, walls fused outside the top) gives hulls instead."""
+    from devices.lab.scenes import panda_table_config
+
+    cfg = panda_table_config()
+    shapes = {o.name: o.shape for o in cfg.objects}
+    true_size = {o.name: sorted(o.size) for o in cfg.objects}
+    names = []
+    for name, obj, notes, _ in _twin_objects(lab_scan, tmp_path):
+        names.append(name)
         assert any("mm RMS" in n for n in notes), notes
         if name == "u_block":
             assert obj.shape.kind == "mesh" and len(obj.shape.hulls) >= 2, notes
-            checked.append(name)
-            continue
-        if obj.shape.kind != "mesh":
+        elif obj.shape.kind != "mesh":
             assert obj.shape.kind == shapes[name] and obj.shape.hulls == (), notes
             full = 2 * np.asarray(obj.shape.size) if obj.shape.kind == "box" else obj.shape.size
             assert sorted(full) == pytest.approx(true_size[name], abs=0.003), notes
             assert any("extruded down" in n for n in notes), notes
-        if chamfer_mm <= 3.0:
+    assert "u_block" in names
+
+
+@pytest.mark.xfail(
+    reason="issue 9 part 6: a box is made only when every side is well supported and sits "
+    "where the top's edge puts it (twins/primitives.py _box_sides): on 5 lab scans every "
+    "primitive made was within 1 mm of its true size, but one scan fused all four walls "
+    "3.4 mm out at 2.1 mm Chamfer (the box was 56.8 x 84.8 mm before): no box is made there, "
+    "and this test wants one at Chamfer <= 3 mm",
+    strict=False,
+)
+def test_scanned_objects_become_primitives_when_the_scan_holds(lab_scan, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A box or cylinder scanned to within 3 mm (Chamfer, against the lab's truth) becomes
+    that primitive (its size is checked by the test above)."""
+    from devices.lab.scenes import panda_table_config
+
+    shapes = {o.name: o.shape for o in panda_table_config().objects}
+    for name, obj, notes, chamfer_mm in _twin_objects(lab_scan, tmp_path):
+        if name != "u_block" and chamfer_mm <= 3.0:
             assert obj.shape.kind == shapes[name], notes
-            checked.append(name)
-    assert "u_block" in checked
