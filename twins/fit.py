@@ -8,8 +8,9 @@ yield's `partial["checkpoint"]` lets `fit_steps(..., resume=checkpoint)` continu
 - **Parameters** are dotted names from the twin's ParamSet, searched in a normalised space
   u in [0, 1]: linear between the bounds, logarithmic where the prior is log.
 - **Objective**: weighted mean squared discrepancy over chosen channels, each divided by
-  the spread (std) of the recorded channel — or, with `scales="noise"`, by its sensor noise
-  (twins/fit_channels.py) — so joint angles, efforts and object poses can be mixed; pose channels compare position (m) and rotation (rotation-vector of the relative
+  the spread (std) of the recorded channel — or, with `scales="noise"`, by its sensor
+  noise (twins/fit_channels.py) — so joint angles, efforts and object poses can be mixed;
+  pose channels compare position (m) and rotation (rotation-vector of the relative
   rotation, rad). Time alignment: each recording is cut into windows of `window_s` seconds,
   each replayed from its own recorded initial state (multiple shooting: a pendulum's
   open-loop replay diverges after a swing or two), and sim is sampled at the recording's
@@ -45,7 +46,12 @@ from devices.trajectory import Trajectory
 from twins.errors import TwinError
 from twins.executor import Executor, SerialExecutor
 from twins.fit_channels import channel_scales, noise_level
-from twins.fit_posterior import latency_resolution, smc_posterior_steps, with_identifiability
+from twins.fit_posterior import (
+    channel_masks,
+    latency_resolution,
+    smc_posterior_steps,
+    with_identifiability,
+)
 from twins.objective import (
     FAILED_RESIDUAL,
     Outcome,
@@ -410,6 +416,7 @@ def fit_steps(
         seed=config.seed,
         history=history,
         blocks=residual_blocks(train),
+        channels=channel_masks(train),
     )
     if config.posterior == "smc":
         before = counters["evals"]

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from twins.objective import Outcome
+from twins.objective import POSE_UNIT, Outcome, Problem
 from twins.posterior import ParamPosterior, from_samples, laplace_covariance, residual_scale
 from twins.smc import SmcResult, smc_steps
 from twins.spec import TwinSpec
@@ -65,6 +65,24 @@ def smc_posterior_steps(
         yield (None, msg, rec)
     post = from_samples(base, res.particles, to_x, "smc-abc", history=(*base.history, *history))
     return post, res
+
+
+def channel_masks(prob: Problem) -> list[NDArray[np.bool_]]:
+    """One mask per channel over the residual vector `objective.evaluate` makes for `prob`
+    (windows in order, each window's channels in order, samples x columns flattened)."""
+    sizes = []
+    for w in prob.windows:
+        for name, _, _ in prob.channels:
+            width = w[name].shape[1]
+            sizes.append(len(w) * (6 if w.units.get(name) == POSE_UNIT and width == 7 else width))
+    k = len(prob.channels)
+    total = int(sum(sizes))
+    masks = [np.zeros(total, dtype=bool) for _ in range(k)]
+    at = 0
+    for i, n in enumerate(sizes):
+        masks[i % k][at : at + n] = True
+        at += n
+    return masks
 
 
 def latency_resolution(post: ParamPosterior, spec: TwinSpec) -> ParamPosterior:

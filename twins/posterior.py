@@ -6,7 +6,9 @@ inflated by the residuals' integrated autocorrelation time (batch means within e
 replayed window: samples of a trajectory are not independent, and a replay's model
 mismatch wanders slowly; without it the intervals are far too narrow). Intervals are taken in the
 normalised space (log for log priors) and mapped back, so they respect the bounds and are
-asymmetric for log parameters. Samples are drawn from that Gaussian.
+asymmetric for log parameters. A model error no data average away — the twin's joint angles
+and its efforts pointing at different values — is added as a systematic variance from the
+channels' disagreement (`channel_disagreement`). Samples are drawn from that Gaussian.
 `from_samples` fills the same fields from samples instead: the fit's SMC posterior
 (twins/fit_posterior.py, `method` "smc-abc") uses it.
 
@@ -159,12 +161,38 @@ def residual_scale(
     return float(r @ r) / max(m - n, 1) * inflate, m / inflate
 
 
+def channel_disagreement(
+    J: NDArray[np.float64], r: NDArray[np.float64], masks: Sequence[NDArray[np.bool_]]
+) -> NDArray[np.float64]:
+    """Per parameter, the std over channels of the step each channel ALONE would take from
+    the optimum (linearised: -(J_cᵀJ_c + λ)⁻¹ J_cᵀ r_c, λ the bounds' prior at that
+    channel's residual level). With a right model every channel points at the same values
+    up to noise; where they pull apart (joint angles against efforts when a twin's friction
+    law or its command timing is not the robot's), no amount of data shrinks the error,
+    so the spread is a systematic part of the uncertainty. Zeros with fewer than 2
+    channels."""
+    n = J.shape[1]
+    masks = [m for m in masks if m.any()]
+    if len(masks) < 2:
+        return np.zeros(n)
+    steps = []
+    for m in masks:
+        Jm, rm = J[m], r[m]
+        lam = 12.0 * max(float(np.mean(rm**2)), 1e-300)
+        steps.append(-np.linalg.solve(Jm.T @ Jm + lam * np.eye(n), Jm.T @ rm))
+    return np.asarray(np.std(np.stack(steps), axis=0), dtype=float)
+
+
 def laplace_covariance(
-    J: NDArray[np.float64], r: NDArray[np.float64], blocks: Sequence[slice] = ()
+    J: NDArray[np.float64],
+    r: NDArray[np.float64],
+    blocks: Sequence[slice] = (),
+    channels: Sequence[NDArray[np.bool_]] = (),
 ) -> tuple[NDArray[np.float64], NDArray[np.bool_], NDArray[np.bool_], float]:
     """The Laplace covariance of the normalised parameters (see `laplace`): (cov, columns
     with a finite Jacobian, parameters on a direction the data barely constrain, the mean
-    variance inflation the window-clustered (sandwich) check applied, ≥ 1)."""
+    variance inflation the window-clustered (sandwich) check applied, ≥ 1). `channels`
+    (one mask of `r` per channel) add `channel_disagreement`² to the variances."""
     n = J.shape[1]
     ok_cols = np.all(np.isfinite(J), axis=0)
     s2, _ = residual_scale(r, n, blocks)
@@ -191,6 +219,9 @@ def laplace_covariance(
                 scale = np.sqrt(np.where(dl > 0, np.maximum(ds / dl, 1.0), 1.0))
             cov_k = cov_k * np.outer(scale, scale)
             inflation = float(np.mean(scale**2))
+        if channels:
+            sys_sd = channel_disagreement(Jk, r, channels)
+            cov_k = cov_k + np.diag(sys_sd**2)
         cov_u[np.ix_(idx, idx)] = cov_k
         d = np.sqrt(np.maximum(np.diag(H), 1e-300))
         w, V = np.linalg.eigh(H / np.outer(d, d))
@@ -210,16 +241,19 @@ def laplace(
     seed: int = 0,
     history: Sequence[Mapping[str, Any]] = (),
     blocks: Sequence[slice] = (),
+    channels: Sequence[NDArray[np.bool_]] = (),
 ) -> ParamPosterior:
     """Laplace posterior from residuals `r` (m,) and their Jacobian `J` (m, n) with respect
     to the normalised parameters `u_star` in [0, 1]; `to_x` maps normalised to physical.
     `blocks` (one slice of `r` per replayed window) add a cluster-robust (sandwich) check:
     errors within a window are correlated (the initial state's noise runs through it), and
     when the windows scatter more than the residual variance says, a parameter's variance
-    is raised to the cluster-robust one (correlations kept from the Laplace part)."""
+    is raised to the cluster-robust one (correlations kept from the Laplace part).
+    `channels` (one mask of `r` per recorded channel) add the channels' disagreement as a
+    systematic variance (`channel_disagreement`)."""
     n = len(names)
     m = r.size
-    cov_u, ok_cols, eig_flag, _ = laplace_covariance(J, r, blocks)
+    cov_u, ok_cols, eig_flag, _ = laplace_covariance(J, r, blocks, channels)
     std_u = np.sqrt(np.clip(np.diag(cov_u), 0, None))
     x_star = to_x(u_star)
     est, std, iv, ident, why, sens = {}, {}, {}, {}, {}, {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from devices.trajectory import Trajectory
-from twins.fit import FitConfig, _channels, noise_level
+from twins.fit import FitConfig, _channels, noise_level, windows
 from twins.posterior import Z90, correlation_time, laplace
 
 
@@ -92,3 +92,48 @@ def test_laplace_intervals_cover_the_truth_with_correlated_residuals() -> None:
         narrow_hits += abs(u[0] - truth[0]) <= Z90 * s_white
     assert 0.8 <= hits / 300 <= 0.99
     assert narrow_hits / 300 < 0.6
+
+
+def test_channel_masks_split_the_residuals_by_channel() -> None:
+    """Each channel's residuals, unscaled, add up to that channel's squared error."""
+    from tests.twins.test_fit import TRUTH, _recording
+    from twins.fit import Problem, Space
+    from twins.fit_posterior import channel_masks
+    from twins.objective import evaluate
+    from twins.rigs import qube_twin
+
+    spec = qube_twin()
+    rec = _recording(TRUTH, seconds=1.0)
+    cfg = FitConfig(params=tuple(TRUTH), channels={"robot/joint_pos": 1.0, "robot/joint_vel": 0.5})
+    wins = windows(rec, 0.5)
+    prob = Problem(spec, Space.of(spec, cfg.params), tuple(wins), _channels(wins, cfg))
+    out = evaluate((prob, np.full(3, 0.4)))
+    assert out.residuals is not None
+    masks = channel_masks(prob)
+    assert len(masks) == 2 and not np.any(masks[0] & masks[1])
+    assert int(masks[0].sum() + masks[1].sum()) == out.residuals.size
+    for m, (name, weight, scale) in zip(masks, prob.channels, strict=True):
+        sse = float(np.sum(out.residuals[m] ** 2)) * scale**2 / weight
+        assert abs(sse - out.sse[name]) <= 1e-9 * max(out.sse[name], 1.0)
+
+
+def test_channels_that_disagree_widen_the_interval_to_hold_the_truth() -> None:
+    """Two channels see slope a; the second through a model error (it reads 1.3 a). The
+    joint fit lands between; its noise-only interval misses a, the channels' disagreement
+    widens it to hold a."""
+    rng = np.random.default_rng(7)
+    x = np.linspace(-1, 1, 400)
+    a = 0.5
+    y1 = a * x + 0.01 * rng.standard_normal(x.size)
+    y2 = 1.3 * a * x + 0.01 * rng.standard_normal(x.size)
+    J = np.concatenate([x, x])[:, None]
+    y = np.concatenate([y1, y2])
+    u, *_ = np.linalg.lstsq(J, y, rcond=None)
+    r = J @ u - y
+    masks = [np.arange(y.size) < x.size, np.arange(y.size) >= x.size]
+    plain = laplace(("a",), u, J, r, lambda v: np.asarray(v), n_samples=0)
+    wide = laplace(("a",), u, J, r, lambda v: np.asarray(v), n_samples=0, channels=masks)
+    lo, hi = plain.interval90["a"]
+    assert not lo <= a <= hi
+    lo, hi = wide.interval90["a"]
+    assert lo <= a <= hi and hi - lo < 0.5
