@@ -13,8 +13,9 @@ Each change: the values go into the world in place where the engine allows it
 is replayed open loop from its first sample (`twins.simulate.replay_in`). With worker
 processes, a first frame carries the simulated curves and the twin's body poses at the
 time cursor (`set_cursor`; the ghost grid's sample nearest to it, computed here), a second
-one, asked of the workers after the first is out, the ghost over the whole recording
-(`GHOST_HZ`) so the cursor can scrub it; replays on this thread give one frame with both.
+one the ghost over the whole recording (`GHOST_HZ`) so the cursor can scrub it, asked of the
+workers once no edit came for `FULL_GHOST_AFTER_S` or when the cursor moves (while a slider
+is dragged they only replay); replays on this thread give one frame with both.
 The recorded motion itself is drawn from the same twin's kinematics (`recorded` tracks,
 computed once).
 """
