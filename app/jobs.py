@@ -9,6 +9,7 @@ A job is a generator that yields `Progress` records and returns its result. Canc
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -118,3 +119,21 @@ def run_cli(job: Job[R], quiet: bool = False) -> R:
     finally:
         if bar is not None:
             bar.close()
+
+
+def tap_progress(job: Any, on_progress: Callable[[Any], None], stop: threading.Event) -> Any:
+    """`job` passed through, each Progress also given to `on_progress` (from the job's
+    thread); when `stop` is set the job is closed at its next yield (a fit then saves a
+    resumable checkpoint) and this returns None."""
+    try:
+        while True:
+            if stop.is_set():
+                return None
+            try:
+                p = next(job)
+            except StopIteration as s:
+                return s.value
+            on_progress(p)
+            yield p
+    finally:
+        job.close()

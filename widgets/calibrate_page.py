@@ -32,13 +32,13 @@ from widgets.calibrate_draw import (
     joint_units,
     place_bodies,
 )
+from widgets.calibrate_toolbar import toolbar
 from widgets.pages import StatusLine, WorkflowPage, preview
 from widgets.param_sliders import ParamSliders
 from widgets.scene_view import SceneView
 from widgets.trajectory_plot import Series, TrajectoryPlot
 
 log = logging.getLogger(__name__)
-WINDOWS = (("1 s windows (as the fit)", 1.0), ("whole recording", None))
 # replays run in worker processes (PyBullet keeps Python's GIL while it steps), one per core:
 # one more (5 windows on 2 cores: 2+2+1 shared by the OS, not 3+2) ended a move sooner only
 # on idle cores and cost ~16 ms more CPU a move (every worker retunes its own world)
@@ -50,6 +50,12 @@ class CalibratePage(WorkflowPage):
 
     step = "calibrate"
     sig_frame_ready = QtCore.Signal()  # from the worker; drawn on the GUI thread
+    # the tool bar (widgets/calibrate_toolbar.py)
+    twin_combo: QtWidgets.QComboBox
+    window_combo: QtWidgets.QComboBox
+    reset_btn: QtWidgets.QPushButton
+    save_btn: QtWidgets.QPushButton
+    fit_btn: QtWidgets.QPushButton
     sig_redrawn = QtCore.Signal(int)  # the edit number a finished redraw includes
 
     def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
@@ -65,44 +71,7 @@ class CalibratePage(WorkflowPage):
         self.frames_drawn = 0
         self.scene_moved = False  # the last redraw moved something in the 3D view
         self.fit_dialog: Any = None
-        bar = QtWidgets.QHBoxLayout()
-        bar.addWidget(QtWidgets.QLabel("Twin:"))
-        self.twin_combo = QtWidgets.QComboBox()
-        self.twin_combo.setSizeAdjustPolicy(
-            QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
-        )
-        self.twin_combo.setMinimumContentsLength(12)
-        self.twin_combo.activated.connect(lambda _i: self.reload())
-        bar.addWidget(self.twin_combo, 1)
-        self.reset_btn = QtWidgets.QPushButton("Reset values")
-        self.reset_btn.setToolTip("back to the twin's own values")
-        self.reset_btn.clicked.connect(self.reset_values)
-        self.fit_btn = QtWidgets.QPushButton("Fit…")
-        self.fit_btn.setToolTip(
-            "fit chosen parameters to the ticked recordings (CMA-ES + least squares), with a "
-            "live convergence plot, the posterior and Apply"
-        )
-        self.fit_btn.clicked.connect(self.open_fit)
-        bar.addWidget(QtWidgets.QLabel("Replay:"))
-        self.window_combo = QtWidgets.QComboBox()
-        for text, w in WINDOWS:
-            self.window_combo.addItem(text, w)
-        self.window_combo.setToolTip(
-            "open loop over the whole recording, or restarted from the recorded state at "
-            "every window start (what the fit compares: its residuals)"
-        )
-        self.window_combo.currentIndexChanged.connect(self._window_changed)
-        bar.addWidget(self.window_combo)
-        self.save_btn = QtWidgets.QPushButton("Save as twin")
-        self.save_btn.setToolTip(
-            "keep the values tuned here: a new twin whose parent is this twin and whose "
-            "inputs add the ticked recordings"
-        )
-        self.save_btn.clicked.connect(self.save_twin)
-        bar.addWidget(self.reset_btn)
-        bar.addWidget(self.save_btn)
-        bar.addWidget(self.fit_btn)
-        layout.addLayout(bar)
+        layout.addLayout(toolbar(self))
         self.banner = QtWidgets.QLabel("")
         self.banner.setWordWrap(True)
         self.banner.setStyleSheet(

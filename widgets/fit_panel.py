@@ -18,8 +18,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
+from app.jobs import tap_progress
 from app.session import AppController
-from app.workflows import calibrate_live
 from app.workflows import fit as fit_flow
 
 log = logging.getLogger(__name__)
@@ -248,7 +248,7 @@ class FitDialog(QtWidgets.QDialog):
         self.stop_btn.setEnabled(True)
         self.apply_btn.setEnabled(False)
         self.summary.setText(f"fitting {len(names)} parameters…")
-        tapped = calibrate_live.tap_progress(job, self._from_job, self._stop)
+        tapped = tap_progress(job, self._from_job, self._stop)
         self.controller.submit_job(
             f"Fit {self.twin_id}",
             tapped,
@@ -291,7 +291,7 @@ class FitDialog(QtWidgets.QDialog):
         proj = self.controller.project
         if proj is None:
             return
-        names, x, d = calibrate_live.fit_samples(proj, fit_id)
+        names, x, d = fit_flow.fit_samples(proj, fit_id)
         self.fit_id = fit_id
         post = d.get("posterior", {}).get("params", {})
         order = sorted(names, key=lambda n: -float(post.get(n, {}).get("sensitivity", 0.0)))

@@ -21,8 +21,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
+from app.jobs import tap_progress
 from app.project import Project
-from app.workflows import calibrate_live
 from app.workflows import train as train_flow
 from app.workflows.sim_real import sim_real_table
 from widgets.pages import StatusLine, WorkflowPage, preview
@@ -192,7 +192,7 @@ class PoliciesPage(WorkflowPage):
         job = train_flow.train_subprocess_job(
             proj.root, [*argv, *(["--resume", resume] if resume else [])]
         )
-        tapped = calibrate_live.tap_progress(job, self._from_job, self._stop)
+        tapped = tap_progress(job, self._from_job, self._stop)
         self.controller.submit_job(
             "Resume training" if resume else "Train policy",
             tapped,

@@ -13,7 +13,7 @@ import numpy as np
 from PySide6 import QtCore, QtWidgets
 
 from app.session import AppController
-from app.workflows import calibrate_live
+from app.workflows import fit as fit_workflow
 from app.workflows import train as train_flow
 from app.workflows.twin import load_twin
 from policies.tasks import TASKS
@@ -297,7 +297,7 @@ class TrainSetup(QtWidgets.QTabWidget):
         post: tuple[list[str], np.ndarray] | None = None
         if fit is not None:
             try:
-                pnames, x, _d = calibrate_live.fit_samples(proj, fit)
+                pnames, x, _d = fit_workflow.fit_samples(proj, fit)
                 post = (list(pnames), x)
             except Exception as exc:  # an old fit without samples: show training only
                 log.info("no posterior for %s: %s", fit, exc)

@@ -494,39 +494,3 @@ def _held(traj: Trajectory) -> Trajectory:
         idx[: int(np.argmax(ok))] = int(np.argmax(ok))
         chans[name] = a[idx]
     return traj.with_channels(channels=chans)
-
-
-def fit_samples(project: Any, fit_id: str) -> tuple[list[str], NDArray[np.float64], dict[str, Any]]:
-    """(parameter names, posterior samples (N, n), fit.json) of a finished fit artifact;
-    no samples (N = 0) when the fit has none."""
-    from app.workflows.fit import fit_summary
-
-    d = fit_summary(project, fit_id)
-    path = project.path_of(fit_id) / "samples.npz"
-    if not path.is_file():
-        return list(d.get("estimate", {})), np.zeros((0, len(d.get("estimate", {})))), d
-    try:
-        with np.load(path) as z:
-            names = [str(n) for n in z["names"]]
-            x = np.asarray(z["x"], dtype=float)
-    except (OSError, ValueError, KeyError) as exc:
-        raise TwinbenchError(f"{path}: unreadable posterior samples ({exc})") from exc
-    return names, x.reshape(-1, len(names)) if names else np.zeros((0, 0)), d
-
-
-def tap_progress(job: Any, on_progress: Callable[[Any], None], stop: threading.Event) -> Any:
-    """`job` passed through, each Progress also given to `on_progress` (from the job's
-    thread); when `stop` is set the job is closed at its next yield (a fit then saves a
-    resumable checkpoint) and this returns None."""
-    try:
-        while True:
-            if stop.is_set():
-                return None
-            try:
-                p = next(job)
-            except StopIteration as s:
-                return s.value
-            on_progress(p)
-            yield p
-    finally:
-        job.close()

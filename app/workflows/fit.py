@@ -22,11 +22,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from app.jobs import Job, Progress
 from app.project import Project, ProjectError
 from app.workflows.twin import load_twin, save_twin_edit
 from devices.trajectory import Trajectory
 from resources import atomic
+from resources.errors import TwinbenchError
 from twins.errors import TwinError
 from twins.fit import FitConfig, FitResult, check_recording, fit_steps
 
@@ -242,3 +246,19 @@ def apply_fit(project: Project, fit_id: str) -> str:
     return save_twin_edit(
         project, tid, spec, estimate, summary=f"fit {fit_id} applied to {tid}", extra_inputs=extra
     )
+
+
+def fit_samples(project: Any, fit_id: str) -> tuple[list[str], NDArray[np.float64], dict[str, Any]]:
+    """(parameter names, posterior samples (N, n), fit.json) of a finished fit artifact;
+    no samples (N = 0) when the fit has none."""
+    d = fit_summary(project, fit_id)
+    path = project.path_of(fit_id) / "samples.npz"
+    if not path.is_file():
+        return list(d.get("estimate", {})), np.zeros((0, len(d.get("estimate", {})))), d
+    try:
+        with np.load(path) as z:
+            names = [str(n) for n in z["names"]]
+            x = np.asarray(z["x"], dtype=float)
+    except (OSError, ValueError, KeyError) as exc:
+        raise TwinbenchError(f"{path}: unreadable posterior samples ({exc})") from exc
+    return names, x.reshape(-1, len(names)) if names else np.zeros((0, 0)), d
