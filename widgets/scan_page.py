@@ -22,6 +22,7 @@ from resources.errors import TwinbenchError
 from resources.text import count
 from widgets.pages import StatusLine, WorkflowPage, preview
 from widgets.scan_live import Live, depth_colormap, qimage
+from widgets.scan_tables import fill_calibration, fill_objects
 from widgets.scene_view import SceneView
 
 log = logging.getLogger(__name__)
@@ -358,62 +359,10 @@ class ScanPage(WorkflowPage):
         self.accept_btn.setEnabled(True)
 
     def _fill_objects(self) -> None:
-        self.objects.blockSignals(True)
-        self.objects.setRowCount(0)
-        for o in self.result.objects:
-            r = self.objects.rowCount()
-            self.objects.insertRow(r)
-            name = QtWidgets.QTableWidgetItem(o.name)
-            name.setData(QtCore.Qt.ItemDataRole.UserRole, o.name)
-            self.objects.setItem(r, 0, name)
-            size = " × ".join(f"{e * 100:.1f}" for e in o.mesh.extents)
-            for c, text in ((1, size), (2, "yes" if o.watertight else "no")):
-                it = QtWidgets.QTableWidgetItem(text)
-                it.setFlags(it.flags() & ~QtCore.Qt.ItemFlag.ItemIsEditable)
-                self.objects.setItem(r, c, it)
-            sw = QtWidgets.QTableWidgetItem("")
-            sw.setFlags(sw.flags() & ~QtCore.Qt.ItemFlag.ItemIsEditable)
-            sw.setBackground(QtGui.QColor(*o.color))
-            self.objects.setItem(r, 3, sw)
-        self.objects.blockSignals(False)
+        fill_objects(self.objects, self.result.objects)
 
     def _fill_calibration(self) -> None:
-        he = self.result.calibration.get("hand_eye") or {}
-        fx = self.result.calibration.get("fixed") or {}
-        rows = [
-            (f"wrist {v}", mm, deg, px)
-            for v, mm, deg, px in zip(
-                he.get("views", []),
-                he.get("residual_mm", []),
-                he.get("residual_deg", []),
-                he.get("reproj_px", []),
-                strict=False,
-            )
-        ]
-        rows += [
-            (f"fixed {v}", mm, deg, px)
-            for v, mm, deg, px in zip(
-                fx.get("views", []),
-                fx.get("residual_mm", []),
-                fx.get("residual_deg", []),
-                fx.get("reproj_px", []),
-                strict=False,
-            )
-        ]
-        self.calib.setRowCount(len(rows))
-        for r, vals in enumerate(rows):
-            for c, v in enumerate(vals):
-                self.calib.setItem(
-                    r, c, QtWidgets.QTableWidgetItem(v if isinstance(v, str) else f"{v:.3f}")
-                )
-        if he:
-            self.calib_summary.setText(
-                f"Hand-eye ({he.get('method', '')}): mean {he.get('mean_residual_mm', 0):.2f} mm,"
-                f" worst reprojection {he.get('max_reproj_px', 0):.2f} px. "
-                + " ".join(he.get("warnings", []))
-            )
-        else:
-            self.calib_summary.setText("No calibration in this scan (recording or handheld).")
+        fill_calibration(self.calib, self.calib_summary, self.result.calibration)
 
     def _selected(self) -> str | None:
         rows = self.objects.selectionModel().selectedRows() if self.objects.selectionModel() else []
