@@ -291,6 +291,7 @@ class ScanSession:
         seg = seg or SegmentSettings()
         warnings: list[str] = []
         quality: dict[str, Any] = {}
+        t_finish = time.perf_counter()
         if progress:
             progress(0.0, "closing loops" if self.track else "extracting mesh")
         path = self._close_path(quality, warnings)
@@ -317,6 +318,8 @@ class ScanSession:
         def result(
             plane: NDArray[np.float64] | None, objects: tuple[ScannedObject, ...]
         ) -> ScanResult:
+            # the end of a scan (loops, mesh, plane, objects) is part of its speed
+            quality["finish_s"] = round(time.perf_counter() - t_finish, 3)
             return ScanResult(
                 mesh,
                 plane,

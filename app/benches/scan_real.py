@@ -114,6 +114,8 @@ def _lab(quick: bool) -> dict[str, Any]:
         "lab_tracked_ratio": round(path.tracked_ratio, 4),
         "lab_fps": round(len(frames) / dt, 2),
         "lab_render_fps": round(len(frames) / render_s, 2),
+        # the end of the scan (mesh, support plane, object clean-up), inside lab_fps
+        "lab_finish_s": res.quality.get("finish_s"),
         "lab_lost_segments_s": float(res.quality.get("tracking", {}).get("longest_lost_s", 0.0)),
         "lab_mesh_triangles": int(len(res.scene_mesh.faces)),
         "lab_plane_found": res.table_plane is not None,
