@@ -23,6 +23,7 @@ from reconstruction.errors import ReconstructionError, clean_message
 from reconstruction.objects import extract_object, vertex_colors
 from reconstruction.scan_result import CameraPath, ScannedObject, ScanResult
 from reconstruction.segment import Plane, cluster_objects, fit_table_plane
+from reconstruction.stream import DeferredFusion
 from reconstruction.tsdf import TSDFIntegrator, TSDFSettings
 
 Box = tuple[NDArray[np.float64], NDArray[np.float64]]
@@ -86,9 +87,15 @@ class ScanSession:
         self.capture: dict[str, Any] = {}
         self.gravity_sum = np.zeros(3)
         self._first: tuple[RGBDFrame, NDArray[np.float64]] | None = None
-        self._ray_offset: NDArray[np.float64] | None = (
-            None  # world-frame accelerometer sum (up), when frames have it
-        )
+        self._ray_offset: NDArray[np.float64] | None = None
+        # handheld: a tracked frame is fused on a worker while the next one is registered
+        self._fusion = DeferredFusion()
+
+    def prepare_frame(self, frame: RGBDFrame) -> None:
+        """Build a frame's tracking view ahead of `add` (reconstruction/stream.py
+        `read_ahead`); a no-op before the first frame or without tracking."""
+        if self.track and self._tracker is not None:
+            self._tracker.prepare(frame)
 
     def add(self, frame: RGBDFrame, T_base_camera: NDArray[np.float64] | None = None) -> bool:
         """Integrate one frame. Without a pose (and with `track`), RGB-D odometry supplies one.
@@ -124,6 +131,7 @@ class ScanSession:
             t0 = time.perf_counter()
             ft = self.tracker.track(frame, self._model_view)
             self.track_s.append(time.perf_counter() - t0)
+            self._fusion.start()  # the previous frame's fusion, if no raycast started it
             if ft.pose is None:
                 self.skipped[frame.index] = ft.reason
                 return False
@@ -142,6 +150,12 @@ class ScanSession:
             ):
                 self.last_pose = np.asarray(T_base_camera, float)
                 return True
+            # fused on the worker from the next raycast on (or at once, into an empty model)
+            pose = np.asarray(T_base_camera, float)
+            self._fusion.defer(lambda: self._fuse(frame, pose))
+            self.last_pose = pose
+            self._last_fused_t = frame.timestamp
+            return True
         t0 = time.perf_counter()
         ok = self.tsdf.integrate(frame, np.asarray(T_base_camera, float))
         self.integrate_s.append(time.perf_counter() - t0)
@@ -150,9 +164,17 @@ class ScanSession:
             return False
         self.last_pose = np.asarray(T_base_camera, float)
         self._last_fused_t = frame.timestamp
-        if self._first is None and self.track:
-            self._first = (frame, self.last_pose)
         return True
+
+    def _fuse(self, frame: RGBDFrame, pose: NDArray[np.float64]) -> None:
+        """A tracked frame's fusion (on the fusion worker)."""
+        t0 = time.perf_counter()
+        ok = self.tsdf.integrate(frame, pose)
+        self.integrate_s.append(time.perf_counter() - t0)
+        if not ok:
+            self.skipped[frame.index] = "no depth in range"
+        elif self._first is None:
+            self._first = (frame, pose)
 
     # --- handheld tracking ---------------------------------------------------------------------
     @property
@@ -189,11 +211,17 @@ class ScanSession:
     def _model_view(
         self, T_world_camera: NDArray[np.float64], frame: RGBDFrame, down: int = 1
     ) -> Any:
+        # never raycast while a fusion writes; an empty model takes the held frame first
+        self._fusion.join_running()
+        if self._first is None:
+            self._fusion.wait()
         r = self.tsdf.render_depth(frame, T_world_camera, down)
         if r is None:
+            self._fusion.start()
             return None
         if self._ray_offset is None:
             self._ray_offset = self._measure_ray_offset()
+        self._fusion.start()  # the held frame fuses while this one is registered
         view = self.tracker.view_of_depth(*r)
         # the raycast surface sits at a fixed offset in the grid (world) frame: seen from this
         # camera it is a translation, undone on the registration's result
@@ -243,6 +271,7 @@ class ScanSession:
         """Pose graph over keyframes, re-fusion along the optimised path; the camera path."""
         if not self.track or self._tracker is None:
             return None
+        self._fusion.close()
         tr = self._tracker
         opt = tr.optimise()
         quality["pose_graph"] = opt
@@ -273,6 +302,7 @@ class ScanSession:
         return CameraPath.from_tracks(tr.tracks)
 
     def preview(self, max_points: int = 60000) -> Preview:
+        self._fusion.wait()
         p, c = self.tsdf.points()
         if len(p) > max_points:
             idx = np.random.default_rng(0).choice(len(p), max_points, replace=False)
@@ -292,6 +322,7 @@ class ScanSession:
         warnings: list[str] = []
         quality: dict[str, Any] = {}
         t_finish = time.perf_counter()
+        self._fusion.close()
         if progress:
             progress(0.0, "closing loops" if self.track else "extracting mesh")
         path = self._close_path(quality, warnings)

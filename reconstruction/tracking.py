@@ -23,6 +23,7 @@ ICP against each keyframe's own view). Keyframes are taken every `keyframe_m` /
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +88,8 @@ class HandheldTracker:
         self._velocity = np.eye(4)  # T_prev_cur of the last tracked step
         self._last_view: View | None = None
         self._model: _ModelView | None = None
+        self._prepared: dict[int, tuple[RGBDFrame, View]] = {}
+        self._prep_lock = threading.Lock()
 
     # --- views -------------------------------------------------------------------------------
     def view_of_frame(self, f: RGBDFrame) -> View:
@@ -94,6 +97,22 @@ class HandheldTracker:
         d = f.depth_m
         d = np.where((d > self.s.depth_min) & (d < self.s.depth_max), d, 0).astype(np.float32)
         return make_view(d, f.intrinsics.K, self.s.voxel)
+
+    def prepare(self, f: RGBDFrame) -> None:
+        """Build `f`'s view and its ICP levels ahead of `track(f)` (on a reader thread: the
+        view depends only on the frame and the settings)."""
+        v = self.view_of_frame(f)
+        for scale in (4 * self.s.voxel, 2 * self.s.voxel, self.s.voxel):
+            v.level(scale)
+        with self._prep_lock:
+            self._prepared[id(f)] = (f, v)
+            while len(self._prepared) > 8:  # frames skipped before tracking
+                self._prepared.pop(next(iter(self._prepared)))
+
+    def _view_for(self, f: RGBDFrame) -> View:
+        with self._prep_lock:
+            got = self._prepared.pop(id(f), None)
+        return got[1] if got is not None and got[0] is f else self.view_of_frame(f)
 
     def view_of_depth(self, depth_m: NDArray[np.float32], K: NDArray[np.float64]) -> View:
         """A rendered depth image (a model raycast) as a View."""
@@ -119,7 +138,7 @@ class HandheldTracker:
             return self._track(f, model_view)
 
     def _track(self, f: RGBDFrame, model_view: Any) -> FrameTrack:
-        src = self.view_of_frame(f)
+        src = self._view_for(f)
         npts = src.size()
         if npts < 100:
             return self._fail(f, f"tracking failed: only {npts} usable depth points in range")

@@ -28,6 +28,7 @@ from devices.frames import RGBDFrame
 from reconstruction.errors import ReconstructionError
 from reconstruction.pipeline import ScanSession, SegmentSettings
 from reconstruction.scan_result import ScanResult
+from reconstruction.stream import read_ahead
 from reconstruction.tracking import choose_depth_range
 from reconstruction.tsdf import TSDFSettings
 
@@ -85,7 +86,8 @@ def scan_handheld(
     )
     seg = SegmentSettings(seed=opt.seed, up=None, support_plane=opt.support_plane)
     res = yield from reconstruct_frames(
-        itertools.chain([first], it),
+        # read and build the tracking views a frame ahead, on a second core
+        read_ahead(itertools.chain([first], it), sess.prepare_frame),
         None,
         loop,
         track=True,
