@@ -91,6 +91,11 @@ class ScanSession:
         # handheld: a tracked frame is fused on a worker while the next one is registered
         self._fusion = DeferredFusion()
 
+    def flush(self) -> None:
+        """Finish the fusion still held or running (a handheld scan fuses a tracked frame
+        while the next one is registered): `tsdf` then holds every fused frame."""
+        self._fusion.wait()
+
     def prepare_frame(self, frame: RGBDFrame) -> None:
         """Build a frame's tracking view ahead of `add` (reconstruction/stream.py
         `read_ahead`); a no-op before the first frame or without tracking."""

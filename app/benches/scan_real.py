@@ -82,6 +82,19 @@ def _shared(quick: bool) -> dict[str, Any]:
     pg = res.quality.get("pose_graph", {})
     out["pose_graph"] = "optimised" if pg.get("optimised") else pg.get("rejected", "not run")
     out["depth_range_m"] = res.quality.get("depth_range_m")
+    # where a run that loses track would show it first: frames not tracked by the model
+    # view (revisit, relocalised, global, lost) and the weakest accepted frames
+    out["methods"] = tr.get("methods")
+    out["off_model_frames"] = [
+        f"{int(i)}:{m or 'lost'}"
+        for i, m in zip(path.index, path.method, strict=True)
+        if m not in ("model", "first")
+    ][:12]
+    weak = np.argsort(np.where(path.tracked, path.inlier_ratio, np.inf))[:3]
+    out["weakest_frames"] = [
+        f"{int(path.index[i])}:{path.inlier_ratio[i]:.3f}" for i in weak if path.tracked[i]
+    ]
+    out["load_avg"] = round(os.getloadavg()[0], 2)
     return out
 
 
