@@ -104,9 +104,7 @@ def test_the_suggested_recording_shrinks_the_posterior_more_than_a_poor_one(
     assert good.estimate[BW[1]] == pytest.approx(45.0, rel=0.05)
     assert good.posterior.identifiable[BW[1]] and not poor.posterior.identifiable[BW[1]]
     lo, hi = poor.posterior.interval90[BW[1]]
-    assert hi - lo > 5 * (
-        good.posterior.interval90[BW[1]][1] - good.posterior.interval90[BW[1]][0]
-    )
+    assert hi - lo > 5 * (good.posterior.interval90[BW[1]][1] - good.posterior.interval90[BW[1]][0])
 
 
 def test_default_candidates_fit_the_robot_and_cover_each_joint(demo_twin: TwinSpec) -> None:
