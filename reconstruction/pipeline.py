@@ -62,13 +62,12 @@ class ScanSession:
         keep_frames_mb: float = 1500.0,
         fuse_max_hz: float = 15.0,
     ) -> None:
-        """`track`: handheld (poses from tracking; `tracking` is a TrackingSettings or None
-        for defaults scaled to the depth range). `depth_range`: None keeps the TSDF
-        settings' range, "auto" chooses it from the first frame, (min, max) in m sets it.
-        Frames are kept for re-fusion after loop closure up to `keep_frames_mb` (then only
-        keyframes). A handheld scan fuses tracked frames at up to `fuse_max_hz` (keyframes
-        always): at video rate neighbouring frames see the same surfaces, and fusion was a
-        quarter of a tracked frame's time (lab hand path at 30 fps: ATE 0.34-0.66 cm over 3 runs)."""
+        """`track`: handheld (poses from tracking; `tracking`: TrackingSettings, or None for
+        defaults scaled to the depth range). `depth_range`: None keeps the TSDF's, "auto"
+        chooses it from the first frame, (min, max) in m sets it. Frames are kept for
+        re-fusion after loop closure up to `keep_frames_mb` (then only keyframes). Tracked
+        frames are fused at up to `fuse_max_hz` (keyframes always: at video rate neighbours
+        see the same surfaces; lab hand path at 30 fps: ATE 0.34-0.66 cm over 3 runs)."""
         self.tsdf = TSDFIntegrator(tsdf)
         self.track = track
         self.skipped: dict[int, str] = {}  # frame index -> why
@@ -85,20 +84,18 @@ class ScanSession:
         self.frames_seen = 0
         self.last_pose: NDArray[np.float64] | None = None
         self.capture: dict[str, Any] = {}
-        self.gravity_sum = np.zeros(3)
+        self.gravity_sum = np.zeros(3)  # world-frame accelerometer sum (up), when frames have it
         self._first: tuple[RGBDFrame, NDArray[np.float64]] | None = None
         self._ray_offset: NDArray[np.float64] | None = None
         # handheld: a tracked frame is fused on a worker while the next one is registered
         self._fusion = DeferredFusion()
 
     def flush(self) -> None:
-        """Finish the fusion still held or running (a handheld scan fuses a tracked frame
-        while the next one is registered): `tsdf` then holds every fused frame."""
+        """Finish the fusion still held or running: `tsdf` then holds every fused frame."""
         self._fusion.wait()
 
     def prepare_frame(self, frame: RGBDFrame) -> None:
-        """Build a frame's tracking view ahead of `add` (reconstruction/stream.py
-        `read_ahead`); a no-op before the first frame or without tracking."""
+        """Build a frame's tracking view ahead of `add` (a no-op before the first frame)."""
         if self.track and self._tracker is not None:
             self._tracker.prepare(frame)
 
