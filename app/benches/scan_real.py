@@ -10,12 +10,16 @@ frame 43-44 and ended far off (measured 46 cm ATE); compare runs, not one number
   rgbd_tum_fr3_cabinet; found beside the repository or under $TWINBENCH_SHARED_DATA/real):
   `frames`, `tracked_ratio`, `ate_cm` (against motion capture after a rigid alignment),
   `fps_end_to_end` (reading, tracking, fusion, loop closure, meshing, plane), `mesh_triangles`,
-  `plane_found`.
+  `plane_found`; where a run goes wrong first: `off_model_frames` (frames not tracked by
+  the model view: revisit, relocalised, global, lost) and `weakest_frames` (lowest inlier
+  ratios).
 - Lab handheld path: a free D435-like camera in the virtual lab (424x240 at 30 fps, the
   lab's depth noise) along `devices.lab.handheld.hand_path` (tremor, a fast turn, a glance
   away and back); truth read from the lab here only. `lab_fps` is the scan's throughput on the
   rendered frames (rendering, the camera's own work, is timed apart: `lab_render_fps`), the
-  object clean-up at the end included. The lab scan uses the tabletop working range
+  object clean-up at the end included; `lab_cpu_ms_per_frame` (all threads),
+  `lab_critical_path_ms_per_frame` (the tracking thread) and `lab_load_avg` say how much of
+  it is the machine's load. The lab scan uses the tabletop working range
   (`--depth-range 0.3:1.4`, `LAB_DEPTH_RANGE`); `lab_ate_cm_auto_range` is the same path
   with the range chosen from the data (reconstruction/depth_range.py: it ends where the
   depth's own noise passes 1 cm, 1.37-1.39 m on this camera).
