@@ -37,22 +37,13 @@ def fill_calibration(
     he = calibration.get("hand_eye") or {}
     fx = calibration.get("fixed") or {}
     rows = [
-        (f"wrist {v}", mm, deg, px)
+        (f"{label} {v}", mm, deg, px)
+        for label, cal in (("wrist", he), ("fixed", fx))
         for v, mm, deg, px in zip(
-            he.get("views", []),
-            he.get("residual_mm", []),
-            he.get("residual_deg", []),
-            he.get("reproj_px", []),
-            strict=False,
-        )
-    ]
-    rows += [
-        (f"fixed {v}", mm, deg, px)
-        for v, mm, deg, px in zip(
-            fx.get("views", []),
-            fx.get("residual_mm", []),
-            fx.get("residual_deg", []),
-            fx.get("reproj_px", []),
+            cal.get("views", []),
+            cal.get("residual_mm", []),
+            cal.get("residual_deg", []),
+            cal.get("reproj_px", []),
             strict=False,
         )
     ]
