@@ -21,7 +21,8 @@ def test_calibration_rows_list_every_view_of_both_cameras(qtbot: Any) -> None:
         "fixed": {"views": [1], "residual_mm": [1.5], "residual_deg": [0.1], "reproj_px": [2.0]},
     }  # fmt: skip
     fill_calibration(table, label, cal)
-    cells = [[table.item(r, c).text() for c in range(4)] for r in range(table.rowCount())]
+    items = [[table.item(r, c) for c in range(4)] for r in range(table.rowCount())]
+    cells = [[it.text() if it is not None else None for it in row] for row in items]
     assert cells == [
         ["wrist 3", "0.410", "0.050", "0.800"],
         ["wrist 7", "0.250", "0.020", "1.250"],
