@@ -21,6 +21,9 @@ from devices.errors import DataFileError
 from resources import atomic
 
 FORMAT_VERSION = 1
+# (T, 1) s: when row k's `robot/command` reached the robot's controller, relative to t[k]
+# (robots that report it: PROTOCOL.md `command_time`); twins replay each command from then
+COMMAND_DELAY = "robot/command_delay"
 Source = Literal["real", "sim"]
 
 

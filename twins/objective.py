@@ -160,6 +160,8 @@ def windows(traj: Trajectory, window_s: float | None, lead_s: float = 0.0) -> li
     window keeps the commands of the `lead_s` seconds before it in its meta
     (`command_before_t` relative to the window start, `command_before_u`), so a delayed
     actuator sees the commands it would have seen on the real robot."""
+    from twins.simulate import command_times
+
     if window_s is None or window_s <= 0 or window_s >= traj.duration:
         return [with_initial_object_state(traj)]
     out = []
@@ -172,9 +174,9 @@ def windows(traj: Trajectory, window_s: float | None, lead_s: float = 0.0) -> li
             continue
         ta = float(traj.t[m][0])
         meta = {**dict(traj.meta), "window_start_s": ta - t0}
-        if has_cmd and lead_s > 0:
+        if has_cmd and lead_s > 0:  # their switch times (when they reached the robot)
             before = (traj.t >= ta - lead_s - 1e-9) & (traj.t < ta)
-            meta["command_before_t"] = (traj.t[before] - ta).tolist()
+            meta["command_before_t"] = (command_times(traj)[before] - ta).tolist()
             meta["command_before_u"] = traj["robot/command"][before].tolist()
         chans = {k: v[m] for k, v in traj.channels.items()}
         i0 = int(np.flatnonzero(m)[0])
@@ -248,7 +250,7 @@ def _replay_window(worlds: _Worlds, values: dict[str, float], w: Trajectory) -> 
     (including the commands before the window) on the physics-step grid, and the twin runs
     with zero latency, so a window does not start with `latency` seconds of hold command."""
     from twins.actuators import step_commands
-    from twins.simulate import command_joints, replay_in
+    from twins.simulate import command_joints, command_times, replay_in
 
     spec = worlds.spec
     lats = _latencies(spec, values, w)
@@ -260,7 +262,7 @@ def _replay_window(worlds: _Worlds, values: dict[str, float], w: Trajectory) -> 
     U = w["robot/command"]
     bt = np.asarray(w.meta.get("command_before_t", []), dtype=float).reshape(-1)
     bu = np.asarray(w.meta.get("command_before_u", []), dtype=float).reshape(-1, U.shape[1])
-    hist_t = np.concatenate([bt, w.t])
+    hist_t = np.concatenate([bt, command_times(w)])  # robot/command_delay honoured
     hist_u = np.vstack([bu, U])
     # each step's average of the delayed command (continuous in the latency)
     fine_u = step_commands(hist_t, np.vstack([hist_u[:1], hist_u]), ts, dt, np.asarray(lats))

@@ -6,7 +6,9 @@ its `robot/command` channel, open loop, through the twin's actuator and latency 
 loop is lean on purpose (a fit runs it thousands of times): commands are precomputed per
 physics step, PyBullet is called only when a command changes (servo targets) or every step
 for torque-like actuators, and states are read only at the recording's sample times.
-Samples fall on the nearest physics step (at most dt/2 away).
+Samples fall on the nearest physics step (at most dt/2 away). A recording that says when
+each command reached the robot's controller (`robot/command_delay`) has each command
+applied from then (plus the twin's latency) rather than from its sample time.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from devices.poses import POSE_UNIT, matrix_to_pose
-from devices.trajectory import Trajectory
+from devices.trajectory import COMMAND_DELAY, Trajectory
 from twins import sleeping
 from twins.actuators import Actuators, step_commands
 from twins.builder import TwinWorld
@@ -60,6 +62,17 @@ def command_joints(spec: TwinSpec, traj: Trajectory) -> list[str]:
     if jn is not None and len(jn) == n and all(str(j) in acted for j in jn):
         return [str(j) for j in jn]
     return _names({}, "", n, acted, "robot/command")
+
+
+def command_times(traj: Trajectory) -> np.ndarray:
+    """When each `robot/command` row reached the robot's controller: `t + robot/command_delay`
+    where the recording has it (rows without a delay: their sample time), kept
+    non-decreasing; the sample times `t` otherwise (the command is taken to act at once)."""
+    t = np.asarray(traj.t, float)
+    if COMMAND_DELAY not in traj.channels:
+        return t
+    d = np.asarray(traj[COMMAND_DELAY], float)[:, 0]
+    return np.maximum.accumulate(t + np.where(np.isfinite(d), d, 0.0))
 
 
 @lru_cache(maxsize=256)
@@ -187,7 +200,7 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
         q_now, _ = world.joint_state(cj)
         U_ext = np.vstack([bank.hold_command(q_now), U])
         ts = t[0] + np.arange(steps) * dt
-        u_steps = step_commands(t, U_ext, ts, dt, bank.latency)  # sub-step latency
+        u_steps = step_commands(command_times(real), U_ext, ts, dt, bank.latency)
         changed = np.ones(steps, dtype=bool)
         changed[1:] = np.any(u_steps[1:] != u_steps[:-1], axis=1)
         tau_steps = bank.torques(u_steps)

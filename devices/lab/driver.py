@@ -89,6 +89,11 @@ class LabDriver:
         with self._lock:
             self.sim.hold()
 
+    def command_time(self) -> float:
+        """Lab time the newest command arrived (RobotDriver's optional `command_time`)."""
+        with self._lock:
+            return self.sim.command_time
+
     def forward_kinematics(self, joint_pos: NDArray[np.float64]) -> NDArray[np.float64] | None:
         with self._lock:
             return self.sim.forward_kinematics(joint_pos)

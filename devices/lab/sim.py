@@ -11,6 +11,7 @@ The lab clock is simulated time in seconds since reset (monotonic).
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +73,18 @@ class LabSim:
         self._mode: str = "position"
         self._ref = self.data.qpos[self._qadr].copy()
         self._tau = np.zeros(self.n)
+        self._cmd_time = float(self.data.time)  # when the newest command reached the lab
         self.seq = seq
         self._state: RobotState | None = None  # measured lazily: noise only when read
 
     @property
     def time(self) -> float:
         return float(self.data.time)
+
+    @property
+    def command_time(self) -> float:
+        """Lab time (s) the newest command (or hold) arrived; its latency comes on top."""
+        return self._cmd_time
 
     @property
     def dt(self) -> float:
@@ -121,8 +128,12 @@ class LabSim:
         )
 
     def read_state(self) -> RobotState:
-        """The newest measured state (noisy), with ee_pos from the measured joints. Reading
-        twice between steps returns the same sample."""
+        """The newest measured state (noisy), with ee_pos from the measured joints and the
+        lab time the newest command arrived (`command_time`: a command written between two
+        steps arrives at the next step's start; the lab's latency comes on top). Reading
+        twice between steps returns the same sample (its `command_time` follows writes)."""
+        if self._state is not None and self._state.command_time != self._cmd_time:
+            self._state = replace(self._state, command_time=self._cmd_time)
         if self._state is None:
             s = self._measure()
             if self._tool >= 0:
@@ -134,6 +145,7 @@ class LabSim:
                     s.joint_effort,
                     self.forward_kinematics(s.joint_pos),
                 )
+            s = replace(s, command_time=self._cmd_time)
             self._state = s
         return self._state
 
@@ -152,10 +164,12 @@ class LabSim:
                 f"values, got {np.asarray(values).tolist()}"
             )
         self._queue.append((self.time + self.config.latency_s, mode, v))
+        self._cmd_time = self.time
 
     def hold(self) -> None:
         """Stop now (no latency: the controller's own brake): hold the true position."""
         self._queue.clear()
+        self._cmd_time = self.time
         self._mode = "position"
         self._ref = self.data.qpos[self._qadr].copy()
 

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 
 from devices.errors import DeviceError
 from devices.robots.agent_log import AgentLog
-from devices.robots.driver import RobotDriver, RobotState
+from devices.robots.driver import RobotDriver, RobotState, fresh_state, stamp_command_time
 from devices.robots.object_feed import ObjectFeed, ObjectPoseError, ObjectReport
 from devices.robots.policy_runner import OnnxPolicy, PolicySpec
 from devices.robots.policy_worker import PolicyFn, PolicyWorker
@@ -398,6 +398,7 @@ class Agent:
                     else:
                         self.driver.write_command(self._cmd_mode, res.command)  # type: ignore[arg-type]
                         self._prev = sent = res.command
+                        state = stamp_command_time(self.driver, state)  # when it arrived
                         if acted and acted != self._acted:
                             self._event(
                                 "safety", f"clamped by {', '.join(acted)} limit", acted=list(acted)
@@ -428,12 +429,7 @@ class Agent:
         self._event("watchdog", reason, object=pol.spec.object, late_s=now_t - deadline)
 
     def _fresh_state(self) -> RobotState:
-        # A driver with `wait_state(after_seq, timeout)` (the lab) can tell us when a newer
-        # measurement exists: wait a little for it rather than act twice on the same one.
-        wait = getattr(self.driver, "wait_state", None)
-        if wait is None:
-            return self.driver.read_state()
-        state: RobotState = wait(self._last_driver_seq, 0.25 * self.dt)
+        state = fresh_state(self.driver, self._last_driver_seq, 0.25 * self.dt)
         self._last_driver_seq = state.seq
         return state
 

@@ -39,7 +39,7 @@ from devices.robots import protocol as P
 from devices.robots.auth import client_proof, new_nonce, proof_matches, server_proof
 from devices.robots.driver import RobotInfo, RobotState
 from devices.robots.tls import check_pinned, client_context
-from devices.trajectory import Trajectory
+from devices.trajectory import COMMAND_DELAY, Trajectory
 
 UNITS = {
     "robot/joint_pos": "rad",
@@ -379,6 +379,10 @@ class RobotClient:
                 [m["command"] if m.get("command") is not None else nan for m in keep], dtype=float
             ).reshape(len(keep), n),
         }
+        delay = P.command_delay(keep)
+        units = dict(UNITS)
+        if delay is not None:
+            chans[COMMAND_DELAY], units[COMMAND_DELAY] = delay, "s"
         meta = {
             "robot": self.info.name,
             "joint_names": list(self.info.joint_names),
@@ -389,7 +393,7 @@ class RobotClient:
             "repeated_timestamps": len(msgs) - len(keep),
             "modes": sorted({str(m.get("mode")) for m in keep}),
         }
-        return Trajectory(t=t, channels=chans, units=UNITS, source="real", meta=meta)
+        return Trajectory(t=t, channels=chans, units=units, source="real", meta=meta)
 
     # -- commands ----------------------------------------------------------------------
     def command(self, mode: str, values: ArrayLike) -> None:

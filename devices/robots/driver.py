@@ -8,7 +8,7 @@ command (after the safety envelope), and writes it at the control rate.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -88,6 +88,13 @@ class RobotState:
     joint_vel: NDArray[np.float64]
     joint_effort: NDArray[np.float64]
     ee_pos: NDArray[np.float64] | None = None  # (3,) end effector in base frame, m
+    # Robot-clock time (s) at which the robot's controller received the newest command
+    # written to the driver (command timing jitter lives here: a 250 Hz stream reaches a
+    # 1 kHz or 500 Hz controller on one tick or the next). A fixed delay inside the
+    # controller after that is the twin's latency. None when the driver cannot say. Real
+    # robots expose it (Franka's per-tick q_d, UR RTDE target_q); the agent stamps it on
+    # each state message after writing that tick's command (PROTOCOL.md `command_time`).
+    command_time: float | None = None
 
 
 class RobotDriver(Protocol):
@@ -96,7 +103,8 @@ class RobotDriver(Protocol):
 
     Optional: `wait_state(after_seq, timeout) -> RobotState` — block until a state newer than
     `after_seq` exists (or `timeout` s pass) and return the newest; the agent then never acts
-    twice on the same measurement.
+    twice on the same measurement. `command_time() -> float | None` — the robot-clock time
+    the controller received the newest written command (see RobotState.command_time).
     """
 
     def info(self) -> RobotInfo: ...
@@ -118,3 +126,24 @@ class RobotDriver(Protocol):
 
     def forward_kinematics(self, joint_pos: NDArray[np.float64]) -> NDArray[np.float64] | None:
         """End-effector position (3,) in the base frame for joint_pos, if the driver knows it."""
+
+
+def fresh_state(driver: RobotDriver, after_seq: int, timeout: float) -> RobotState:
+    """The newest state; a driver with `wait_state` (the lab) can tell when a newer
+    measurement than `after_seq` exists: wait up to `timeout` for it rather than act twice
+    on the same one."""
+    wait = getattr(driver, "wait_state", None)
+    if wait is None:
+        return driver.read_state()
+    state: RobotState = wait(after_seq, timeout)
+    return state
+
+
+def stamp_command_time(driver: RobotDriver, state: RobotState) -> RobotState:
+    """`state` with the time the driver's controller received the command just written
+    (its optional `command_time()`); unchanged when the driver cannot say."""
+    get = getattr(driver, "command_time", None)
+    ct = get() if get is not None else None
+    if ct is None or ct == state.command_time:
+        return state
+    return replace(state, command_time=float(ct))

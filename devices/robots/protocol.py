@@ -224,13 +224,14 @@ def state_message(
         "joint_effort": state.joint_effort.tolist(),
         "ee_pos": None if state.ee_pos is None else np.asarray(state.ee_pos).tolist(),
         "command": None if command is None else command.tolist(),
+        "command_time": state.command_time,
         "mode": mode,
         **status,
     }
 
 
 def state_from_message(msg: dict[str, Any]) -> RobotState:
-    ee = msg.get("ee_pos")
+    ee, ct = msg.get("ee_pos"), msg.get("command_time")
     return RobotState(
         t=float(msg["t"]),
         seq=int(msg["seq"]),
@@ -238,7 +239,23 @@ def state_from_message(msg: dict[str, Any]) -> RobotState:
         joint_vel=np.asarray(msg["joint_vel"], dtype=float),
         joint_effort=np.asarray(msg["joint_effort"], dtype=float),
         ee_pos=None if ee is None else np.asarray(ee, dtype=float),
+        command_time=None if ct is None else float(ct),
     )
+
+
+def command_delay(msgs: list[dict[str, Any]]) -> NDArray[np.float64] | None:
+    """Per state message, `command_time - t` (s): how long after the state the robot's
+    controller received the command sent with it (PROTOCOL.md); NaN where no command was
+    sent. None when a message with a command lacks `command_time` (robot cannot say)."""
+    out = np.full((len(msgs), 1), np.nan)
+    for i, m in enumerate(msgs):
+        if m.get("command") is None:
+            continue
+        ct = m.get("command_time")
+        if ct is None:
+            return None
+        out[i, 0] = float(ct) - float(m["t"])
+    return out
 
 
 # -- camera frames ----------------------------------------------------------------------

@@ -160,7 +160,13 @@ def test_truth_is_not_reachable_through_info_or_states(name: str) -> None:
     info = sim.info().to_dict()
     assert not (_numbers(info) & hidden_set), _numbers(info) & hidden_set
     state = sim.read_state()
-    assert set(vars(state)) == {"t", "seq", "joint_pos", "joint_vel", "joint_effort", "ee_pos"}
+    fields = {"t", "seq", "joint_pos", "joint_vel", "joint_effort", "ee_pos", "command_time"}
+    assert set(vars(state)) == fields
+    # command_time is when a command arrived, not when it acts (that would tell the latency)
+    if sim.n:
+        sim.step(3)
+        sim.write_command("position", sim.read_state().joint_pos)
+        assert sim.read_state().command_time == pytest.approx(sim.time, abs=1e-12)
     text = json.dumps(info).lower()
     for word in ("kp", "damping", "friction", "latency", "mass", "restitution", "noise"):
         assert word not in text
