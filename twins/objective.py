@@ -360,6 +360,12 @@ def _channel_error(real: Trajectory, sim: Trajectory, name: str) -> NDArray[np.f
         sim_jn = [str(j) for j in sim.meta.get("joint_names", [])]
         s = s[:, [sim_jn.index(j) for j in jn]] if jn else s[:, : r.shape[1]]
     if real.units.get(name) == POSE_UNIT and r.shape[1] == 7:
+        if name.split("/")[1] in (real.meta.get("spinless_objects") or ()):
+            # symmetric about its z (a cylinder): a camera cannot see its spin
+            from devices.poses import drop_spin
+
+            s = np.array([drop_spin(p) for p in s])
+            r = np.array([drop_spin(p) for p in r])
         err = np.hstack([s[:, :3] - r[:, :3], _rotvec_err(s[:, 3:], r[:, 3:])])
         lost = lost_rows(real, name)  # samples the tracker flagged: no evidence
         if lost is not None:

@@ -8,10 +8,16 @@ truth, and how well the twin predicted them.
    with the Panda of bench fit (PD actuators, gains and force limits the user set). Its
    **fit**: three multisine excitations recorded from a `lab serve` subprocess through
    the robot protocol (real time), 9 joint parameters fitted as in bench fit (damping
-   and Coulomb friction of joints 1-4, one command latency), Laplace posterior. The
-   object's parameters are not fitted (the excitation does not touch it): they stay
-   nominal. **calibrated**: the push twin at the fitted values; **calibrated_dr**: the
-   same under posterior randomization (each episode one posterior sample); **oracle**:
+   and Coulomb friction of joints 1-4, one command latency), Laplace posterior. Then the
+   **object fit** (app/benches/sim2real_objects.py, app/workflows/object_fit.py): five
+   pushes of the cylinder (the excitation library's push, different directions and
+   speeds) through a `lab serve` subprocess, its pose from the workbench's tracker on the
+   fixed camera's recorded frames (not the lab's truth), the cylinder's effective density
+   (mass) and friction fitted on four of them with the joints held at their fit (the
+   fifth held out: `object_heldout_pose_rmse_mm` before/after); restitution is not
+   fitted (no impact in a push). **calibrated**: the push twin at the fitted joint and
+   object values; **calibrated_dr**: the same under posterior randomization (each episode
+   one sample of the joints' and, independently, the object's posterior); **oracle**:
    the push twin at the lab's true joint damping, friction and latency and the
    cylinder's true mass, friction and restitution (app/benches/sim2real_lab.true_values).
 2. Training: CEM over the `push_ik` primitive (policies/push_primitive.py) in each,
@@ -257,6 +263,7 @@ def _protocol(cfg: Any, policy: Any, starts: list[Any], tmp: Path) -> list[dict[
 
 def run(quick: bool = False, lab_config: Path | None = None) -> dict[str, Any]:
     from app.benches.sim2real_lab import LabStart, draw_starts, lab_episodes, push_twin, true_values
+    from app.benches.sim2real_objects import PUSHES, fit_object_part, record_pushes
     from devices.lab.config import LabConfig
     from devices.lab.scenes import get_scene
     from policies import push_primitive as pp
@@ -302,6 +309,13 @@ def run(quick: bool = False, lab_config: Path | None = None) -> dict[str, Any]:
         fitted, post_dr, fres = _fit(base, cfg, recs, 40 if quick else 100, ex)
         out["fit_s"] = _r(time.perf_counter() - t0, 1)
         truth = true_values(cfg, base)
+        _log(f"recording {len(PUSHES)} pushes of the cylinder through lab serve + tracker")
+        t0 = time.perf_counter()
+        pushes = record_pushes(cfg, cfg_path, tmp / "pushes", len(PUSHES))
+        out["object_record_s"] = _r(time.perf_counter() - t0, 1)
+        _log("fitting the cylinder's mass and friction, joints held at their fit")
+        fitted, post_dr, okeys = fit_object_part(fitted, post_dr, pushes, truth, 40, ex)
+        out.update(okeys)
         out["fit_rel_err"] = {
             n: _r(abs(fres.estimate[n] - truth[n]) / abs(truth[n]), 3)
             for n in fres.estimate

@@ -1,0 +1,157 @@
+"""The object part of `bench sim2real`'s fit: pushes of the cylinder recorded through the
+robot protocol (`lab serve` subprocess, the fixed camera's frames tracked by the
+workbench's tracker), its effective mass and friction fitted with the joints held at
+their fitted values (app/workflows/object_fit.py), and the result folded into the
+calibrated twin and its posterior randomization.
+
+The camera's pose is the lab's true one (a calibrated camera, as in bench track and
+push_deploy) and the tracker's model starts at the scene's pose of the cylinder (a scan);
+every later push aims where the tracker last saw it. The last push is held out: the
+object-pose RMSE of its replay before (object nominal) and after the fit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.benches.sim2real_lab import OBJECT
+
+# (direction deg from the base +x, speed m/s, distance m) of each push; the last is held out.
+# None pushes towards the robot (-x): the hand would hide the cylinder from the fixed camera
+PUSHES = (
+    (0.0, 0.08, 0.12),
+    (-90.0, 0.15, 0.12),
+    (90.0, 0.12, 0.12),
+    (0.0, 0.15, 0.12),
+    (-45.0, 0.1, 0.12),
+)
+BOUNDS = {f"objects.{OBJECT}.density": (100.0, 2500.0), f"objects.{OBJECT}.friction": (0.1, 1.5)}
+
+
+def object_source(cfg: Any, description: str) -> Any:
+    """The tracker's view of the cylinder: the lab's fixed camera at its (calibrated) pose,
+    the scene's model and table (the procedural scan), the robot masked, spin dropped."""
+    from app.workflows.object_feed import ObjectSource
+    from devices.lab.truth import truth_camera_pose
+    from devices.poses import pose_to_matrix
+    from reconstruction.object_track_types import ObjectModel
+    from reconstruction.segment import Plane
+    from twins.scan_input import procedural_scan
+
+    sc = procedural_scan()
+    o = next(o for o in sc.objects if o.name == OBJECT)
+    assert sc.table_plane is not None  # the scene's table top, z = 0
+    return ObjectSource(
+        "fixed",
+        (ObjectModel(OBJECT, o.mesh, pose_to_matrix(o.pose)),),
+        truth_camera_pose(cfg, "fixed"),
+        Plane.from_list(list(sc.table_plane)),
+        description,
+        spinless=(OBJECT,),
+    )
+
+
+def record_pushes(cfg: Any, cfg_path: Path, folder: Path, n: int) -> list[Any]:
+    """`n` pushes of PUSHES through a `lab serve` subprocess, each tracked (real time)."""
+    from app.jobs import run_to_end
+    from app.workflows.object_fit import last_tracked, record_push
+    from devices.robots.client import RobotClient
+    from devices.robots.launch import start_lab_process
+
+    pose = np.asarray(next(o.pose for o in cfg.objects if o.name == OBJECT), float)
+    out = []
+    with (
+        start_lab_process(cfg.scene, cfg_path, camera_size="424x240", camera_fps=15) as lab,
+        RobotClient(lab.host, lab.port, lab.token, name="bench-sim2real-push") as client,
+    ):
+        client.latest_state(timeout_s=10.0)
+        assert client.info is not None
+        src = object_source(cfg, client.info.description)
+        for k, (direction, speed, dist) in enumerate(PUSHES[:n]):
+            traj = run_to_end(
+                record_push(
+                    client,
+                    src,
+                    OBJECT,
+                    pose,
+                    folder / f"push{k}",
+                    direction=direction,
+                    speed=speed,
+                    distance=dist,
+                )
+            )
+            out.append(traj)
+            pose = last_tracked(traj, OBJECT)
+        client.stop("bench sim2real: pushes done")
+    return out
+
+
+def with_object_posterior(dr: Any, names: list[str], samples: Any, seed: int = 0) -> Any:
+    """Posterior randomization `dr` (joints) with the object's posterior samples added as
+    independent columns (each side resampled to the larger count); `dr` without posterior
+    samples gets the object's alone."""
+    from policies.randomization import posterior
+
+    s = np.asarray(samples, float)
+    if s.size == 0:
+        return dr
+    if dr.mode != "posterior":
+        return posterior(names, s, dr.noise, source="bench sim2real object fit")
+    rng = np.random.default_rng(seed)
+    j = np.asarray(dr.samples, float)
+    n = max(len(j), len(s))
+    ji = np.arange(n) % len(j) if len(j) == n else rng.integers(0, len(j), n)
+    si = np.arange(n) % len(s) if len(s) == n else rng.integers(0, len(s), n)
+    return posterior(
+        list(dr.names) + list(names),
+        np.hstack([j[ji], s[si]]),
+        dr.noise,
+        source=f"{dr.source} + object fit",
+    )
+
+
+def fit_object_part(
+    fitted: Any, dr: Any, pushes: list[Any], truth: dict[str, float], budget: int, ex: Any
+) -> tuple[Any, Any, dict[str, Any]]:
+    """(calibrated twin with the object's fitted values, posterior randomization with its
+    samples, report keys) from the push recordings (all but the last fitted)."""
+    from app.workflows.object_fit import OBJECT_PARAMS, fit_object, pose_rmse
+
+    fit_on, held = pushes[:-1], pushes[-1]
+    t0 = time.perf_counter()
+    res = fit_object(fitted, fit_on, OBJECT, OBJECT_PARAMS, budget, ex, BOUNDS)
+    secs = time.perf_counter() - t0
+    est = dict(res.estimate)
+    names = list(res.posterior.names)
+    S = np.asarray(res.posterior.samples, float)
+    report: dict[str, Any] = {}
+    for n in est:
+        tv = truth.get(n)
+        iv = res.posterior.interval90.get(n)
+        iv = None if iv is None else [round(float(v), 4) for v in iv]
+        report[n.split(".")[-1]] = {
+            "true": None if tv is None else round(tv, 4),
+            "fitted": round(float(est[n]), 4),
+            "rel_err": None if not tv else round(abs(est[n] - tv) / abs(tv), 3),
+            "interval90": iv,
+            "identifiable": bool(res.posterior.identifiable.get(n, False)),
+        }
+    before = pose_rmse(fitted, None, held, OBJECT)
+    after = pose_rmse(fitted, est, held, OBJECT)
+    keys = {
+        "object_fit": report,
+        "object_fit_s": round(secs, 1),
+        "object_push_recordings": len(pushes),
+        "object_pushes_fitted": len(fit_on),
+        "object_heldout_pose_rmse_mm": {
+            "before": round(1000 * before, 1) if math.isfinite(before) else None,
+            "after": round(1000 * after, 1) if math.isfinite(after) else None,
+        },
+        "object_fit_loss": [round(res.loss_before, 4), round(res.loss_after, 4)],
+    }
+    return fitted.with_values(est), with_object_posterior(dr, names, S), keys
