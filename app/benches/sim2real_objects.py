@@ -13,6 +13,7 @@ object-pose RMSE of its replay before (object nominal) and after the fit.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -57,11 +58,13 @@ def object_source(cfg: Any, description: str) -> Any:
 
 
 def record_pushes(cfg: Any, cfg_path: Path, folder: Path, n: int) -> list[Any]:
-    """`n` pushes of PUSHES through a `lab serve` subprocess, each tracked (real time)."""
+    """`n` pushes of PUSHES through a `lab serve` subprocess, each tracked (real time);
+    fewer when one fails (the next one would not know where to aim)."""
     from app.jobs import run_to_end
     from app.workflows.object_fit import last_tracked, record_push
     from devices.robots.client import RobotClient
     from devices.robots.launch import start_lab_process
+    from resources.errors import TwinbenchError
 
     pose = np.asarray(next(o.pose for o in cfg.objects if o.name == OBJECT), float)
     out = []
@@ -73,20 +76,17 @@ def record_pushes(cfg: Any, cfg_path: Path, folder: Path, n: int) -> list[Any]:
         assert client.info is not None
         src = object_source(cfg, client.info.description)
         for k, (direction, speed, dist) in enumerate(PUSHES[:n]):
-            traj = run_to_end(
-                record_push(
-                    client,
-                    src,
-                    OBJECT,
-                    pose,
-                    folder / f"push{k}",
-                    direction=direction,
-                    speed=speed,
-                    distance=dist,
-                )
-            )
+            job = record_push(
+                client, src, OBJECT, pose, folder / f"push{k}", direction=direction,
+                speed=speed, distance=dist,
+            )  # fmt: skip
+            try:
+                traj = run_to_end(job)
+                pose = last_tracked(traj, OBJECT)
+            except TwinbenchError as exc:  # lost or unreachable: no aim for the next one
+                print(f"sim2real: push {k} failed ({exc}); no more pushes", file=sys.stderr)
+                break
             out.append(traj)
-            pose = last_tracked(traj, OBJECT)
         client.stop("bench sim2real: pushes done")
     return out
 
@@ -119,10 +119,27 @@ def fit_object_part(
     fitted: Any, dr: Any, pushes: list[Any], truth: dict[str, float], budget: int, ex: Any
 ) -> tuple[Any, Any, dict[str, Any]]:
     """(calibrated twin with the object's fitted values, posterior randomization with its
-    samples, report keys) from the push recordings (all but the last fitted)."""
-    from app.workflows.object_fit import OBJECT_PARAMS, fit_object, pose_rmse
+    samples, report keys) from the push recordings (all but the last fitted). A push that
+    missed the cylinder or lost it is left out and named; with fewer than two left the
+    object keeps its nominal values (`object_fit` None)."""
+    from app.workflows.object_fit import (
+        OBJECT_PARAMS,
+        ObjectFitError,
+        fit_object,
+        pose_rmse,
+        push_part,
+    )
 
-    fit_on, held = pushes[:-1], pushes[-1]
+    usable, skipped = [], []
+    for k, p in enumerate(pushes):
+        try:
+            push_part(p, OBJECT)
+            usable.append(p)
+        except ObjectFitError as exc:
+            skipped.append(f"push {k}: {exc}")
+    if len(usable) < 2:
+        return fitted, dr, {"object_fit": None, "object_fit_skipped": skipped}
+    fit_on, held = usable[:-1], usable[-1]
     t0 = time.perf_counter()
     res = fit_object(fitted, fit_on, OBJECT, OBJECT_PARAMS, budget, ex, BOUNDS)
     secs = time.perf_counter() - t0
@@ -153,5 +170,6 @@ def fit_object_part(
             "after": round(1000 * after, 1) if math.isfinite(after) else None,
         },
         "object_fit_loss": [round(res.loss_before, 4), round(res.loss_after, 4)],
+        "object_fit_skipped": skipped,
     }
     return fitted.with_values(est), with_object_posterior(dr, names, S), keys
