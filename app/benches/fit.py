@@ -144,6 +144,23 @@ def _tracking(notes: list[str]) -> dict[str, Any]:
     }
 
 
+def _command_timing(recs: list[Any], dt: float) -> dict[str, Any]:
+    """How the recorded commands reached the lab (the `robot/command_delay` channel the
+    twin's replay honours): share that arrived one or more physics steps after their
+    state, and the largest delay."""
+    from devices.trajectory import COMMAND_DELAY
+
+    ds = [r[COMMAND_DELAY][:, 0] for r in recs if COMMAND_DELAY in r.channels]
+    if len(ds) < len(recs):
+        return {"command_late_share": None, "command_delay_max_ms": None}
+    d = np.concatenate(ds)
+    d = d[np.isfinite(d)]
+    return {
+        "command_late_share": round(float(np.mean(d > dt / 2)), 3),
+        "command_delay_max_ms": round(float(d.max()) * 1e3, 2),
+    }
+
+
 def run(
     quick: bool = False, lab_config: Path | None = None, posterior: str = "laplace"
 ) -> dict[str, Any]:
@@ -176,6 +193,7 @@ def run(
         t0 = time.perf_counter()
         recs = _record_all(cfg_path, cfg, seconds)
         out["record_s"] = round(time.perf_counter() - t0, 2)
+        out.update(_command_timing(recs, cfg.timestep))
         train, held = recs[:2], recs[2:]
         spec = lab_twin(Path(tmp) / "twin", cfg)
         truth = fitted_truth(cfg)
