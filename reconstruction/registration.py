@@ -36,23 +36,35 @@ class Hypothesis:
     tight: float = 0.0
 
 
-def icp(s: TrackingSettings, src: View, tgt: View, init: Mat4, levels: int = 3) -> Mat4 | None:
-    """Coarse-to-fine point-to-plane ICP (4, 2, 1 x voxel; the first `levels` of them) of src
-    onto tgt: T_tgt_src, or None when either view is too small or the solve diverged."""
+def icp(
+    s: TrackingSettings,
+    src: View,
+    tgt: View,
+    init: Mat4,
+    levels: int = 3,
+    first: int = 0,
+    src_fine: float = 1.0,
+    coarse_eps: float = 1e-5,
+) -> Mat4 | None:
+    """Coarse-to-fine point-to-plane ICP (4, 2, 1 x voxel; levels `first` to `levels` - 1 of
+    them) of src onto tgt: T_tgt_src, or None when either view is too small or the solve
+    diverged. src's points at no finer than `src_fine` x voxel; the coarser levels stop at
+    a relative change of `coarse_eps` (the finest at 1e-5)."""
     v = s.voxel
     if src.size() < 50 or tgt.size() < 50:
         return None
     T = np.asarray(init, np.float64)
-    steps = list(zip((4 * v, 2 * v, v), s.corr, (30, 20, 15), strict=True))[:levels]
+    steps = list(zip((4 * v, 2 * v, v), s.corr, (30, 20, 15), strict=True))[first:levels]
     t0 = time.thread_time()
     for scale, dist, iters in steps:
+        eps = 1e-5 if scale <= v * 1.01 else coarse_eps
         r = _legacy.registration_icp(
-            src.level(scale),
+            src.level(max(scale, src_fine * v)),
             tgt.level(scale),
             dist,
             T,
             _legacy.TransformationEstimationPointToPlane(),
-            _legacy.ICPConvergenceCriteria(1e-5, 1e-5, iters),
+            _legacy.ICPConvergenceCriteria(eps, eps, iters),
         )
         T = np.asarray(r.transformation, np.float64)
     _icp_cpu_s[0] += time.thread_time() - t0
@@ -98,9 +110,11 @@ def best_hypothesis(
     inits: list[tuple[Mat4, str]],
     glob: bool,
     extra: list[tuple[Mat4, str]] | None = None,
+    always: bool = False,
 ) -> Hypothesis:
     """ICP from each start in `inits` (and each ready-made T_tgt_src in `extra`); global
-    registration as one more start when none passes (or always, if so set). The winner:
+    registration as one more start when none passes (or `always`, or always if so set). The
+    winner:
     among those passing the gate, the highest lenient + tight inlier ratio; else the
     highest ratio (failing); else an empty hypothesis."""
     cands: list[Hypothesis] = []
@@ -120,7 +134,7 @@ def best_hypothesis(
     def passing() -> list[Hypothesis]:
         return [h for h in cands if h.ratio >= s.min_inlier_ratio]
 
-    if glob and (not passing() or s.global_registration == "always"):
+    if glob and (not passing() or always or s.global_registration == "always"):
         Tg = global_registration(s, src, tgt)
         if Tg is not None:
             consider(icp(s, src, tgt, Tg), "global")

@@ -9,6 +9,7 @@ clouds for ICP and FPFH features. The gate
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
@@ -32,7 +33,12 @@ class TrackingSettings:
     min_overlap: float = 0.15  # share of frame points that must land on model depth
     keyframe_m: float = 0.1
     keyframe_deg: float = 10.0
-    global_registration: str = "fallback"  # "fallback" | "always" | "never"
+    # "sparse" | "fallback" | "always" | "never". FPFH + RANSAC as one more hypothesis:
+    # "sparse" always between frames more than `video_dt_s` apart (keyframe sequences), as
+    # a fallback at video rate. TUM cabinet (58 keyframes, 14.5 cm apart), 12 runs each:
+    # "sparse" all tracked, ATE 2.99-4.20 cm; "fallback" 3.06-9.35 cm, 2 of 11 over 5 cm
+    # (a lost frame 44 and a relocalisation cascade, a slide at frames 44-45)
+    global_registration: str = "sparse"
     relocalise: bool = True
     # loop edges + pose graph: off by default — as configured it made the TUM cabinet worse
     # (ATE 7.8-13.9 cm over runs, 0.6-1.0 fps) than frame-to-model alone (6.5 cm, 1.7 fps)
@@ -47,13 +53,21 @@ class TrackingSettings:
     raycast_down: int = 1
     video_dt_s: float = 0.1  # frames closer than this take the one-ICP fast path first
     fast_accept_ratio: float = 0.9
-    # video fast path: ICP levels (3: 4x, 2x and 1x voxel; 2 levels cost 21 instead of 51 ms
-    # CPU per frame but, with a full-resolution view, ended the lab hand path ~1.0 cm off
-    # instead of 0.2-0.4 cm), and reuse of a model view for up to `reuse_view_frames` frames while the camera stays
-    # within `reuse_view_m` / `reuse_view_deg` of the pose it was raycast at. Default: every
-    # frame raycast; reusing a view even for 2 frames lost track on the lab path (32 cm ATE,
-    # most frames falling to global registration)
+    # video fast path: ICP levels `fast_icp_first` to `fast_icp_levels` - 1 of (4x, 2x, 1x
+    # voxel), the frame's points at no finer than `fast_src_fine` x voxel (the model's at
+    # each level's), the coarser levels stopping at a relative change of `fast_coarse_eps`.
+    # Lab short hand paths (1.5 s at 30 fps, 27-80 mm a frame; ATE over 1 cm): the default
+    # (coarse levels at 1e-4) 0 of 20 (3.1-7.3 mm); all at 1e-5, 1 of 10 (91 mm); coarse at
+    # 1e-3, 1 of 3 (271 mm); the frame at 2x voxel, 3 of 20 (21-221 mm); without the 4x
+    # level, 1 of 3 (353 mm). The coarse levels' ICP CPU on the 8 s path: 19.5 -> 13.6 ms.
+    # Reuse of a model view for up to `reuse_view_frames` frames while the camera stays
+    # within `reuse_view_m` / `reuse_view_deg` of the pose it was raycast at: every frame is
+    # raycast by default; reusing a view even for 2 frames lost track on the lab path (32 cm
+    # ATE, most frames falling to global registration)
     fast_icp_levels: int = 3
+    fast_icp_first: int = 0
+    fast_src_fine: float = 1.0
+    fast_coarse_eps: float = 1e-4
     reuse_view_frames: int = 1
     reuse_view_m: float = 0.03
     reuse_view_deg: float = 4.0
@@ -171,38 +185,57 @@ def gate(s: TrackingSettings, src: View, tgt: View, T_tgt_src: Mat4) -> tuple[fl
     return float(inl.sum() / n), float(n / len(p)), float(tight.sum() / n)
 
 
+@functools.lru_cache(maxsize=16)
+def _ray_grid(
+    h: int, w: int, stride: int, fx: float, fy: float, cx: float, cy: float
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """x/z and y/z of every `stride`-th pixel's ray (read-only; a stream has one size)."""
+    v, u = np.mgrid[0:h, 0:w]
+    X, Y = (u * stride - cx) / fx, (v * stride - cy) / fy
+    X.flags.writeable = Y.flags.writeable = False
+    return X, Y
+
+
 def _vertex_normal_maps(
     depth: NDArray[np.float32], K: NDArray[np.float64], stride: int, max_jump: float
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
     """Vertex and normal maps (camera frame) of every `stride`-th pixel, and where both are
     valid: normals from the depth map's neighbours (central differences), facing the camera;
-    pixels at depth jumps > `max_jump` have none."""
+    pixels at depth jumps > `max_jump` have none. (Written out per component: it runs for
+    every frame and every model view, on the tracking thread, and np.stack / np.cross /
+    np.linalg.norm on these small maps cost half of it.)"""
     d = depth[::stride, ::stride].astype(np.float64)
     h, w = d.shape
-    v, u = np.mgrid[0:h, 0:w]
-    P = np.stack(
-        [(u * stride - K[0, 2]) / K[0, 0] * d, (v * stride - K[1, 2]) / K[1, 1] * d, d], axis=-1
-    )
+    X, Y = _ray_grid(h, w, stride, float(K[0, 0]), float(K[1, 1]), float(K[0, 2]), float(K[1, 2]))
+    P = np.empty((h, w, 3))
+    np.multiply(X, d, out=P[..., 0])
+    np.multiply(Y, d, out=P[..., 1])
+    P[..., 2] = d
     ok = d > 0
     dx = P[1:-1, 2:] - P[1:-1, :-2]
     dy = P[2:, 1:-1] - P[:-2, 1:-1]
-    n = np.cross(dx, dy)
-    norm = np.linalg.norm(n, axis=-1)
+    a0, a1, a2 = dx[..., 0], dx[..., 1], dx[..., 2]
+    b0, b1, b2 = dy[..., 0], dy[..., 1], dy[..., 2]
+    n0, n1, n2 = a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0
+    norm = np.sqrt(n0 * n0 + n1 * n1 + n2 * n2)
     inner = (
         ok[1:-1, 1:-1]
         & ok[1:-1, 2:]
         & ok[1:-1, :-2]
         & ok[2:, 1:-1]
         & ok[:-2, 1:-1]
-        & (np.abs(dx[..., 2]) < max_jump)
-        & (np.abs(dy[..., 2]) < max_jump)
+        & (np.abs(a2) < max_jump)
+        & (np.abs(b2) < max_jump)
         & (norm > 0)
     )
+    scale = 1.0 / np.where(norm > 0, norm, 1.0)
+    c = P[1:-1, 1:-1]
+    # normals face the camera
+    scale[n0 * c[..., 0] + n1 * c[..., 1] + n2 * c[..., 2] > 0] *= -1
     N = np.zeros_like(P)
-    n = n / np.where(norm > 0, norm, 1.0)[..., None]
-    flip = (n * P[1:-1, 1:-1]).sum(axis=-1) > 0  # normals face the camera
-    n[flip] *= -1
-    N[1:-1, 1:-1] = n
+    np.multiply(n0, scale, out=N[1:-1, 1:-1, 0])
+    np.multiply(n1, scale, out=N[1:-1, 1:-1, 1])
+    np.multiply(n2, scale, out=N[1:-1, 1:-1, 2])
     valid = np.zeros_like(ok)
     valid[1:-1, 1:-1] = inner
     return P, N, valid

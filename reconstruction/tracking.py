@@ -10,8 +10,9 @@ near the previous pose and the frame is aligned to that view.
   raycast at (`reuse_view_*`): the raycast is the costliest step of a tracked frame.
 - Otherwise (large motion, or the fast path failing): coarse-to-fine KD-tree point-to-plane
   ICP against a fresh model view from constant velocity, "no motion" and the frame-to-frame
-  registration as starts, FPFH + RANSAC global registration when none passes
-  (reconstruction/registration.py).
+  registration as starts, and FPFH + RANSAC global registration (reconstruction/
+  registration.py): always between frames more than `video_dt_s` apart, at video rate
+  only when none of the starts passes.
 
 The winning hypothesis is the one with the highest **valid-pixel inlier ratio**
 (reconstruction/track_view.py `gate`). A frame below the gate is not fused; tracking is then
@@ -102,7 +103,8 @@ class HandheldTracker:
         """Build `f`'s view and its ICP levels ahead of `track(f)` (on a reader thread: the
         view depends only on the frame and the settings)."""
         v = self.view_of_frame(f)
-        for scale in (4 * self.s.voxel, 2 * self.s.voxel, self.s.voxel):
+        s = self.s
+        for scale in {4 * s.voxel, 2 * s.voxel, s.voxel, max(1.0, s.fast_src_fine) * s.voxel}:
             v.level(scale)
         with self._prep_lock:
             self._prepared[id(f)] = (f, v)
@@ -156,7 +158,8 @@ class HandheldTracker:
             if video:
                 hyp, T_world_ref = self._fast(f, src, model_view, last)
             if hyp is None:
-                hyp, T_world_ref = self._full(f, src, model_view, last, glob)
+                always = not video and self.s.global_registration == "sparse"
+                hyp, T_world_ref = self._full(f, src, model_view, last, glob, always)
         if hyp is None and self.s.relocalise:
             # lost, or the model view failed: try the keyframes before giving up on this frame
             hyp, T_world_ref = self._relocalise(src, glob)
@@ -168,6 +171,12 @@ class HandheldTracker:
             )
         T = T_world_ref @ hyp.T
         why = self._implausible(f, T)
+        if why and self.s.relocalise and not self.lost:
+            # a second opinion from the keyframes before losing the frame: with global
+            # registration among the hypotheses a wrong one can win the gate and jump
+            h2, ref2 = self._relocalise(src, glob)
+            if h2 is not None and not self._implausible(f, ref2 @ h2.T):
+                hyp, T_world_ref, T, why = h2, ref2, ref2 @ h2.T, ""
         if why:
             return self._fail(f, why)
         if self.lost:
@@ -213,7 +222,16 @@ class HandheldTracker:
         # here (a 1e-16 change of the start moved the lab path by centimetres in 30 frames)
         T_ref_last = np.eye(4) if m.T_world_ref is last else invert(m.T_world_ref) @ last
         for init in (T_ref_last, T_ref_last @ self._velocity):
-            T = icp(s, src, m.view, Ci @ init, levels=s.fast_icp_levels)
+            T = icp(
+                s,
+                src,
+                m.view,
+                Ci @ init,
+                s.fast_icp_levels,
+                s.fast_icp_first,
+                s.fast_src_fine,
+                s.fast_coarse_eps,
+            )
             if T is None:
                 continue
             ratio, ov, tight = gate(s, src, m.view, T)
@@ -222,7 +240,13 @@ class HandheldTracker:
         return None, np.eye(4)
 
     def _full(
-        self, f: RGBDFrame, src: View, model_view: Any, last: Mat4, glob: bool
+        self,
+        f: RGBDFrame,
+        src: View,
+        model_view: Any,
+        last: Mat4,
+        glob: bool,
+        always: bool = False,
     ) -> tuple[Hypothesis | None, Mat4]:
         """Large motion: KD-tree ICP against a model view rendered at the last pose (at full
         resolution whatever `raycast_down` says: with half resolution here the TUM cabinet's
@@ -247,7 +271,13 @@ class HandheldTracker:
             if Tf is not None:
                 extra.append((Ci @ Tf, "model"))
         hyp = best_hypothesis(
-            self.s, src, m.view, [(Ci @ self._velocity, "model"), (Ci, "model")], glob, extra
+            self.s,
+            src,
+            m.view,
+            [(Ci @ self._velocity, "model"), (Ci, "model")],
+            glob,
+            extra,
+            always=always,
         )
         hyp.T = C @ hyp.T
         return self._revisit(src, last, hyp if passes(self.s, hyp) else None)

@@ -94,6 +94,11 @@ def _shared(quick: bool) -> dict[str, Any]:
         for i, m in zip(path.index, path.method, strict=True)
         if m not in ("model", "first")
     ][:12]
+    out["lost_frames"] = [
+        f"{int(i)}: {r}"
+        for i, r, ok in zip(path.index, path.reason, path.tracked, strict=True)
+        if not ok
+    ][:6]
     weak = np.argsort(np.where(path.tracked, path.inlier_ratio, np.inf))[:3]
     out["weakest_frames"] = [
         f"{int(path.index[i])}:{path.inlier_ratio[i]:.3f}" for i in weak if path.tracked[i]
