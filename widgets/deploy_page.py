@@ -90,6 +90,7 @@ class DeployPage(WorkflowPage):
         )
         self.camera_pose.sig_changed.connect(self._invalidate)
         form.addRow("Camera pose", self.camera_pose)
+        self._form = form
         form.addRow("Start ramp", self.ramp)
         form.addRow("Run for", self.duration)
         side.addLayout(form)
@@ -162,6 +163,7 @@ class DeployPage(WorkflowPage):
         self.timer.setInterval(100)
         self.timer.timeout.connect(self._draw_live)
         self.policy_box.currentIndexChanged.connect(self._invalidate)
+        self.policy_box.currentIndexChanged.connect(self._show_camera_row)
 
     # -- state ---------------------------------------------------------------------------
     def has_content(self) -> bool:
@@ -189,6 +191,7 @@ class DeployPage(WorkflowPage):
             idx = ids.index(current) if current in ids else len(ids) - 1
             self.policy_box.setCurrentIndex(idx)
             self.policy_box.blockSignals(False)
+            self._show_camera_row()
         info = self.controller.robot_info
         link = self.controller.robot_link
         client = link.protocol_client() if link is not None else None
@@ -208,6 +211,19 @@ class DeployPage(WorkflowPage):
         if client is None:
             raise TwinbenchError("no robot connected (Devices ▸ connect a robot or start the lab)")
         return client
+
+    def _show_camera_row(self, *_: Any) -> None:
+        """The camera pose row only for a policy that observes an object's pose."""
+        from app.workflows.train import load_policy
+
+        project, pid = self.controller.project, self.policy_box.currentData()
+        wants = False
+        if project is not None and pid is not None:
+            try:
+                wants = "object_pose" in load_policy(project, pid).spec.observation
+            except TwinbenchError:
+                wants = True  # unreadable: predict says why; keep every field in view
+        self._form.setRowVisible(self.camera_pose, wants)
 
     def _invalidate(self, *_: Any) -> None:
         if self._task is not None and not self._task.done:

@@ -127,6 +127,7 @@ def test_predict_run_stop_and_send_to_real2sim(
     page.refresh()
     assert not page.showing_empty_state()
     assert "ideal" in page.robot_label.text()
+    assert page.camera_pose.isHidden()  # a reach policy observes no object: no camera row
     assert not page.run_button.isEnabled()  # nothing runs before a prediction
     page.goal_seed.setValue(3)
     page.ramp.setValue(0.2)
@@ -266,6 +267,7 @@ def test_a_push_policy_takes_the_camera_pose_file_and_a_bad_one_is_refused(
     page.refresh()
     page.policy_box.setCurrentIndex(page.policy_box.findData(proj.artifacts("policy")[-1].id))
     assert page.camera_pose.label.text() == "the scan's calibration"
+    assert not page.camera_pose.isHidden()  # the push policy observes the object
     bad = tmp_path / "camera.json"
     bad.write_text(json.dumps({"T_base_camera": [[1, 0, 0], [0, 1, 0]]}))
     page.camera_pose.set_path(bad)
