@@ -17,8 +17,9 @@ truth, and how well the twin predicted them.
    fifth held out: `object_heldout_pose_rmse_mm` before/after); restitution is not
    fitted (no impact in a push). The values are effective, not the truth: PyBullet's
    contact is not MuJoCo's (one run: friction 0.11 for a true 0.6). **calibrated**: the
-   push twin at the fitted joint and object values; **calibrated_dr**: the same under posterior randomization (each episode
-   one sample of the joints' and, independently, the object's posterior); **oracle**:
+   push twin at the fitted joint and object values; **calibrated_dr**: the same under
+   posterior randomization (each episode one sample of the joints' and, independently,
+   the object's posterior); **oracle**:
    the push twin at the lab's true joint damping, friction and latency and the
    cylinder's true mass, friction and restitution (app/benches/sim2real_lab.true_values).
 2. Training: CEM over the `push_ik` primitive (policies/push_primitive.py) in each,
