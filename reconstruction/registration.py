@@ -44,12 +44,12 @@ def icp(
     levels: int = 3,
     first: int = 0,
     src_fine: float = 1.0,
-    coarse_eps: float = 1e-5,
+    eps: float = 1e-5,
 ) -> Mat4 | None:
     """Coarse-to-fine point-to-plane ICP (4, 2, 1 x voxel; levels `first` to `levels` - 1 of
     them) of src onto tgt: T_tgt_src, or None when either view is too small or the solve
-    diverged. src's points at no finer than `src_fine` x voxel; the coarser levels stop at
-    a relative change of `coarse_eps` (the finest at 1e-5)."""
+    diverged. src's points at no finer than `src_fine` x voxel; each level stops at a
+    relative change of fitness and RMSE under `eps`."""
     v = s.voxel
     if src.size() < 50 or tgt.size() < 50:
         return None
@@ -57,7 +57,6 @@ def icp(
     steps = list(zip((4 * v, 2 * v, v), s.corr, (30, 20, 15), strict=True))[first:levels]
     t0 = time.thread_time()
     for scale, dist, iters in steps:
-        eps = 1e-5 if scale <= v * 1.01 else coarse_eps
         r = _legacy.registration_icp(
             src.level(max(scale, src_fine * v)),
             tgt.level(scale),

@@ -55,11 +55,12 @@ class TrackingSettings:
     fast_accept_ratio: float = 0.9
     # video fast path: ICP levels `fast_icp_first` to `fast_icp_levels` - 1 of (4x, 2x, 1x
     # voxel), the frame's points at no finer than `fast_src_fine` x voxel (the model's at
-    # each level's), the coarser levels stopping at a relative change of `fast_coarse_eps`.
-    # Lab short hand paths (1.5 s at 30 fps, 27-80 mm a frame; ATE over 1 cm): the default
-    # (coarse levels at 1e-4) 0 of 20 (3.1-7.3 mm); all at 1e-5, 1 of 10 (91 mm); coarse at
-    # 1e-3, 1 of 3 (271 mm); the frame at 2x voxel, 3 of 20 (21-221 mm); without the 4x
-    # level, 1 of 3 (353 mm). The coarse levels' ICP CPU on the 8 s path: 19.5 -> 13.6 ms.
+    # each level's), each level stopping at a relative change under `fast_icp_eps` (the
+    # other paths: 1e-5). Lab short hand paths (1.5 s at 30 fps, 27-80 mm a frame; ATE over
+    # 1 cm): the default (1e-4) 0 of 20 (3.4-6.2 mm); 1e-4 on the coarse levels only, 0 of
+    # 20 (3.1-7.3 mm); 1e-5, 1 of 10 (91 mm); 1e-3 on the coarse levels, 1 of 3 (271 mm);
+    # the frame at 2x voxel, 3 of 20 (21-221 mm); without the 4x level, 1 of 3 (353 mm).
+    # ICP CPU on the 8 s path, 1e-5 -> 1e-4: about 48 -> 37 ms a frame (loaded machine).
     # Reuse of a model view for up to `reuse_view_frames` frames while the camera stays
     # within `reuse_view_m` / `reuse_view_deg` of the pose it was raycast at: every frame is
     # raycast by default; reusing a view even for 2 frames lost track on the lab path (32 cm
@@ -67,7 +68,12 @@ class TrackingSettings:
     fast_icp_levels: int = 3
     fast_icp_first: int = 0
     fast_src_fine: float = 1.0
-    fast_coarse_eps: float = 1e-4
+    fast_icp_eps: float = 1e-4
+    # above this step (m a frame) the fast path tries both starts and keeps the better by
+    # the gate (else the first that passes): lab short hand paths, ATE over 1 cm in 0 of 40
+    # (2.9-6.7 mm) against 4 of 40 (39-155 mm: ICP from "no motion" slid 1-3 cm along the
+    # table after a 300 deg/s turn and still passed the gate at 0.93-0.96)
+    fast_both_above_m: float = 0.01
     reuse_view_frames: int = 1
     reuse_view_m: float = 0.03
     reuse_view_deg: float = 4.0

@@ -205,7 +205,9 @@ class HandheldTracker:
         """Video-rate motion: coarse ICP against a (possibly reused) model view, from no
         motion, then constant velocity (hand tremor flips the velocity every few frames, and
         a constant-velocity start that ICP only half corrects along a dominant plane fed
-        back into the next start: measured, diverged in 5 frames on the lab table)."""
+        back into the next start: measured, diverged in 5 frames on the lab table). The
+        first that passes wins; after a step over `fast_both_above_m` both are tried and
+        the better by the gate wins."""
         s, m = self.s, self._model
         if (
             m is None
@@ -221,6 +223,8 @@ class HandheldTracker:
         # exactly "no motion" when the view was rendered at the last pose: ICP is chaotic
         # here (a 1e-16 change of the start moved the lab path by centimetres in 30 frames)
         T_ref_last = np.eye(4) if m.T_world_ref is last else invert(m.T_world_ref) @ last
+        fast = float(np.linalg.norm(self._velocity[:3, 3])) > s.fast_both_above_m
+        best: Hypothesis | None = None
         for init in (T_ref_last, T_ref_last @ self._velocity):
             T = icp(
                 s,
@@ -230,14 +234,18 @@ class HandheldTracker:
                 s.fast_icp_levels,
                 s.fast_icp_first,
                 s.fast_src_fine,
-                s.fast_coarse_eps,
+                s.fast_icp_eps,
             )
             if T is None:
                 continue
             ratio, ov, tight = gate(s, src, m.view, T)
             if ratio >= s.fast_accept_ratio and ov >= s.min_overlap:
-                return Hypothesis(C @ T, ratio, ov, "model", tight), m.T_world_ref
-        return None, np.eye(4)
+                h = Hypothesis(C @ T, ratio, ov, "model", tight)
+                if not fast:
+                    return h, m.T_world_ref
+                if best is None or h.ratio + 0.5 * h.tight > best.ratio + 0.5 * best.tight:
+                    best = h
+        return (best, m.T_world_ref) if best is not None else (None, np.eye(4))
 
     def _full(
         self,
