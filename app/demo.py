@@ -21,7 +21,7 @@ from app.project import MANIFEST, Project
 from app.session import AppController, data_dir
 from devices.robots.client import RobotClient
 from devices.robots.driver import RobotInfo, RobotState
-from devices.trajectory import Trajectory
+from devices.trajectory import COMMAND_DELAY, Trajectory
 from resources.errors import TwinbenchError
 
 log = logging.getLogger(__name__)
@@ -239,9 +239,11 @@ def record_job(link: LabLink, duration_s: float = 5.0) -> Job[Trajectory]:
     """
     yield Progress(None, f"recording {duration_s:.0f} s of robot state…")
     traj: Trajectory = link.client.stream(duration_s)
-    # robot/command is NaN where nothing was commanded (by design); measured channels must be finite
+    # robot/command and its arrival delay are NaN where nothing was commanded (by design);
+    # measured channels must be finite
+    unmeasured = ("robot/command", COMMAND_DELAY)
     measured = traj.with_channels(
-        channels={k: v for k, v in traj.channels.items() if k != "robot/command"}
+        channels={k: v for k, v in traj.channels.items() if k not in unmeasured}
     )
     measured.check_finite(f"recording from {link.info().name}")
     yield Progress(1.0, f"recorded {len(traj)} states")
