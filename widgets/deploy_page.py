@@ -26,7 +26,7 @@ from app.jobs import Job, Progress
 from resources.errors import TwinbenchError
 from widgets.file_field import FileField
 from widgets.jobs import JobRunner, JobTask
-from widgets.pages import StatusLine, WorkflowPage, preview
+from widgets.pages import StatusLine, WorkflowPage, preview, spin_box
 from widgets.record_panel import PALETTE
 
 log = logging.getLogger(__name__)
@@ -75,8 +75,10 @@ class DeployPage(WorkflowPage):
         self.goal_seed.setToolTip(
             "which goal: drawn from the task's goal distribution (as in training), by number"
         )
-        self.ramp = _spin(0.0, 10.0, 0.5, 0.1, "blend from the current pose into the policy", " s")
-        self.duration = _spin(0.0, 60.0, 0.0, 0.5, "0: the task's episode plus the ramp", " s")
+        self.ramp = spin_box(
+            0.0, 10.0, 0.5, 0.1, "blend from the current pose into the policy", " s"
+        )
+        self.duration = spin_box(0.0, 60.0, 0.0, 0.5, "0: the task's episode plus the ramp", " s")
         self.duration.setSpecialValueText("episode + ramp")
         form.addRow("Policy", self.policy_box)
         form.addRow("Robot", self.robot_label)
@@ -488,19 +490,6 @@ class DeployPage(WorkflowPage):
         if hasattr(self, "timer"):
             self.timer.stop()
         super().detach()
-
-
-def _spin(
-    lo: float, hi: float, value: float, step: float, tip: str, suffix: str
-) -> QtWidgets.QDoubleSpinBox:
-    s = QtWidgets.QDoubleSpinBox()
-    s.setRange(lo, hi)
-    s.setDecimals(2)
-    s.setSingleStep(step)
-    s.setValue(value)
-    s.setSuffix(suffix)
-    s.setToolTip(tip)
-    return s
 
 
 def _esc(text: str) -> str:

@@ -253,3 +253,18 @@ def preview(
         if callable(detach):
             detach()
         controller.shutdown()
+
+
+def spin_box(
+    lo: float, hi: float, value: float, step: float, tip: str, suffix: str = ""
+) -> QtWidgets.QDoubleSpinBox:
+    """A number field with its range, step, unit suffix and tooltip (3 decimals for steps
+    under 0.1)."""
+    s = QtWidgets.QDoubleSpinBox()
+    s.setRange(lo, hi)
+    s.setDecimals(3 if step < 0.1 else 2)
+    s.setSingleStep(step)
+    s.setValue(value)
+    s.setSuffix(suffix)
+    s.setToolTip(tip)
+    return s

@@ -24,6 +24,7 @@ from devices.robots.excitation import EXCITATIONS
 from devices.robots.motion import Motion
 from resources.errors import TwinbenchError
 from widgets.jobs import JobRunner, JobTask
+from widgets.pages import spin_box
 
 log = logging.getLogger(__name__)
 
@@ -68,19 +69,15 @@ class RecordPanel(QtWidgets.QWidget):
                 self.motion_box.count() - 1, ex.description, QtCore.Qt.ItemDataRole.ToolTipRole
             )
         self.motion_box.addItem("push")
-        self.amplitude = self._spin(0.01, 1.0, 0.1, 0.01, "fraction of each joint's half range")
-        self.velocity = self._spin(0.05, 1.0, 0.3, 0.05, "fraction of each joint's speed limit")
-        self.duration = self._spin(0.5, 55.0, 6.0, 0.5, "seconds (chirp, multisine)", " s")
+        self.amplitude = spin_box(0.01, 1.0, 0.1, 0.01, "fraction of each joint's half range")
+        self.velocity = spin_box(0.05, 1.0, 0.3, 0.05, "fraction of each joint's speed limit")
+        self.duration = spin_box(0.5, 55.0, 6.0, 0.5, "seconds (chirp, multisine)", " s")
         self.joints = QtWidgets.QLineEdit("all")
         self.joints.setToolTip("joints to move: names or 0-based indices, comma separated")
-        self.target_x = self._spin(
-            -2.0, 2.0, 0.56, 0.01, "object centre x (robot base frame)", " m"
-        )
-        self.target_y = self._spin(
-            -2.0, 2.0, -0.2, 0.01, "object centre y (robot base frame)", " m"
-        )
-        self.direction = self._spin(-180.0, 180.0, 0.0, 15.0, "push direction from +x", " °")
-        self.speed = self._spin(0.01, 0.5, 0.05, 0.01, "tool speed while pushing", " m/s")
+        self.target_x = spin_box(-2.0, 2.0, 0.56, 0.01, "object centre x (robot base frame)", " m")
+        self.target_y = spin_box(-2.0, 2.0, -0.2, 0.01, "object centre y (robot base frame)", " m")
+        self.direction = spin_box(-180.0, 180.0, 0.0, 15.0, "push direction from +x", " °")
+        self.speed = spin_box(0.01, 0.5, 0.05, 0.01, "tool speed while pushing", " m/s")
         self.camera_box = QtWidgets.QComboBox()
         self.camera_box.setToolTip("also record this camera (for object poses from depth)")
         self.camera_box.addItem("none")
@@ -157,18 +154,6 @@ class RecordPanel(QtWidgets.QWidget):
             w.valueChanged.connect(self._invalidate)
         self.joints.textChanged.connect(self._invalidate)
         self._motion_changed(self.motion_box.currentText())
-
-    def _spin(
-        self, lo: float, hi: float, value: float, step: float, tip: str, suffix: str = ""
-    ) -> QtWidgets.QDoubleSpinBox:
-        s = QtWidgets.QDoubleSpinBox()
-        s.setRange(lo, hi)
-        s.setDecimals(3 if step < 0.1 else 2)
-        s.setSingleStep(step)
-        s.setValue(value)
-        s.setSuffix(suffix)
-        s.setToolTip(tip)
-        return s
 
     # -- state ---------------------------------------------------------------------------
     def _client(self) -> Any:
