@@ -46,11 +46,15 @@ class TrackingSettings:
     loop_radius_m: float = 1.0
     loop_max_deg: float = 60.0
     loop_candidates: int = 5
-    # the video fast path's model view at 1/raycast_down of the frame's resolution. Half
-    # costs less than half (lab 424x240: 18 vs 40 ms CPU) and renders within 0.01 deg /
-    # 0.1 mm of the full one, but on the lab hand path 4 of ~20 runs then lost track near
-    # the glance away and relocalised 42 cm off (0 of 9 at full resolution): kept at 1
-    raycast_down: int = 1
+    # the video fast path's model view at 1/raycast_down of the frame's resolution (the
+    # view keeps ~20k points either way: at full resolution every 2nd pixel of the lab's
+    # 424x240). Half costs less than half (lab: 18 vs 40 ms CPU) and renders within 0.01
+    # deg / 0.1 mm of the full one. Before the fast path tried both starts and keyframes
+    # gave a second opinion, 4 of ~20 lab hand paths lost track at half (0 of 9 at full);
+    # since then, 8 s lab path, 6 runs each alternated on a quiet machine: half 18.3-20.0
+    # fps, ATE 1.8-2.4 mm; full 14.3-16.3 fps, 3.5-9.1 mm; short fast paths (1.5 s, 20
+    # seeds): half 0 over 1 cm (4.4-7.7 mm), full 2 (13.8, 17.8 mm)
+    raycast_down: int = 2
     video_dt_s: float = 0.1  # frames closer than this take the one-ICP fast path first
     fast_accept_ratio: float = 0.9
     # video fast path: ICP levels `fast_icp_first` to `fast_icp_levels` - 1 of (4x, 2x, 1x
