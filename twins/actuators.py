@@ -21,7 +21,7 @@ about 3 ms here. Latency shifts when a command takes effect (handled by the call
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,14 @@ from twins.spec import COMMAND_UNITS
 
 if TYPE_CHECKING:
     from twins.builder import TwinWorld
+
+
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise cross product of (k, 3) arrays: np.cross's arithmetic without its axis
+    handling, which costs more than the products for a few rows every physics step."""
+    a0, a1, a2 = a[:, 0], a[:, 1], a[:, 2]
+    b0, b1, b2 = b[:, 0], b[:, 1], b[:, 2]
+    return np.stack((a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0), axis=1)
 
 
 def emf_damping(values: dict[str, float], joint: str) -> float:
@@ -220,6 +228,14 @@ class Actuators:
             self._tau = (self.torques(u) if tau is None else tau).tolist()
 
     def before_step(self) -> None:
+        # one forward-kinematics query per step serves gravity and the rotor coupling
+        ls = (
+            pb.getLinkStates(
+                self.rid, self._gc_links, computeForwardKinematics=True, physicsClientId=self.cid
+            )
+            if self._gc_links
+            else []
+        )
         if len(self.pd):
             st = pb.getJointStates(self.rid, self.pd_ids, physicsClientId=self.cid)
             q = np.array([s[0] for s in st])
@@ -229,12 +245,12 @@ class Actuators:
             )
             self.last_pd_tau = pd
             if np.any(self.gravity_share > 0):
-                pd = pd + self.gravity_share * self._gravity()
+                pd = pd + self.gravity_share * self._gravity(ls)
             tau = pd.tolist() + self._tau
         else:
             tau = self._tau
         if self._rotor:
-            tau = (np.asarray(tau) + self._rotor_coupling()).tolist()
+            tau = (np.asarray(tau) + self._rotor_coupling(ls)).tolist()
         pb.setJointMotorControlArray(
             self.rid, self.step_ids, pb.TORQUE_CONTROL, forces=tau, physicsClientId=self.cid
         )
@@ -260,7 +276,11 @@ class Actuators:
                     k = parent[k]
                 below[row, i] = k == j
         self._gc_below = below
+        self._axes_of: Any = None
+        self._axes_all = np.zeros((0, 3))
         self._gc_g = np.array([0.0, 0.0, -float(world.values["sim.gravity"])])
+        self._gc_weight = self._gc_mass[:, None] * self._gc_g  # (n, 3)
+        self._gc_force = below @ self._gc_weight  # (pd, 3): weight of all the joint moves
 
     def _rotor_setup(self, world: TwinWorld, names: list[str], arm: np.ndarray) -> None:
         """What `_rotor_coupling` needs: the twin joints' ids, armatures and which joints
@@ -280,7 +300,7 @@ class Actuators:
         self._ro_rows = [self._ro_ids.index(j) for j in self.step_ids]
         self._ro_qd: np.ndarray | None = None
 
-    def _rotor_coupling(self) -> np.ndarray:
+    def _rotor_coupling(self, ls: Any) -> np.ndarray:
         """Torques D qdd that turn the builder's armature (rotor inertia added to the child
         link's inertia about the joint axis, so PyBullet couples it into every ancestor
         joint: M = M_links + diag(a) + D) into a joint-space diagonal one, as a motor's rotor
@@ -293,36 +313,38 @@ class Actuators:
         if prev is None:
             return np.zeros(len(self._ro_rows))
         qdd = (qd - prev) / self.world.dt
-        ls = pb.getLinkStates(
-            self.rid, self._ro_ids, computeForwardKinematics=True, physicsClientId=self.cid
-        )
-        quat = np.array([s[5] for s in ls])
-        a = self._gc_axis[self._ro_ids]
-        qv, qw = quat[:, :3], quat[:, 3:]
-        t = 2 * np.cross(qv, a)
-        axis = a + qw * t + np.cross(qv, t)
+        axis = self._axes(ls)[self._ro_ids]  # `ls`: every link's state
+        a = axis
         W = (axis @ axis.T) * self._ro_anc  # W[k, i] = axis_k . axis_i for ancestors i of k
         # D qdd = sum_k a_k (w_k (w_k . qdd) - e_k qdd_k), with w_k = W[k] + e_k
         w = W + np.eye(len(a))
         Dq = w.T @ (self._ro_arm * (w @ qdd)) - self._ro_arm * qdd
         return np.asarray(Dq[self._ro_rows], dtype=float)
 
-    def _gravity(self) -> np.ndarray:
-        """Torques (forces) that cancel gravity at the PD joints at the current pose."""
-        ls = pb.getLinkStates(
-            self.rid, self._gc_links, computeForwardKinematics=True, physicsClientId=self.cid
-        )
+    def _axes(self, ls: Any) -> np.ndarray:
+        """Every joint's axis in the world from every link's state `ls` (once a step)."""
+        if self._axes_of is not ls:
+            quat = np.array([s[5] for s in ls])  # xyzw
+            a = self._gc_axis
+            qv, qw = quat[:, :3], quat[:, 3:]
+            t = 2 * _cross(qv, a)
+            self._axes_all = a + qw * t + _cross(qv, t)
+            self._axes_of = ls
+        return self._axes_all
+
+    def _gravity(self, ls: Any = None) -> np.ndarray:
+        """Torques (forces) that cancel gravity at the PD joints at the current pose (`ls`:
+        every link's state, queried when not given)."""
+        if ls is None:
+            ls = pb.getLinkStates(
+                self.rid, self._gc_links, computeForwardKinematics=True, physicsClientId=self.cid
+            )
         com = np.array([s[0] for s in ls])
-        weight = self._gc_mass[:, None] * self._gc_g  # (n, 3)
+        weight, force = self._gc_weight, self._gc_force
         ids = self.pd_ids
         origin = np.array([ls[j][4] for j in ids])
-        quat = np.array([ls[j][5] for j in ids])  # xyzw
-        a = self._gc_axis[ids]
-        qv, qw = quat[:, :3], quat[:, 3:]
-        t = 2 * np.cross(qv, a)
-        axis = a + qw * t + np.cross(qv, t)  # joint axes in the world
-        force = self._gc_below @ weight  # (pd, 3): weight of everything the joint moves
-        moment = self._gc_below @ np.cross(com, weight) - np.cross(origin, force)
+        axis = self._axes(ls)[ids]  # joint axes in the world
+        moment = self._gc_below @ _cross(com, weight) - _cross(origin, force)
         torque = np.sum(moment * axis, axis=1)
         lin = np.sum(force * axis, axis=1)
         return np.asarray(-np.where(self._gc_prismatic, lin, torque), dtype=float)

@@ -46,6 +46,7 @@ from devices.trajectory import Trajectory
 from twins.errors import TwinError
 from twins.executor import Executor, SerialExecutor
 from twins.fit_channels import channel_scales, noise_level
+from twins.fit_latency import latency_candidates
 from twins.fit_posterior import (
     channel_masks,
     latency_resolution,
@@ -331,6 +332,10 @@ def fit_steps(
                     f"{STALL_TOL:.0%} over {k_ago} generations (the polish takes over)"
                 )
                 break
+    scan = latency_candidates(space, train_w, best_u)  # basins of the latency (fit_latency.py)
+    for u, o in zip(scan, run(scan) if scan else [], strict=True):
+        if o.loss < best_loss:
+            best_u, best_loss = u, o.loss
     # least-squares polish in rounds (so the job can yield and be cancelled)
     m = residual_size(train)
 

@@ -196,32 +196,41 @@ def windows(traj: Trajectory, window_s: float | None, lead_s: float = 0.0) -> li
 
 
 class _Worlds:
-    """The twin built once per evaluation (every replay resets it), plus a zero-latency
-    copy built on first need for the delayed-command windows."""
+    """The twin at one candidate's values (every replay resets it), plus a zero-latency
+    copy for the delayed-command windows, each made on first need: this process's kept
+    world retuned in place when it can be, else built (twins/world_cache.py)."""
 
     def __init__(self, spec: TwinSpec, values: dict[str, float]) -> None:
-        from twins.builder import TwinWorld
+        from contextlib import ExitStack
 
         self.spec, self.values = spec, values
-        self.world = TwinWorld(spec, values)
+        self._stack = ExitStack()
+        self._world: Any = None
         self._zero: Any = None
 
     @property
+    def world(self) -> Any:
+        from twins.world_cache import world_at
+
+        if self._world is None:
+            self._world = self._stack.enter_context(world_at(self.spec, self.values))
+        return self._world
+
+    @property
     def zero_latency(self) -> Any:
-        from twins.builder import TwinWorld
+        from twins.world_cache import world_at
 
         if self._zero is None:
             lat = {n: 0.0 for n in self.values if n.endswith(".latency")}
-            self._zero = TwinWorld(self.spec, {**self.values, **lat})
+            zero = world_at(self.spec, {**self.values, **lat}, "zero-latency")
+            self._zero = self._stack.enter_context(zero)
         return self._zero
 
     def __enter__(self) -> _Worlds:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.world.close()
-        if self._zero is not None:
-            self._zero.close()
+        self._stack.__exit__(*exc)  # type: ignore[arg-type]
 
 
 def _local_fit(t: NDArray[np.float64], x: NDArray[np.float64], i0: int, k: int = 5) -> Any:
