@@ -19,7 +19,9 @@ DESCRIPTION = (
 )
 
 
-def run(quick: bool = False) -> dict[str, Any]:
+def run(quick: bool = False, executor: Any = None) -> dict[str, Any]:
+    """`executor`: where the loops' fits and information rankings run (serial when None;
+    bench fit passes its process pool)."""
     from twins.design import default_candidates, robot_info_for, start_pose
     from twins.design_loop import recordings_needed
     from twins.from_scan import build_twin
@@ -40,11 +42,22 @@ def run(quick: bool = False) -> dict[str, Any]:
         info = robot_info_for(spec)
         cands = default_candidates(info, start_pose(spec, info), amplitude=0.1, duration=2.0)
         out["candidates"] = len(cands)
-        sug = recordings_needed(spec, truth, start, cands, "suggested", max_recordings=max_rec)
+        sug = recordings_needed(
+            spec, truth, start, cands, "suggested", max_recordings=max_rec, executor=executor
+        )
         out["suggested"] = sug.to_json()
         t1 = time.perf_counter()
         rnd = [
-            recordings_needed(spec, truth, start, cands, "random", seed=s, max_recordings=max_rec)
+            recordings_needed(
+                spec,
+                truth,
+                start,
+                cands,
+                "random",
+                seed=s,
+                max_recordings=max_rec,
+                executor=executor,
+            )
             for s in seeds
         ]
         out["random"] = [r.to_json() for r in rnd]
