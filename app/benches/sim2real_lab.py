@@ -26,6 +26,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 OBJECT = "cylinder"
+# PyBullet multiplies the two bodies' frictions of a contact; the lab's contacts take the
+# object's (priority 1). The table and the robot at 1.0 make the object's friction the
+# pair's, as in the lab (at their nominal 0.5 a fitted 0.11 was a pair friction of 0.055)
+PAIR_FRICTION = {"env.table.friction": 1.0, "robot.material.friction": 1.0}
 Vec = NDArray[np.float64]
 
 
@@ -33,7 +37,8 @@ def push_twin(folder: Path, cfg: Any) -> Any:
     """The scene's twin (objects and table from the scene description, as `twin build
     --procedural` makes them) with the lab Panda of bench fit: PD actuators with gravity
     compensation, the controller gains, force limits, rotor inertias and held-wrist
-    friction a user knows (app/benches/fit_lab.lab_twin); every other value nominal."""
+    friction a user knows (app/benches/fit_lab.lab_twin); the table's and the robot's
+    friction 1.0 (`PAIR_FRICTION`); every other value nominal."""
     from app.benches.fit_lab import lab_twin
     from twins.from_scan import PANDA, robot_into, support_in_object, table_from_plane
     from twins.make import assemble, mesh_object, sim_params
@@ -56,7 +61,7 @@ def push_twin(folder: Path, cfg: Any) -> Any:
             observed=o.observed,
         )
         objects.append((obj, params))
-    q0 = tuple(cfg.initial_joint_pos) + (0.02, 0.02)
+    q0 = tuple(cfg.initial_joint_pos) + (0.0, 0.0)  # the lab's fingers are fixed closed
     robot, rparams, _ = robot_into(
         folder, PANDA, actuator="pd", initial_joint_pos=q0, time_step=float(cfg.timestep)
     )
@@ -71,7 +76,7 @@ def push_twin(folder: Path, cfg: Any) -> Any:
     )
     known = [robot_spec.params[n] for n in robot_spec.params if n in spec.params]
     spec = replace(spec, params=spec.params.replace(*known))
-    spec = spec.with_values({p.name: p.nominal for p in known})
+    spec = spec.with_values({p.name: p.nominal for p in known} | PAIR_FRICTION)
     spec.save(folder)
     return spec
 

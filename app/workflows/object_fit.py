@@ -15,9 +15,13 @@ pose comes from the camera, never from the robot (a real robot does not know it)
 values and fits only the object's, on its tracked pose (twins/fit.py, whole-push replays:
 `push_part` keeps the part of each recording from just before the object moves); a body
 symmetric about its z (a cylinder) is compared without its spin, which a camera cannot
-see (recording meta `spinless_objects`). The fitted values are effective: what makes this
-twin's contact reproduce the pushes, not necessarily the object's true mass or friction.
-Restitution is not fitted: a push at table height has no impact to show it.
+see (recording meta `spinless_objects`), and, when it stood upright throughout, at the
+upright orientation (`upright`: the tracker's tilt is noise, and the fit weighs radians
+like metres). The fitted values are effective: what makes this twin's contact reproduce
+the pushes, not necessarily the object's true mass or friction (the library push's hand
+rides on a 9 cm cylinder's top rim, in the lab as in the twin; PyBullet's cylinder tips
+where the lab's does not, so its rolling friction is worth fitting too). Restitution is
+not fitted: a push at table height has no impact to show it.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from resources.errors import TwinbenchError
 OBJECT_PARAMS = ("density", "friction")
 LEAD_S = 0.4  # recording kept from this long before the object starts to move
 MOVED_M = 0.004  # the object counts as moving once this far from where it stood
+MAX_TILT_DEG = 10.0  # a spinless object tracked within this of upright stood upright
 
 
 class ObjectFitError(TwinbenchError):
@@ -130,6 +135,33 @@ def push_part(traj: Trajectory, name: str, lead_s: float = LEAD_S) -> Trajectory
     )
 
 
+def upright(
+    traj: Trajectory, name: str, pose: Sequence[float], max_tilt_deg: float = MAX_TILT_DEG
+) -> Trajectory:
+    """`traj` with spinless object `name` (meta `spinless_objects`) held at the upright
+    orientation of `pose` (its scan pose, spin dropped) when no tracked sample tilts more
+    than `max_tilt_deg` from it: a cylinder that stood on the table throughout. The
+    tracker's tilt of such a body is noise (0.5-1.4 deg RMS on the lab's pushes, whose
+    truth tilts < 0.5 deg), and the fit weighs radians like metres: left in, that noise
+    outweighs the millimetres the object's path tells. The twin's own tilt still counts,
+    so a twin that tips the object over is still told it is wrong."""
+    from devices.poses import drop_spin
+    from twins.object_motion import tracked_mask
+
+    ch = f"objects/{name}/pose"
+    if name not in (traj.meta.get("spinless_objects") or ()) or ch not in traj.channels:
+        return traj
+    q_up = drop_spin(np.asarray(pose, float))[3:]
+    P = np.array(traj[ch], float)
+    ok = tracked_mask(traj, name) & np.all(np.isfinite(P), axis=1)
+    cos_half = np.abs(np.array([drop_spin(p)[3:] for p in P[ok]]) @ q_up)
+    tilt = np.degrees(2 * np.arccos(np.clip(cos_half, 0.0, 1.0)))
+    if len(tilt) and float(tilt.max()) > max_tilt_deg:
+        return traj  # it did tip: keep what the camera saw
+    P[:, 3:] = q_up
+    return traj.with_channels(channels={**dict(traj.channels), ch: P})
+
+
 def object_config(
     name: str,
     params: Sequence[str] = OBJECT_PARAMS,
@@ -170,7 +202,10 @@ def fit_object(
 
     if not pushes:
         raise ObjectFitError(f"fitting {name}: no push recordings")
+    up = next((o.pose for o in spec.objects if o.name == name), None)
     parts = [push_part(p, name) for p in pushes]
+    if up is not None:
+        parts = [upright(p, name, up) for p in parts]
     return fit(spec, parts, object_config(name, params, budget, bounds), executor)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.workflows.object_fit import ObjectFitError, fit_object, pose_rmse, push_part
+from app.workflows.object_fit import ObjectFitError, fit_object, pose_rmse, push_part, upright
 from devices.poses import POSE_UNIT, drop_spin
 from devices.trajectory import Trajectory
 from twins.design import robot_info_for, simulate_motion, start_pose
@@ -83,3 +83,25 @@ def test_a_push_that_misses_is_named(twin: TwinSpec) -> None:
     traj = Trajectory(t, {CH: pose}, {CH: POSE_UNIT}, "real", {"name": "missed"})
     with pytest.raises(ObjectFitError, match="missed.*did not move"):
         push_part(traj, "cylinder")
+
+
+def test_upright_drops_the_trackers_tilt_noise_but_keeps_a_real_tip() -> None:
+    from scipy.spatial.transform import Rotation
+
+    rng = np.random.default_rng(3)
+    t = np.linspace(0.0, 2.0, 61)
+    noisy = Rotation.from_rotvec(rng.normal(0.0, np.radians(0.8), (61, 3))).as_quat()
+    P = np.column_stack([0.48 + 0.05 * t, np.full(61, 0.2), np.full(61, 0.045), noisy])
+    meta = {"name": "tilt", "spinless_objects": ["cylinder"]}
+    traj = Trajectory(t, {CH: P}, {CH: POSE_UNIT}, "real", meta)
+    up = upright(traj, "cylinder", [0.48, 0.2, 0.045, 0.0, 0.0, 0.0, 1.0])
+    np.testing.assert_allclose(up[CH][:, 3:], np.tile([0.0, 0.0, 0.0, 1.0], (61, 1)), atol=1e-12)
+    np.testing.assert_array_equal(up[CH][:, :3], P[:, :3])  # the path is the measurement
+    # a cylinder that really tipped (25 deg) keeps what the camera saw
+    tipped = P.copy()
+    tipped[40:, 3:] = Rotation.from_rotvec([np.radians(25.0), 0.0, 0.0]).as_quat()
+    kept = upright(traj.with_channels(channels={CH: tipped}), "cylinder", [0, 0, 0, 0, 0, 0, 1])
+    np.testing.assert_array_equal(kept[CH], tipped)
+    # an object whose spin the camera sees (not spinless) is left alone
+    other = upright(traj.with_channels(meta={"name": "box"}), "cylinder", [0, 0, 0, 0, 0, 0, 1])
+    np.testing.assert_array_equal(other[CH], P)
