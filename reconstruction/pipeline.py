@@ -3,9 +3,9 @@
 Poses come from the caller — robot kinematics x hand-eye for a wrist camera, a calibrated
 `T_base_camera` for a fixed one — or, for a handheld scan (`track=True`), from frame-to-model
 tracking against the growing TSDF (reconstruction/tracking.py), where frames that fail the
-tracking gate are skipped and reported. A handheld scan ends with a keyframe pose-graph
-optimisation (loop closures) and, when that moved the path, the frames are fused again along
-the optimised path. Its support plane follows reconstruction/support.py (never a ceiling).
+tracking gate are skipped and reported. With loop closure on, a handheld scan ends with a
+keyframe pose graph and, when that moved the path, the frames are fused again along it. Its
+support plane follows reconstruction/support.py (never a ceiling).
 """
 
 from __future__ import annotations
@@ -61,13 +61,14 @@ class ScanSession:
         depth_range: tuple[float, float] | str | None = None,
         keep_frames_mb: float = 1500.0,
         fuse_max_hz: float = 15.0,
+        loop_closure: bool = False,
     ) -> None:
         """`track`: handheld (poses from tracking; `tracking`: TrackingSettings, or None for
         defaults scaled to the depth range). `depth_range`: None keeps the TSDF's, "auto"
-        chooses it from the first frame, (min, max) in m sets it. Frames are kept for
-        re-fusion after loop closure up to `keep_frames_mb` (then only keyframes). Tracked
-        frames are fused at up to `fuse_max_hz` (keyframes always: at video rate neighbours
-        see the same surfaces; lab hand path at 30 fps: ATE 0.34-0.66 cm over 3 runs)."""
+        chooses it from the first frame, (min, max) in m sets it. Tracked frames are fused at
+        up to `fuse_max_hz` (keyframes always: at video rate neighbours see the same surfaces).
+        `loop_closure` (reconstruction/pose_graph.py): frames are kept to fuse again up to
+        `keep_frames_mb` (then only keyframes)."""
         self.tsdf = TSDFIntegrator(tsdf)
         self.track = track
         self.skipped: dict[int, str] = {}  # frame index -> why
@@ -75,6 +76,7 @@ class ScanSession:
         self.track_s: list[float] = []
         self._tracker: Any = None
         self._tracking = tracking
+        self._loop_closure = loop_closure
         self._depth_range = depth_range
         self._keep_bytes = keep_frames_mb * 1e6
         self._fuse_dt = 1.0 / fuse_max_hz if fuse_max_hz > 0 else 0.0
@@ -189,7 +191,8 @@ class ScanSession:
             ts = self._tracking or TrackingSettings(
                 voxel=float(np.clip(st.depth_max / 300, 0.005, 0.015))
             )
-            ts = replace(ts, depth_min=st.depth_min, depth_max=st.depth_max)
+            lc = ts.loop_closure or self._loop_closure
+            ts = replace(ts, depth_min=st.depth_min, depth_max=st.depth_max, loop_closure=lc)
             self._tracker = HandheldTracker(ts)
         return self._tracker
 
@@ -256,6 +259,8 @@ class ScanSession:
         return bool(kfs) and kfs[-1].frame_index == ft.index
 
     def _keep(self, frame: RGBDFrame, keyframe: bool) -> None:
+        if not self.tracker.s.loop_closure:  # nothing to fuse again without loop closure
+            return
         size = frame.depth.nbytes + frame.color.nbytes
         if self._kept_bytes + size <= self._keep_bytes or keyframe:
             self._kept[frame.index] = frame
@@ -467,36 +472,3 @@ class ScanSession:
             return None
         quality["table_inlier_fraction"] = choice.inlier_fraction
         return choice.plane
-
-
-def require_usable(result: ScanResult, min_tracked_ratio: float = 0.5) -> None:
-    """Raise ReconstructionError, naming what failed and what to try, when a scan is not worth
-    saving: an empty mesh, or (handheld) fewer than `min_tracked_ratio` of the frames tracked."""
-    q = result.quality
-    skipped = q.get("frames_skipped", {})
-    reasons: dict[str, int] = {}
-    for why in skipped.values():
-        key = clean_message(why).split(" (")[0]
-        reasons[key] = reasons.get(key, 0) + 1
-    top = ", ".join(f"{n} x {k}" for k, n in sorted(reasons.items(), key=lambda x: -x[1])[:3])
-    rng = q.get("depth_range_m")
-    rng_s = f"{rng[0]:.2f}..{rng[1]:.2f} m" if rng else "the default range"
-    path = result.camera_path
-    if path is not None and len(path.tracked) and path.tracked_ratio < min_tracked_ratio:
-        lost = [i for i, ok in enumerate(path.tracked) if not ok]
-        first = int(path.index[lost[0]]) if lost else -1
-        raise ReconstructionError(
-            f"only {int(path.tracked.sum())} of {len(path.tracked)} frames tracked "
-            f"({path.tracked_ratio:.0%}, need {min_tracked_ratio:.0%}); first lost at frame "
-            f"{first}; skipped: {top or 'none'}. Try: move the camera more slowly and keep "
-            f"surfaces with shape in view, check the depth range ({rng_s}; set it with "
-            "--depth-range MIN:MAX), or check the depth scale. Nothing was saved."
-        )
-    if len(result.scene_mesh.faces) == 0:
-        seen = q.get("frames_seen", q.get("frames_integrated", 0) + len(skipped))
-        raise ReconstructionError(
-            f"the scan is empty: no surface was fused from {seen} frames "
-            f"({q.get('frames_integrated', 0)} integrated; skipped: {top or 'none'}). Try: "
-            f"check the depth scale and that the surfaces lie within the depth range ({rng_s}; "
-            "--depth-range MIN:MAX), or a larger --voxel. Nothing was saved."
-        )

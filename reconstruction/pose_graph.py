@@ -2,8 +2,8 @@
 
 Each new keyframe is registered to older keyframes nearby (`loop_edges_for`). `optimise`
 solves the keyframe pose graph (odometry + loop edges, Open3D's `global_optimization` with
-line-process pruning), keeps the solution only when the keyframes agree better under it, and
-moves every tracked frame with its keyframe.
+line-process pruning), keeps the solution only when the keyframes agree clearly better under
+it (`loop_min_gain`), and moves every tracked frame with its keyframe.
 """
 
 from __future__ import annotations
@@ -47,7 +47,18 @@ def loop_edges_for(s: TrackingSettings, keyframes: list[Keyframe], kf: Keyframe)
     for o in old + recent:
         init = invert(o.pose) @ kf.pose
         hyp = best_hypothesis(s, kf.view, o.view, [(init, "loop")], glob=kf.node - o.node >= 10)
-        if hyp.ratio >= max(s.min_inlier_ratio, 0.7) and hyp.overlap >= 0.3:
+        if hyp.ratio < max(s.min_inlier_ratio, 0.7) or hyp.overlap < 0.3:
+            continue
+        # no further from the tracked chain than its drift can be: the path walked between
+        # the two keyframes x `loop_drift_ratio` (plain or repeated surfaces register to a
+        # wrong place with a good score; a few such edges bend the whole graph)
+        centres = np.array([k.pose[:3, 3] for k in keyframes[o.node : kf.node + 1]])
+        walked = float(np.linalg.norm(np.diff(centres, axis=0), axis=1).sum())
+        off_m = float(np.linalg.norm(hyp.T[:3, 3] - init[:3, 3]))
+        off_deg = rotation_angle_deg(hyp.T, init)
+        if off_m <= s.loop_drift_m + s.loop_drift_ratio * walked and off_deg <= (
+            s.loop_drift_deg + 100 * s.loop_drift_ratio * walked
+        ):
             edges.append((kf.node, o.node, hyp.T, hyp.ratio))
     return edges
 
@@ -89,12 +100,13 @@ def optimise(
     # keep the solution only if the keyframes agree better with each other under it
     before = _consistency(s, keyframes, loop_edges, [kf.pose for kf in keyframes])
     after = _consistency(s, keyframes, loop_edges, new)
-    if after < before:
+    if after < before + s.loop_min_gain:
         return {
             "keyframes": n,
             "loop_edges": len(loop_edges),
             "optimised": False,
-            "rejected": f"keyframe consistency {after:.3f} < {before:.3f} before",
+            "rejected": f"keyframe consistency {after:.3f}, {before:.3f} before: not clearly "
+            "better (the path is kept as tracked)",
         }
     moved_m = max(
         float(np.linalg.norm(P[:3, 3] - k.pose[:3, 3])) for k, P in zip(keyframes, new, strict=True)
@@ -111,6 +123,7 @@ def optimise(
         "loop_edges": len(loop_edges),
         "loop_edges_kept": kept,
         "optimised": True,
+        "consistency": [round(before, 4), round(after, 4)],
         "max_correction_m": round(moved_m, 4),
         "max_correction_deg": round(moved_deg, 3),
     }

@@ -27,6 +27,7 @@ import trimesh
 from numpy.typing import NDArray
 
 from devices.errors import DataFileError
+from reconstruction.errors import ReconstructionError, clean_message
 from resources import atomic
 
 FORMAT = "twinbench-scan"
@@ -277,3 +278,36 @@ def _load_mesh(path: Path) -> trimesh.Trimesh:
     if not isinstance(m, trimesh.Trimesh):
         raise DataFileError(f"{path}: not a triangle mesh")
     return m
+
+
+def require_usable(result: ScanResult, min_tracked_ratio: float = 0.5) -> None:
+    """Raise ReconstructionError, naming what failed and what to try, when a scan is not worth
+    saving: an empty mesh, or (handheld) fewer than `min_tracked_ratio` of the frames tracked."""
+    q = result.quality
+    skipped = q.get("frames_skipped", {})
+    reasons: dict[str, int] = {}
+    for why in skipped.values():
+        key = clean_message(why).split(" (")[0]
+        reasons[key] = reasons.get(key, 0) + 1
+    top = ", ".join(f"{n} x {k}" for k, n in sorted(reasons.items(), key=lambda x: -x[1])[:3])
+    rng = q.get("depth_range_m")
+    rng_s = f"{rng[0]:.2f}..{rng[1]:.2f} m" if rng else "the default range"
+    path = result.camera_path
+    if path is not None and len(path.tracked) and path.tracked_ratio < min_tracked_ratio:
+        lost = [i for i, ok in enumerate(path.tracked) if not ok]
+        first = int(path.index[lost[0]]) if lost else -1
+        raise ReconstructionError(
+            f"only {int(path.tracked.sum())} of {len(path.tracked)} frames tracked "
+            f"({path.tracked_ratio:.0%}, need {min_tracked_ratio:.0%}); first lost at frame "
+            f"{first}; skipped: {top or 'none'}. Try: move the camera more slowly and keep "
+            f"surfaces with shape in view, check the depth range ({rng_s}; set it with "
+            "--depth-range MIN:MAX), or check the depth scale. Nothing was saved."
+        )
+    if len(result.scene_mesh.faces) == 0:
+        seen = q.get("frames_seen", q.get("frames_integrated", 0) + len(skipped))
+        raise ReconstructionError(
+            f"the scan is empty: no surface was fused from {seen} frames "
+            f"({q.get('frames_integrated', 0)} integrated; skipped: {top or 'none'}). Try: "
+            f"check the depth scale and that the surfaces lie within the depth range ({rng_s}; "
+            "--depth-range MIN:MAX), or a larger --voxel. Nothing was saved."
+        )

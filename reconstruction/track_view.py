@@ -40,12 +40,26 @@ class TrackingSettings:
     # (a lost frame 44 and a relocalisation cascade, a slide at frames 44-45)
     global_registration: str = "sparse"
     relocalise: bool = True
-    # loop edges + pose graph: off by default — as configured it made the TUM cabinet worse
-    # (ATE 7.8-13.9 cm over runs, 0.6-1.0 fps) than frame-to-model alone (6.5 cm, 1.7 fps)
+    # loop edges + pose graph (`scan --loop-closure`): off by default. The lab out and back
+    # with 8.8 cm of drift put on the keyframes: pulled to 1.3 cm (tests/reconstruction/
+    # test_loop_closure.py). The TUM cabinet (3 runs): the solution is rejected every time
+    # (ATE 3.2-3.7 cm, as without) at 0.4-0.6 fps instead of ~3: its loop registrations are
+    # 4.4 cm off the mocap median, 16 cm p90 (plain, repeated faces)
     loop_closure: bool = False
     loop_radius_m: float = 1.0
     loop_max_deg: float = 60.0
     loop_candidates: int = 5
+    # a loop edge may differ from the tracked chain by at most `loop_drift_m` + ratio x the
+    # path walked between its keyframes (deg: `loop_drift_deg` + 100 x ratio per m walked)
+    loop_drift_m: float = 0.01
+    loop_drift_deg: float = 1.0
+    loop_drift_ratio: float = 0.05
+    # the graph's solution is kept only if the linked keyframes' tight inlier ratio gains
+    # this much. Lab out and back at 3 fps: 8.8 cm of drift put on the keyframes, +0.14
+    # (path pulled to 1.3 cm); 2.6 cm, +0.04 (to 2.4 cm max, 1.0 mean); the tracked path
+    # (ATE 3.5 mm), +0.005 — and applying it made ATE 8 mm: loop edges between frames 10
+    # deg apart are ~1 cm noisy, the graph cannot do better than that
+    loop_min_gain: float = 0.02
     # the video fast path's model view at 1/raycast_down of the frame's resolution (the
     # view keeps ~20k points either way: at full resolution every 2nd pixel of the lab's
     # 424x240). Half costs less than half (lab: 18 vs 40 ms CPU) and renders within 0.01

@@ -100,6 +100,13 @@ class ScanPage(WorkflowPage):
             "good in a room; on a tabletop the noisy far walls pull the tracker, choose 0.3–1.4 m."
         )
         saved_row.addWidget(self.depth_range)
+        self.loop_closure = QtWidgets.QCheckBox("Loop closure")
+        self.loop_closure.setToolTip(
+            "Hand-held: register keyframes to older ones nearby and correct the whole path at "
+            "the end (pose graph). For long recordings that come back to where they started; "
+            "slower. A correction that makes the keyframes agree less is not applied."
+        )
+        saved_row.addWidget(self.loop_closure)
         layout.addLayout(saved_row)
         layout.addWidget(self.status)  # its own row, full width
         split = QtWidgets.QSplitter()
@@ -225,7 +232,10 @@ class ScanPage(WorkflowPage):
 
     def start_scan(self, source: str | None = None, path: Path | None = None) -> bool:
         key = source or self.source.currentData()
-        opt = wf.ScanOptions(depth_range=self.depth_range.currentData())
+        opt = wf.ScanOptions(
+            depth_range=self.depth_range.currentData(),
+            loop_closure=self.loop_closure.isChecked(),
+        )
         live = Live()
         opt.stop = live.stop
         import tempfile

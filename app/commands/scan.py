@@ -71,6 +71,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "sha256 only)",
     )
     p.add_argument(
+        "--loop-closure",
+        action="store_true",
+        help="handheld: register keyframes to older ones nearby and correct the path with a "
+        "pose graph at the end (long sequences that return to where they started; slower)",
+    )
+    p.add_argument(
         "--min-tracked",
         type=float,
         default=0.5,
@@ -110,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
     from app.project import Project
     from app.workflows.scan import ScanOptions, save_scan, scan_recording
-    from reconstruction.pipeline import require_usable
+    from reconstruction.scan_result import require_usable
 
     if args.list_cameras:
         from devices.cameras.realsense import list_devices
@@ -135,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         support_plane=args.support_plane,
         min_tracked_ratio=args.min_tracked,
         max_frames=args.max_frames,
+        loop_closure=args.loop_closure,
     )
     settings: dict[str, Any] = {"source": args.source, "voxel_size": args.voxel}
     with tempfile.TemporaryDirectory(prefix="twinbench-scan-") as tmp:

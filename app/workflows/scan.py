@@ -48,6 +48,7 @@ class ScanOptions:
     # handheld sources: "auto" (from the first frame: up to where the depth's own noise
     # passes 1 cm, reconstruction.depth_range) or (min, max) in m
     depth_range: tuple[float, float] | str = "auto"
+    loop_closure: bool = False  # handheld: keyframe pose graph at the end
     stop: threading.Event | None = None  # set -> stop acquiring, reconstruct what we have
     exclude: list[tuple[NDArray[np.float64], NDArray[np.float64]]] = field(default_factory=list)
 
@@ -222,13 +223,14 @@ def scan_recording(path: Path, options: ScanOptions | None = None) -> Job[ScanRe
     from app.workflows.scan_handheld import HandheldOptions, is_handheld_recording, scan_source
 
     if is_handheld_recording(path):
-        from reconstruction.pipeline import require_usable
+        from reconstruction.scan_result import require_usable
 
         hand = HandheldOptions(
             depth_range=opt.depth_range,
             max_frames=opt.max_frames,
             seed=opt.seed,
             preview_hz=opt.preview_hz,
+            loop_closure=opt.loop_closure,
         )
         tracked = yield from scan_source(path, hand, stop=opt.stop)
         require_usable(tracked, hand.min_tracked_ratio)
@@ -272,11 +274,15 @@ def scan_realsense(
     """Handheld scan with a live RealSense (tracked like any handheld source)."""
     from app.workflows.scan_handheld import HandheldOptions, scan_handheld
     from devices.cameras.realsense import RealSenseSource
-    from reconstruction.pipeline import require_usable
+    from reconstruction.scan_result import require_usable
 
     opt = options or ScanOptions()
     hand = HandheldOptions(
-        depth_range=opt.depth_range, max_frames=frames, seed=opt.seed, preview_hz=opt.preview_hz
+        depth_range=opt.depth_range,
+        max_frames=frames,
+        seed=opt.seed,
+        preview_hz=opt.preview_hz,
+        loop_closure=opt.loop_closure,
     )
     cam = RealSenseSource()
     if record is not None:
