@@ -282,6 +282,8 @@ class ScanSession:
         tr = self._tracker
         opt = tr.optimise()
         quality["pose_graph"] = opt
+        if "rejected" in opt:
+            warnings.append(f"loop closure not applied: {opt['rejected']}")
         moved = float(opt.get("max_correction_m", 0.0))
         if opt.get("optimised") and moved > 0.5 * self.tsdf.settings.voxel_size:
             poses = {t.index: t.pose for t in tr.tracks if t.pose is not None}

@@ -79,6 +79,7 @@ def test_pose_graph_pulls_a_drifted_path_back_and_leaves_an_exact_one() -> None:
     res = sess.finish(SegmentSettings(up=None))
     pg = res.quality["pose_graph"]
     assert pg["loop_edges"] > 0 and not pg["optimised"] and "not clearly better" in pg["rejected"]
+    assert any(w.startswith("loop closure not applied") for w in res.warnings)
     path = res.camera_path
     assert path is not None and path.tracked.all()
     ate, _ = absolute_trajectory_error(path.poses, G)
