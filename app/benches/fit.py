@@ -244,7 +244,7 @@ def run(
             params=params,
             channels=CHANNELS,
             window_s=WINDOW_S,
-            budget=60 if quick else 150,
+            budget=40 if quick else 60,  # the latency scan and the polish finish the search
             polish_rounds=1,
             seed=0,
             tie=tie,
