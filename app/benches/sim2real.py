@@ -16,7 +16,10 @@ truth, and how well the twin predicted them.
    (mass) and friction fitted on four of them with the joints held at their fit (the
    fifth held out: `object_heldout_pose_rmse_mm` before/after); restitution is not
    fitted (no impact in a push). The values are effective, not the truth: PyBullet's
-   contact is not MuJoCo's (one run: friction 0.11 for a true 0.6). **calibrated**: the
+   contact is not MuJoCo's (the push's hand drags the cylinder by its top rim; the loss
+   is flat over friction 0.1-1.3), so rolling friction is fitted too, the upright
+   cylinder's tracked tilt (noise) is not, and the fit is used only when it predicts the
+   held-out push better (`object_fit_used`). **calibrated**: the
    push twin at the fitted joint and object values; **calibrated_dr**: the same under
    posterior randomization (each episode one sample of the joints' and, independently,
    the object's posterior); **oracle**:
