@@ -51,5 +51,8 @@ def test_loop_closure_box_reaches_the_handheld_scan(qtbot, tmp_path: Path) -> No
     else:
         assert any(w.startswith("loop closure not applied") for w in res.warnings)
     path = res.camera_path
-    ate, _ = absolute_trajectory_error(path.poses, np.stack([x for _, x in pairs]))
+    # SDK 2.59 playback can lose the first frame(s) on a loaded machine: compare by frame number
+    assert len(path.index) >= len(pairs) - 3, path.index
+    truth = np.stack([pairs[int(i)][1] for i in path.index])
+    ate, _ = absolute_trajectory_error(path.poses, truth)
     assert ate < 0.012, ate
