@@ -142,9 +142,11 @@ def lab_episode(
     camera_hz: float = 15.0,
     pose_age_s: float = 0.055,
     track_std_m: float = 0.001,
+    trace: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One push in the lab, in-process (see the module docstring): {"success", "distance"
-    (m, true), "stopped" (why the agent's pieces stopped it, "" if it ran to the end)}."""
+    (m, true), "stopped" (why the agent's pieces stopped it, "" if it ran to the end)}.
+    With `trace`, one `TraceRow` per control tick is appended to it (`lab_row`)."""
     from devices.lab.sim import LabSim
     from devices.poses import drop_spin
     from devices.robots.object_feed import ObjectFeed
@@ -211,6 +213,8 @@ def lab_episode(
         sim.write_command("position", res.command)
         prev = res.command
         sim.step(per)
+        if trace is not None:
+            trace.append(lab_row(sim, sim.time - t0))
     if stopped:
         sim.hold()
         sim.run_for(0.3)
@@ -223,3 +227,101 @@ def lab_episodes(job: tuple[Any, bytes, Any, list[LabStart], float, float]) -> l
     """`lab_episode` over several starts (module level: an executor job)."""
     cfg, onnx, spec, starts, episode_s, tol = job
     return [lab_episode(cfg, onnx, spec, s, episode_s, tol) for s in starts]
+
+
+# -- traces: the same push in the twin and in the lab, tick by tick -------------------------
+TOOL = "panda_grasptarget"
+
+
+def _tilt_deg(quat_xyzw: Any) -> float:
+    """Angle (deg) of a body's z axis from the vertical."""
+    x, y = float(quat_xyzw[0]), float(quat_xyzw[1])
+    return math.degrees(math.acos(max(-1.0, min(1.0, 1.0 - 2.0 * (x * x + y * y)))))
+
+
+def _row(t: float, tool: Any, obj: Any, contacts: list[tuple[str, float]]) -> dict[str, Any]:
+    obj = np.asarray(obj, float)
+    return {
+        "t": float(t),
+        "tool": [float(v) for v in tool],
+        "object": [float(v) for v in obj[:3]],
+        "tilt_deg": _tilt_deg(obj[3:]),
+        "contacts": contacts,  # (robot link, contact height m) with the object
+    }
+
+
+def lab_row(sim: Any, t: float) -> dict[str, Any]:
+    """The lab's truth after one control tick: the tool point, the object, and the robot
+    links touching the object with the contacts' heights."""
+    m, d = sim.model, sim.data
+    oid = m.body(OBJECT).id
+    contacts = []
+    for i in range(d.ncon):
+        c = d.contact[i]
+        b1, b2 = int(m.geom_bodyid[c.geom1]), int(m.geom_bodyid[c.geom2])
+        if oid in (b1, b2):
+            other = m.body(b2 if b1 == oid else b1).name
+            if other.startswith("panda"):
+                contacts.append((other, float(c.pos[2])))
+    tool = d.xpos[m.body(TOOL).id]
+    return _row(t, tool, sim.truth_object_poses()[OBJECT], contacts)
+
+
+def twin_episode(
+    twin: Any,
+    task: Any,
+    params: Any,
+    start: LabStart,
+    q0: Any,
+    trace: list[dict[str, Any]] | None = None,
+    noise: Any = None,
+) -> dict[str, Any]:
+    """The `push_ik` primitive with search vector `params` pushing from a lab start in
+    `twin` (the push task replaying that start: joints at `q0`, the object and the goal
+    as in the lab); {"success", "distance", "stopped"}, and with `trace` the same rows as
+    `lab_episode`'s, so a twin's push can be set beside the lab's."""
+    import pybullet as pb
+
+    from policies.primitives import primitive_actor, task_chain
+    from policies.randomization import Randomization
+    from policies.tasks import make_env
+
+    cond = {"start": list(q0), "object_start": list(start.object_start), "goal": list(start.goal)}
+    conf = {**task.to_json(), "replay_starts": [cond], "replay_share": 1.0}
+    env = make_env("push", twin, conf, Randomization(noise=noise) if noise else None)
+    try:
+        chain = task_chain(env)
+        act = primitive_actor("push_ik", env.policy_spec, params, chain)
+        obs, _ = env.reset(seed=int(start.seed))
+        w = env.world
+        rid, oid = w.robot_id, w.bodies[OBJECT].body_id
+        while True:
+            obs, _, term, trunc, info = env.step(act(obs))
+            if trace is not None:
+                cps = pb.getContactPoints(rid, oid, physicsClientId=w.cid)
+                contacts = [(w._link_name(c[3]), float(c[5][2])) for c in cps]
+                tool = (env._T_world_base @ chain.pose(env.q))[:3, 3]
+                trace.append(_row(env.t, tool, w.object_pose(OBJECT), contacts))
+            if term or trunc:
+                break
+        return {
+            "success": bool(info.get("is_success", False)),
+            "distance": float(info["distance"]),
+            "stopped": str(env.stopped),
+        }
+    finally:
+        env.close()
+
+
+def trace_summary(trace: list[dict[str, Any]]) -> dict[str, Any]:
+    """What tells a twin's push from the lab's: the object's largest tilt, the robot links
+    that touched it, the contacts' heights (10/50/90 %) and the first contact's time."""
+    zs = [z for r in trace for _, z in r["contacts"]]
+    links = sorted({n for r in trace for n, _ in r["contacts"]})
+    first = next((r["t"] for r in trace if r["contacts"]), None)
+    return {
+        "max_tilt_deg": round(max((r["tilt_deg"] for r in trace), default=0.0), 1),
+        "links": links,
+        "contact_z": [round(float(v), 3) for v in np.percentile(zs, [10, 50, 90])] if zs else [],
+        "first_contact_s": None if first is None else round(first, 2),
+    }

@@ -1,6 +1,6 @@
 """Pieces of `bench sim2real`: lab episodes in-process are judged by the lab's true object
-pose, starts follow the push task's distribution, and the oracle twin gets the lab's
-truth in twin names."""
+pose, starts follow the push task's distribution, the oracle twin gets the lab's
+truth in twin names, and a push traced in the twin and in the lab from the same start."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.benches.sim2real_lab import LabStart, draw_starts, lab_episode, push_twin, true_values
+from app.benches.sim2real_lab import (
+    LabStart,
+    draw_starts,
+    lab_episode,
+    push_twin,
+    trace_summary,
+    true_values,
+    twin_episode,
+)
 from devices.lab.scenes import get_scene
 from policies.export import to_onnx
 from policies.spec import PolicySpec
@@ -92,3 +100,40 @@ def test_oracle_values_are_the_labs_truth(tmp_path: Path) -> None:
     assert twin.params["robot.actuators.panda_joint1.kp"].nominal == cfg.actuators.kp[0]
     oracle = twin.with_values(truth)
     assert oracle.params["objects.cylinder.friction"].nominal == cyl.friction
+
+
+@pytest.mark.slow
+def test_one_push_traced_in_the_twin_and_the_lab(tmp_path: Path) -> None:
+    """The primitive's hand-set push from one lab start, in the oracle twin and in the lab:
+    both traces start with the object where the start put it and say what touched it."""
+    from app.benches.sim2real import TASK_SET
+    from policies import push_primitive as pp
+    from policies.primitives import task_chain
+    from policies.tasks import make_env
+
+    cfg = get_scene("panda_table").default_config()
+    twin = push_twin(tmp_path / "twin", cfg)
+    oracle = twin.with_values(true_values(cfg, twin))
+    task = task_config("push", {**TASK_SET, "episode_s": 1.0})
+    start = draw_starts(cfg, 1, 7, task)[0]
+    x = pp.initial_mean()
+    env = make_env("push", oracle, task.to_json())
+    try:
+        spec, chain = env.policy_spec, task_chain(env)
+    finally:
+        env.close()
+    onnx = to_onnx(pp.torch_module(spec, chain, x), spec.obs_dim)
+    tw: list[dict[str, Any]] = []
+    lab: list[dict[str, Any]] = []
+    q0 = cfg.initial_joint_pos
+    r_tw = twin_episode(oracle, task, x, start, q0, trace=tw)
+    r_lab = lab_episode(cfg, onnx, spec, start, task.episode_s, task.success_tol, trace=lab)
+    assert len(tw) == 250 and len(lab) == 375  # 1 s at 250 Hz; the lab adds its 0.5 s ramp
+    for rows, res in ((tw, r_tw), (lab, r_lab)):
+        assert np.allclose(rows[0]["object"][:2], start.object_start[:2], atol=0.002)
+        assert res["distance"] == pytest.approx(
+            math.dist(rows[-1]["object"][:2], start.goal), abs=1e-6
+        )
+        assert set(trace_summary(rows)) == {"max_tilt_deg", "links", "contact_z", "first_contact_s"}
+    # both arms start at the same tool point (the twin's kinematics are the lab's)
+    assert np.allclose(tw[0]["tool"], lab[0]["tool"], atol=0.01)
