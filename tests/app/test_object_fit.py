@@ -57,6 +57,17 @@ def _push(spec: TwinSpec, values: dict[str, float], direction: float, seed: int)
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    reason="issue 12: a library push (hand at 3 cm, upright tool) barely shows the cylinder's "
+    "friction: on the pushes that stay upright (0, 30, 60 deg) the twin's own pose RMSE at "
+    "friction 0.6-0.9 stays within 1.7-3.3 mm (noise 1.7), the -30..-60 deg pushes tip the "
+    "cylinder and are chaotic (RMSE 14-90 mm replaying the truth itself); this test passed "
+    "only while the -60 deg push's chaos happened to favour 0.8 (with numpy 2.4.6 / scipy "
+    "1.17.1 / trimesh 5.2.0 it fits 0.67 inside a 90 % interval of +-0.006, far too narrow "
+    "for a jagged loss); upright pushes 0/60 fit 0.65 and predict the held-out push worse "
+    "than nominal (3.1 vs 2.9 mm)",
+    strict=False,
+)
 def test_pushes_made_at_known_values_are_fitted_back(twin: TwinSpec) -> None:
     pushes = [_push(twin, TRUE, d, k) for k, d in enumerate((0.0, -60.0, 45.0))]
     nominal = twin.params.nominal()
