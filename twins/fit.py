@@ -23,7 +23,8 @@ yield's `partial["checkpoint"]` lets `fit_steps(..., resume=checkpoint)` continu
   as failed samples with a penalty loss; the fit goes on and reports how many failed.
 - **Validation**: recordings (or, with one recording, every `1/validation`-th window) the
   optimiser never sees; RMSE per channel before and after is reported.
-- **Posterior**: Laplace approximation at the optimum (twins/posterior.py), or sampled by
+- **Posterior**: Laplace approximation at the optimum (twins/posterior.py; its curvature
+  checked by 2n replays at the interval's own scale), or sampled by
   SMC — kernel ABC on the replay residuals, started from the Laplace approximation
   (`posterior="smc"`, twins/fit_posterior.py). SBI (NPE on summary statistics) is to come.
 
@@ -66,7 +67,13 @@ from twins.objective import (
     rmse,
     windows,
 )
-from twins.posterior import ParamPosterior, laplace
+from twins.posterior import (
+    ParamPosterior,
+    curvature_probes,
+    curvature_scale,
+    laplace,
+    laplace_covariance,
+)
 from twins.spec import TwinSpec
 
 FD_STEP = 0.01  # central-difference step in normalised units (1 % of the range)
@@ -277,7 +284,7 @@ def fit_steps(
         opts["popsize"] = config.popsize
     # the progress bar counts the polish too: a round takes up to 6 (2n + 1) evaluations,
     # usually about a third of that
-    total = budget + config.polish_rounds * 2 * (2 * n + 1) + 1
+    total = budget + config.polish_rounds * 2 * (2 * n + 1) + 1 + 2 * n  # + curvature probes
 
     def fraction() -> float:
         return min((counters["evals"] - done_before - 1) / total, 0.99)
@@ -412,16 +419,33 @@ def fit_steps(
     J = J_cache.get(best_u.tobytes())
     if J is None:
         J = jacobian(best_u)
+    r_final, blocks, masks = res_of(final), residual_blocks(train), channel_masks(train)
+    # the Gauss-Newton curvature checked at the interval's own scale (2n replays): a loss
+    # flatter or more jagged there than its local slope says gets a wider interval
+    cov_u = laplace_covariance(np.nan_to_num(J), r_final, blocks, masks)[0]
+    probes, steps = curvature_probes(best_u, np.sqrt(np.clip(np.diag(cov_u), 0.0, None)))
+    outs = run(probes)
+    probe_loss = np.array(
+        [o.loss if o.residuals is not None else np.nan for o in outs], dtype=float
+    ).reshape(n, 2)
+    var_scale = curvature_scale(np.nan_to_num(J), r_final, steps, probe_loss)
+    for name, k in zip(space.names, var_scale, strict=True):
+        if k > 2.0:
+            notes.append(
+                f"{name}: the loss is flatter at its interval's scale than its local slope "
+                f"says; interval widened x{math.sqrt(k):.1f}"
+            )
     posterior = laplace(
         space.names,
         best_u,
         J,
-        res_of(final),
+        r_final,
         space.to_x,
         seed=config.seed,
         history=history,
-        blocks=residual_blocks(train),
-        channels=channel_masks(train),
+        blocks=blocks,
+        channels=masks,
+        var_scale=var_scale,
     )
     if config.posterior == "smc":
         before = counters["evals"]

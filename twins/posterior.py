@@ -8,7 +8,11 @@ mismatch wanders slowly; without it the intervals are far too narrow). Intervals
 normalised space (log for log priors) and mapped back, so they respect the bounds and are
 asymmetric for log parameters. A model error no data average away — the twin's joint angles
 and its efforts pointing at different values — is added as a systematic variance from the
-channels' disagreement (`channel_disagreement`). Samples are drawn from that Gaussian.
+channels' disagreement (`channel_disagreement`). The Gauss–Newton curvature is then checked
+at the interval's own scale (`curvature_probes`: 2n replays at u* ± 2σ): where the loss rises
+less there than `J` predicts — flat, or a ripple whose local slope is not the trend — that
+parameter's variance is widened by the ratio (`curvature_scale`). Samples are drawn from
+that Gaussian.
 `from_samples` fills the same fields from samples instead: the fit's SMC posterior
 (twins/fit_posterior.py, `method` "smc-abc") uses it.
 
@@ -183,6 +187,68 @@ def channel_disagreement(
     return np.asarray(np.std(np.stack(steps), axis=0), dtype=float)
 
 
+CURVATURE_STEP_MIN = 0.03  # normalised units: the smallest probe of `curvature_probes`
+CURVATURE_SCALE_MAX = 400.0  # a variance is widened at most this much (20x the std)
+
+
+def curvature_probes(
+    u_star: NDArray[np.float64], std_u: NDArray[np.float64]
+) -> tuple[list[NDArray[np.float64]], NDArray[np.float64]]:
+    """Points u* +- delta_i e_i that check the Laplace curvature at the interval's own scale
+    (delta_i = 2 std, at least `CURVATURE_STEP_MIN`, inside the bounds; a side beyond a
+    bound is probed at the bound). Returns (2n points: plus and minus per parameter, the
+    signed steps (n, 2))."""
+    n = len(u_star)
+    pts, steps = [], np.zeros((n, 2))
+    for i in range(n):
+        d = float(np.clip(2.0 * std_u[i], CURVATURE_STEP_MIN, 0.25))
+        for side, sign in enumerate((1.0, -1.0)):
+            u = np.array(u_star, dtype=float)
+            u[i] = float(np.clip(u_star[i] + sign * d, 0.0, 1.0))
+            steps[i, side] = u[i] - u_star[i]
+            pts.append(u)
+    return pts, steps
+
+
+def curvature_scale(
+    J: NDArray[np.float64],
+    r: NDArray[np.float64],
+    steps: NDArray[np.float64],
+    losses: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """Per parameter, how much flatter the loss (mean of r^2) really is at the probes of
+    `curvature_probes` than the Gauss-Newton model r + J du says: the predicted rise
+    (linear term removed) over the measured one, >= 1, at most `CURVATURE_SCALE_MAX`.
+    A loss that is jagged or flat at the interval's scale (a contact that barely shows a
+    friction: the local slope is the jaggedness) gets its variance widened by that
+    factor; a smooth quadratic loss gives 1. `losses` (n, 2): the loss at each probe, NaN
+    or inf where it failed (no widening from that side)."""
+    m = max(r.size, 1)
+    n = J.shape[1]
+    loss0 = float(np.mean(r**2))
+    out = np.ones(n)
+    for i in range(n):
+        Ji = np.nan_to_num(J[:, i])
+        g = 2.0 * float(r @ Ji) / m  # d loss / du_i
+        c = float(Ji @ Ji) / m  # Gauss-Newton curvature / 2
+        if c <= 0:
+            continue
+        d, L = steps[i], losses[i]
+        ok = (d != 0.0) & np.isfinite(L)
+        if ok.all() and abs(d[0] + d[1]) < 1e-12:
+            # both sides at the same distance: their mean rise has no linear term
+            pred, got = c * d[0] ** 2, float(L.mean()) - loss0
+        elif ok.any():  # one side (the other at a bound or failed): remove the slope
+            s = int(np.flatnonzero(ok)[0])
+            pred, got = c * d[s] ** 2, float(L[s]) - loss0 - g * float(d[s])
+        else:
+            continue
+        out[i] = float(
+            np.clip(pred / max(got, pred / CURVATURE_SCALE_MAX), 1.0, CURVATURE_SCALE_MAX)
+        )
+    return out
+
+
 def laplace_covariance(
     J: NDArray[np.float64],
     r: NDArray[np.float64],
@@ -242,6 +308,7 @@ def laplace(
     history: Sequence[Mapping[str, Any]] = (),
     blocks: Sequence[slice] = (),
     channels: Sequence[NDArray[np.bool_]] = (),
+    var_scale: NDArray[np.float64] | None = None,
 ) -> ParamPosterior:
     """Laplace posterior from residuals `r` (m,) and their Jacobian `J` (m, n) with respect
     to the normalised parameters `u_star` in [0, 1]; `to_x` maps normalised to physical.
@@ -250,10 +317,15 @@ def laplace(
     when the windows scatter more than the residual variance says, a parameter's variance
     is raised to the cluster-robust one (correlations kept from the Laplace part).
     `channels` (one mask of `r` per recorded channel) add the channels' disagreement as a
-    systematic variance (`channel_disagreement`)."""
+    systematic variance (`channel_disagreement`). `var_scale` (n,) multiplies each
+    parameter's variance (`curvature_scale`: the loss flatter at the interval's scale than
+    its local slope says), correlations kept."""
     n = len(names)
     m = r.size
     cov_u, ok_cols, eig_flag, _ = laplace_covariance(J, r, blocks, channels)
+    if var_scale is not None:
+        k = np.sqrt(np.maximum(np.asarray(var_scale, dtype=float), 1.0))
+        cov_u = cov_u * np.outer(k, k)
     std_u = np.sqrt(np.clip(np.diag(cov_u), 0, None))
     x_star = to_x(u_star)
     est, std, iv, ident, why, sens = {}, {}, {}, {}, {}, {}
