@@ -378,6 +378,16 @@ class TwinWorld:
         pos, orn = pb.getBasePositionAndOrientation(b.body_id, physicsClientId=self.cid)
         return matrix_to_pose(pose_to_matrix([*pos, *orn]) @ b.T_com_body)
 
+    def robot_contacts(self, name: str) -> list[tuple[str, float]]:
+        """The robot's links touching object `name` now: (link name, contact height z, m)
+        per contact point (on the robot's side)."""
+        if self.robot_id is None:
+            return []
+        cps = pb.getContactPoints(
+            self.robot_id, self.bodies[name].body_id, physicsClientId=self.cid
+        )
+        return [(self._link_name(c[3]), float(c[5][2])) for c in cps]
+
     def set_object_pose(self, name: str, pose: np.ndarray, twist: np.ndarray | None = None) -> None:
         """Place an object by its body-frame pose; twist = (vx, vy, vz, wx, wy, wz) of the com."""
         b = self.bodies[name]

@@ -280,8 +280,6 @@ def twin_episode(
     `twin` (the push task replaying that start: joints at `q0`, the object and the goal
     as in the lab); {"success", "distance", "stopped"}, and with `trace` the same rows as
     `lab_episode`'s, so a twin's push can be set beside the lab's."""
-    import pybullet as pb
-
     from policies.primitives import primitive_actor, task_chain
     from policies.randomization import Randomization
     from policies.tasks import make_env
@@ -294,12 +292,10 @@ def twin_episode(
         act = primitive_actor("push_ik", env.policy_spec, params, chain)
         obs, _ = env.reset(seed=int(start.seed))
         w = env.world
-        rid, oid = w.robot_id, w.bodies[OBJECT].body_id
         while True:
             obs, _, term, trunc, info = env.step(act(obs))
             if trace is not None:
-                cps = pb.getContactPoints(rid, oid, physicsClientId=w.cid)
-                contacts = [(w._link_name(c[3]), float(c[5][2])) for c in cps]
+                contacts = w.robot_contacts(OBJECT)
                 tool = (env._T_world_base @ chain.pose(env.q))[:3, 3]
                 trace.append(_row(env.t, tool, w.object_pose(OBJECT), contacts))
             if term or trunc:
