@@ -217,6 +217,7 @@ def _assemble(
     keep[first:] = True
     keep &= has | (np.arange(len(traj)) < first)  # after a stop the command is gone: cut there
     last = first + int(np.argmin(keep[first:])) if not keep[first:].all() else len(traj)
+    t_cut = float(traj.t[last]) if last < len(traj) else None
     traj = traj.slice_time(float(traj.t[first]), float(traj.t[last - 1]))
     t = traj.t
     chans = dict(traj.channels)
@@ -235,6 +236,12 @@ def _assemble(
     t0 = _align(
         t, requested if requested is not None else chans["robot/command"], motion, t_start_guess
     )
+    if t_cut is not None and t_cut < t0 + motion.duration:
+        raise DeviceError(
+            f"robot at {client.address}: '{motion.name}' was cut short after "
+            f"{max(t_cut - t0, 0.0):.2f} s of {motion.duration:.2f} s: the robot stopped "
+            f"({_stop_reason(msgs, t_cut)}); it is held, nothing was saved"
+        )
     chans["robot/command_planned"] = motion.at(t - t0)
     units["robot/command_planned"] = unit
     acted = [m.get("acted") or [] for m in msgs if traj.t[0] <= m["t"] <= traj.t[-1]]
@@ -254,6 +261,14 @@ def _assemble(
         "robot_info": client.info.to_dict() if client.info is not None else {},
     }
     return Trajectory(t, chans, units, "real", meta)
+
+
+def _stop_reason(msgs: list[dict[str, Any]], t_cut: float) -> str:
+    """Why the robot stopped taking commands at `t_cut`, from its state stream."""
+    for m in msgs:
+        if float(m["t"]) >= t_cut - 1e-9 and (m.get("stop_reason") or m.get("mode") != "command"):
+            return str(m.get("stop_reason") or f"mode {m.get('mode')}")
+    return "no reason given"
 
 
 def _align(t: NDArray[np.float64], cmd: NDArray[np.float64], motion: Motion, guess: float) -> float:

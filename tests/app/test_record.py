@@ -226,3 +226,20 @@ def test_a_camera_is_recorded_next_to_the_motion(tmp_path: Path) -> None:
     ts = frames[int(idx[k])].timestamp
     assert traj.t[k] - 0.2 < ts <= traj.t[k] + 1e-6
     assert [p.name for p in project.root.iterdir() if p.name.startswith(".recording")] == []
+
+
+def test_a_motion_the_robot_stops_midway_is_an_error_naming_the_reason(lab: LabProcess) -> None:
+    """The workbench goes quiet mid-motion (no heartbeats): the agent's watchdog stops the
+    robot, and the recording says so instead of keeping a silently shortened motion."""
+    with RobotClient(lab.host, lab.port, lab.token) as robot:
+        motion = plan_motion(robot, "multisine", duration=4.0, amplitude=0.1)
+        job = play_motion(robot, motion)
+        with pytest.raises(DeviceError, match=r"cut short after 1\.\d+ s of 4\.00 s.*watchdog"):
+            for rec in job:
+                if rec.fraction is not None and rec.fraction > 0.3:
+                    robot.heartbeat_enabled = False  # the client's heartbeats stop
+        robot.heartbeat_enabled = True
+        st = _settled(robot)
+        assert st["mode"] == "stopped"
+        time.sleep(0.5)
+        assert _still(robot) < 2e-3
