@@ -79,6 +79,8 @@ class Agent:
         self._ramp_from: Vec = np.zeros(self.n)
         self._seq = 0
         self._due = 0.0
+        self._last_tick = float("inf")  # monotonic time of the previous tick
+        self.stall_s = max(5.0 * self.dt, 0.02)  # a longer gap between ticks: the agent stalled
         self._last_driver_seq = -1
         self._acted: tuple[str, ...] = ()
         self.objects = ObjectFeed()  # poses streamed by the workbench's camera tracker
@@ -362,6 +364,9 @@ class Agent:
             sent: Vec | None = None
             acted: tuple[str, ...] = ()
             mode = self.mode
+            if now - self._last_tick > self.stall_s and mode in ("command", "policy"):
+                self._stalled(self._last_tick, now)
+            self._last_tick = now
             if mode in ("command", "policy"):
                 late = self.watchdog.check(now, mode == "command" and self._cmd_mode != "position")
                 if late is not None:
@@ -415,6 +420,18 @@ class Agent:
         for fn in self._state_listeners:
             fn(seq, state, sent, mode_now, status)
         self.tick_work_s[seq % self.tick_work_s.size] = time.perf_counter() - t_start
+
+    def _stalled(self, start: float, end: float) -> None:
+        """The control loop itself did not run from `start` to `end` (SIGSTOP, a loaded
+        computer): the watchdog gives the connection time to deliver what piled up."""
+        if self.watchdog.agent_stalled(start, end) and end - start > 0.05:
+            self._event(
+                "stall",
+                f"control loop stalled {(end - start) * 1e3:.0f} ms (the robot side was held "
+                f"up); the heartbeat deadline waits {self.watchdog.drain_s * 1e3:.0f} ms "
+                "for the messages sent meanwhile",
+                stall_s=end - start,
+            )
 
     def _stop_for_tracking(self, reason: str, now_t: float) -> None:
         """Stale or lost object tracking: a watchdog stop (sticks until `acquire`)."""

@@ -50,6 +50,13 @@ class Watchdog:
         self.last_heartbeat = float("-inf")
         self.last_command = float("-inf")
         self.armed = False
+        self.grace_until = float("-inf")  # after the agent's own stall: time to read the backlog
+
+    @property
+    def drain_s(self) -> float:
+        """How long the connection gets, after the agent itself stalled, to deliver the
+        heartbeats that piled up unread meanwhile."""
+        return 0.5 * self.config.heartbeat_timeout_s
 
     def arm(self, now: float) -> None:
         """Motion starts: deadlines run from now."""
@@ -66,8 +73,22 @@ class Watchdog:
     def command(self, now: float) -> None:
         self.last_command = now
 
+    def agent_stalled(self, start: float, end: float) -> bool:
+        """The agent's own control loop did not run from `start` to `end` (the robot side was
+        held up: a loaded computer, a paused process). Heartbeats sent meanwhile are still
+        unread, so silence in that window is not the workbench's: when the workbench was
+        heard from within the deadline as of `start`, the heartbeat deadline is pushed to
+        `end` + `drain_s`. A workbench already silent at `start` gets nothing, so a lost
+        workbench is stopped at most the stall plus `drain_s` late. The streamed-command
+        deadline gets no grace: a velocity command went stale on the robot either way.
+        Returns whether grace was given."""
+        if not self.armed or self.last_heartbeat + self.config.heartbeat_timeout_s < start:
+            return False
+        self.grace_until = max(self.grace_until, end + self.drain_s)
+        return True
+
     def heartbeat_deadline(self) -> float:
-        return self.last_heartbeat + self.config.heartbeat_timeout_s
+        return max(self.last_heartbeat + self.config.heartbeat_timeout_s, self.grace_until)
 
     def check(self, now: float, streamed_command: bool) -> tuple[str, float] | None:
         """(reason, deadline) of the first missed deadline, or None while all is well."""

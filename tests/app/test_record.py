@@ -5,6 +5,8 @@ nothing, and the CLI records into a project."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -243,3 +245,33 @@ def test_a_motion_the_robot_stops_midway_is_an_error_naming_the_reason(lab: LabP
         assert st["mode"] == "stopped"
         time.sleep(0.5)
         assert _still(robot) < 2e-3
+
+
+def test_a_stall_on_the_robot_side_is_not_blamed_on_the_workbench(lab: LabProcess) -> None:
+    """The robot's process is held up for 0.4 s mid-motion (SIGSTOP, as a loaded computer
+    would): the client kept its heartbeats going, they were read late, and the motion is
+    recorded to the end instead of being stopped for a silence that was the robot's own. The
+    stall is reported, and the measured motion stays inside the limits afterwards."""
+    with RobotClient(lab.host, lab.port, lab.token) as robot:
+        motion = plan_motion(robot, "multisine", duration=3.0, amplitude=0.1)
+        job, stalled = play_motion(robot, motion), False
+        try:
+            while True:
+                rec = next(job)
+                if not stalled and rec.fraction is not None and rec.fraction > 0.3:
+                    os.kill(lab.proc.pid, signal.SIGSTOP)
+                    time.sleep(0.4)
+                    os.kill(lab.proc.pid, signal.SIGCONT)
+                    stalled = True
+        except StopIteration as done:
+            traj = done.value
+        events = list(robot.events)
+        info = robot.info
+    assert stalled and info is not None
+    assert traj.duration >= motion.duration
+    stall = [e for e in events if e.get("kind") == "stall"]
+    assert len(stall) == 1 and 0.38 < stall[0]["data"]["stall_s"] < 0.6
+    assert not [e for e in events if e.get("kind") == "watchdog"]
+    q, qd = traj["robot/joint_pos"], traj["robot/joint_vel"]
+    assert np.all(q >= info.limits.lower) and np.all(q <= info.limits.upper)
+    assert np.all(np.abs(qd) < info.limits.velocity)
