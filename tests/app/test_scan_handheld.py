@@ -79,8 +79,8 @@ def test_scan_page_tracks_a_handheld_recording_in_the_chosen_range(
     path = res.camera_path
     assert path is not None and path.tracked_ratio >= 0.95
     # the lab's truth. 2026-12-01, 40 runs (up to 2 at once): 3.6-9.4 mm, and 11.8 mm once in
-    # a fresh-clone CI run; the spread is the glance away (frames 27-31, 1-5 cm off): the view
-    # is then mostly table plane, and point-to-plane ICP slides along it (docs/TRAPS.md). The
+    # a fresh-clone CI run; the spread is the glance away (frames 27-31, 1-5 cm off while
+    # each passes the gate; the view is then mostly table plane: docs/TRAPS.md). The
     # 1 cm target is the bench's (`bench scan-real`, 8 s path), this test's bound is looser.
     assert _ate_vs_truth(res, frames, truth) < 0.015
     ref = res.capture["recording"]
