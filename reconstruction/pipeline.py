@@ -226,8 +226,11 @@ class ScanSession:
             return None
         if self._ray_offset is None:
             self._ray_offset = self._measure_ray_offset()
-        self._fusion.start()  # the held frame fuses while this one is registered
+        # the view (numpy and Open3D downsampling: they need the GIL, which fusion holds) is
+        # built first; the held frame then fuses while this one is registered (ICP runs
+        # without the GIL)
         view = self.tracker.view_of_depth(*r)
+        self._fusion.start()
         # the raycast surface sits at a fixed offset in the grid (world) frame: seen from this
         # camera it is a translation, undone on the registration's result
         C = np.eye(4)

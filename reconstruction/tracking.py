@@ -117,8 +117,11 @@ class HandheldTracker:
         return got[1] if got is not None and got[0] is f else self.view_of_frame(f)
 
     def view_of_depth(self, depth_m: NDArray[np.float32], K: NDArray[np.float64]) -> View:
-        """A rendered depth image (a model raycast) as a View."""
-        return make_view(depth_m, K, self.s.voxel)
+        """A rendered depth image (a model raycast) as a View, its ICP levels built."""
+        v = make_view(depth_m, K, self.s.voxel)
+        for scale in (4 * self.s.voxel, 2 * self.s.voxel, self.s.voxel):
+            v.level(scale)
+        return v
 
     def _icp(self, src: View, tgt: View, init: Mat4) -> Mat4 | None:
         """Coarse-to-fine KD-tree ICP of src onto tgt (T_tgt_src)."""
