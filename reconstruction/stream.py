@@ -4,10 +4,11 @@ runs on another worker while the next frame is registered (`DeferredFusion`).
 
 Both only overlap work whose inputs are already fixed, so a scan's result does not depend on
 thread timing: the view of a frame depends only on the frame, and a frame's fusion starts
-right after the next frame's model view was raycast (the raycast then sees the model without
-the newest fused frame; the TSDF is never read and written at once). Open3D's and numpy's
-array work releases the GIL (measured: an ICP and a TSDF fusion on two threads take about
-the time of the longer one on 2 idle cores).
+right after the next frame's model view was raycast and made a View (the raycast then sees
+the model without the newest fused frame; the TSDF is never read and written at once).
+Open3D's ICP releases the GIL, its fusion, raycast and voxel downsampling hold it (docs/
+TRAPS.md): the fusion starts once the view is built, so it overlaps the ICP (lab 8 s path:
+the view took 13.9 ms a frame while a fusion ran beside it, 7.5 ms after it).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def read_ahead(
 
 class DeferredFusion:
     """One fusion at a time on a worker thread. `defer(fn)` holds a fusion until `start()`
-    (called right after the next raycast) or `wait()`; `wait()` returns when none is held or
+    (called once the next raycast is a View) or `wait()`; `wait()` returns when none is held or
     running, re-raising its error."""
 
     def __init__(self) -> None:
