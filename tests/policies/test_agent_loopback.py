@@ -25,7 +25,10 @@ from policies.rollouts import EpisodeJob, run_episodes
 from policies.tasks import make_env
 from twins.spec import TwinSpec
 
-pytestmark = pytest.mark.slow
+# Judged against the wall clock: the agent ticks at 250 Hz and its watchdog stops the robot
+# after 250 ms without a heartbeat. Beside the other worker on 2 cores, a CI run stopped it
+# 0.34 rad short (it reaches in ~0.7 s alone), so it runs with the real-time tests.
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 
 
 def test_exported_policy_runs_on_the_agent_and_reaches(demo_twin: TwinSpec) -> None:
@@ -71,7 +74,10 @@ def test_exported_policy_runs_on_the_agent_and_reaches(demo_twin: TwinSpec) -> N
                 if err < 0.02:
                     break
                 time.sleep(0.05)
-            assert err < 0.02, f"robot stopped {err:.3f} rad from the goal"
+            assert err < 0.02, (
+                f"robot stopped {err:.3f} rad from the goal: mode {agent.mode}, "
+                f"stop reason {agent.stop_reason!r}"
+            )
             c.stop_policy()
     finally:
         server.close()
