@@ -124,6 +124,14 @@ class Actuators:
     `apply(u)` takes a new command into effect (servo targets are set at once);
     `before_step()` must run before every physics step when `needs_per_step` (PD and
     torque-like joints: PyBullet clears applied torques after each step).
+
+    Actuated joints the command leaves out are held where they are when the bank is made,
+    by their own servo or PD, as a robot's controller holds a joint nobody moves (a
+    gripper stays shut or open). Left free, they swing: the Panda's fingers slid along
+    the hand and knocked on their stops whenever the arm turned, which the fits took as
+    extra damping of the joints that turn the hand (joints 1 and 3 fitted 15-20 % low on
+    noise-free lab data; within 2 % with the fingers held). Torque-like joints left out
+    get no torque, as before.
     """
 
     def __init__(self, world: TwinWorld, joints: list[str]) -> None:
@@ -147,17 +155,33 @@ class Actuators:
         self.sv_ids, self.pd_ids, self.tq_ids = (
             ids[g].tolist() for g in (self.sv, self.pd, self.tq)
         )
+        # the actuated joints the command leaves out, held by their servo or PD (see above)
+        held = [
+            a.joint
+            for a in r.actuators
+            if a.joint not in self.joints and a.model in ("servo", "pd")
+        ]
+        held_sv = [j for j in held if r.actuator(j).model == "servo"]  # type: ignore[union-attr]
+        held_pd = [j for j in held if j not in held_sv]
+        self.n_pd = len(self.pd)  # commanded PD joints: the first n_pd of the PD arrays
+        self.pd_ids += world.joint_ids(held_pd)
         self.step_ids = self.pd_ids + self.tq_ids
 
         def arr(idx: np.ndarray, key: str, default: float = 0.0) -> np.ndarray:
             return np.array([v.get(f"robot.actuators.{joints[i]}.{key}", default) for i in idx])
 
+        def arr_held(names: list[str], key: str) -> np.ndarray:
+            return np.array([v.get(f"robot.actuators.{j}.{key}", 0.0) for j in names])
+
+        def pd_arr(key: str) -> np.ndarray:
+            return np.concatenate([arr(self.pd, key), arr_held(held_pd, key)])
+
         dt = world.dt
         self.sv_kp = np.minimum(arr(self.sv, "bandwidth") * dt, 1.0).tolist()
         self.sv_kd = arr(self.sv, "velocity_gain").tolist()
         self.sv_force = arr(self.sv, "effort_limit").tolist()
-        self.kp, self.kd = arr(self.pd, "kp"), arr(self.pd, "kd")
-        self.gravity_share = arr(self.pd, "gravity_compensation")
+        self.kp, self.kd = pd_arr("kp"), pd_arr("kd")
+        self.gravity_share = pd_arr("gravity_compensation")
         self._gc_links: list[int] = []
         arm = np.array([v.get(f"robot.joints.{j.name}.armature", 0.0) for j in r.joints])
         self._rotor = bool(self.step_ids) and bool(np.any(arm > 0))
@@ -165,7 +189,7 @@ class Actuators:
             self._gravity_setup(world)
         if self._rotor:
             self._rotor_setup(world, [j.name for j in r.joints], arm)
-        self.pd_force = arr(self.pd, "effort_limit")
+        self.pd_force = pd_arr("effort_limit")
         # torque-like models: tau = a * clip(u, -ulim, ulim) + b, then clip(tau, -e, e)
         is_dc = np.array([self.models[i] == "dc_motor" for i in self.tq], dtype=bool)
         kt = (
@@ -182,8 +206,24 @@ class Actuators:
         )
         self.latency = np.array([v.get(f"robot.actuators.{j}.latency", 0.0) for j in joints])
         self.needs_per_step = bool(len(self.step_ids))
-        self._pd_target = np.zeros(len(self.pd))
-        self.last_pd_tau: np.ndarray | None = None  # PD torque applied by the last step
+        self._pd_target = np.zeros(len(self.pd_ids))
+        if held_pd:
+            self._pd_target[self.n_pd :] = world.joint_state(held_pd)[0]
+        if held_sv:
+            sv_held = world.joint_ids(held_sv)
+            pb.setJointMotorControlArray(
+                self.rid,
+                sv_held,
+                pb.POSITION_CONTROL,
+                targetPositions=world.joint_state(held_sv)[0].tolist(),
+                targetVelocities=[0.0] * len(sv_held),
+                positionGains=np.minimum(arr_held(held_sv, "bandwidth") * dt, 1.0).tolist(),
+                velocityGains=arr_held(held_sv, "velocity_gain").tolist(),
+                forces=arr_held(held_sv, "effort_limit").tolist(),
+                physicsClientId=self.cid,
+            )
+        self.held = held
+        self.last_pd_tau: np.ndarray | None = None  # commanded PD joints' torque, last step
         self._tau: list[float] = [0.0] * len(self.tq)
 
     def units_ok(self, unit: str) -> None:
@@ -223,7 +263,7 @@ class Actuators:
                 physicsClientId=self.cid,
             )
         if len(self.pd):
-            self._pd_target = u[self.pd]
+            self._pd_target[: self.n_pd] = u[self.pd]
         if len(self.tq):
             self._tau = (self.torques(u) if tau is None else tau).tolist()
 
@@ -236,14 +276,14 @@ class Actuators:
             if self._gc_links
             else []
         )
-        if len(self.pd):
+        if len(self.pd_ids):
             st = pb.getJointStates(self.rid, self.pd_ids, physicsClientId=self.cid)
             q = np.array([s[0] for s in st])
             qd = np.array([s[1] for s in st])
             pd = np.clip(
                 self.kp * (self._pd_target - q) - self.kd * qd, -self.pd_force, self.pd_force
             )
-            self.last_pd_tau = pd
+            self.last_pd_tau = pd[: self.n_pd]
             if np.any(self.gravity_share > 0):
                 pd = pd + self.gravity_share * self._gravity(ls)
             tau = pd.tolist() + self._tau
@@ -354,8 +394,9 @@ class Actuators:
         report NaN (PyBullet does not expose the constraint force cheaply)."""
         out = np.full(len(self.joints), np.nan)
         if len(self.pd):
-            tau = self.kp * (u[self.pd] - q[self.pd]) - self.kd * qd[self.pd]
-            out[self.pd] = np.clip(tau, -self.pd_force, self.pd_force)
+            m = self.n_pd
+            tau = self.kp[:m] * (u[self.pd] - q[self.pd]) - self.kd[:m] * qd[self.pd]
+            out[self.pd] = np.clip(tau, -self.pd_force[:m], self.pd_force[:m])
         if len(self.tq):
             out[self.tq] = self.torques(u) - self.emf * qd[self.tq]
         return out

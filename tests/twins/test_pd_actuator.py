@@ -40,7 +40,9 @@ def test_gravity_torques_match_pybullet_inverse_dynamics(tmp_path: Path) -> None
             world.robot_id, list(Q0), zero, zero, physicsClientId=world.cid
         )
     assert np.abs(ref[:7]).max() > 5.0  # the premise: gravity loads the arm
-    assert got == pytest.approx(np.asarray(ref[:7]), rel=1e-6, abs=1e-5)
+    # the arm's 7 joints, then the two fingers the bank holds (not commanded)
+    assert bank.held == ["panda_finger_joint1", "panda_finger_joint2"]
+    assert got == pytest.approx(np.asarray(ref[:9]), rel=1e-6, abs=1e-5)
 
 
 def test_pd_effort_is_the_torque_applied_over_the_last_step(tmp_path: Path) -> None:
