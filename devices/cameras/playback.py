@@ -55,6 +55,11 @@ class PlaybackSource(OpenCloseSource):
         try:
             cfg.enable_device_from_file(str(self.path), repeat_playback=False)
             pipe = rs.pipeline()
+            # Switch the file's device to non-real-time before the pipeline starts playing
+            # it (resolving opens the device the pipeline then uses): started in real time,
+            # the pipeline's one-frame queue overwrote the first frames before anyone read
+            # them (6 of a 10-frame file lost on a loaded CI machine).
+            cfg.resolve(rs.pipeline_wrapper(pipe)).get_device().as_playback().set_real_time(False)
             profile = pipe.start(cfg)
         except RuntimeError as exc:
             raise DataFileError(
@@ -64,24 +69,13 @@ class PlaybackSource(OpenCloseSource):
         self._pipe = pipe
         dev = profile.get_device()
         pb = dev.as_playback()
-        # The pipeline starts playing in real time; frames can go by before we switch, so
-        # pause, drop what was already delivered, switch, rewind and resume. A short file can
-        # end before the pause on a loaded machine; a stopped playback does not restart on
-        # seek, so start the pipeline again (now switching to non-real-time at once).
-        for attempt in range(3):
+        if pb.is_real_time():  # an SDK that re-opens the file on start: switch now, rewind
             pb.pause()
             while pipe.try_wait_for_frames(30)[0]:
                 pass
             pb.set_real_time(False)
-            if pb.current_status() != rs.playback_status.stopped or attempt == 2:
-                break
-            pipe.stop()
-            profile = pipe.start(cfg)
-            dev = profile.get_device()
-            pb = dev.as_playback()
-            pb.set_real_time(False)
-        pb.seek(datetime.timedelta(0))
-        pb.resume()
+            pb.seek(datetime.timedelta(0))
+            pb.resume()
         self._playback = pb
         self.duration_s = pb.get_duration().total_seconds()
         streams = {s.stream_type(): s for s in profile.get_streams()}

@@ -35,8 +35,7 @@ def test_protocol_frames_recorded_by_sdk(tmp_path: Path) -> None:
     assert (got[0].depth > 0).mean() > 0.5
     with PlaybackSource(rec) as pb:
         back = list(pb.frames())
-    # SDK 2.59 playback may lose leading frames at start; they must be reported (TRAPS.md)
-    assert len(back) + len(pb.dropped) == 5 and set(pb.dropped) <= {1, 2} and not pb.warnings
+    assert len(back) == 5 and pb.dropped == [] and not pb.warnings
     assert [f.index for f in back] == [f.index for f in got if f.index not in pb.dropped]
     assert (back[-1].depth == got[-1].depth).all() and (back[-1].color == got[-1].color).all()
     assert pb.info is not None and pb.info.sdk_version and pb.info.device.startswith("Twinbench")
