@@ -355,10 +355,11 @@ def run(
             "comparison and the parallel timing); fit_wall_s is the fit alone; "
             "load_avg_1min: the machine's load at the start and the end",
             "damping behind the lab's PD (kv 40-45 N*m*s/rad) is a 2 % effect on the motion, "
-            "worth c/kp = 1.3-1.5 ms of command delay: 10 % of a damping is 0.15 ms of "
-            "timing. Through the real-time protocol some commands reach the lab one 2 ms "
-            "physics step late (more often under load; the recorded data are reproduced by "
-            "20 % late writes), which the fit partly takes as latency and partly as damping",
+            "worth c/kp = 1.3-1.5 ms of command delay: commands that reach the lab a 2 ms "
+            "step late are replayed as recorded (robot/command_delay), and the twin holds the "
+            "joints no command moves (the Panda's fingers) as the lab does; left free, they "
+            "slid to their stops and knocked whenever the hand turned, which fits took as "
+            "10-20 % extra damping of joints 1 and 3",
             *res.notes,
         ]
         out["notes"] = notes
