@@ -116,17 +116,29 @@ def test_steps_on_one_joint_leave_the_others_nearly_still(lab: LabProcess) -> No
 
 
 def test_cancel_stops_the_robot_and_saves_nothing(lab: LabProcess, tmp_path: Path) -> None:
+    """Cancelling a recording stops the robot itself (stop reason: the recording ended).
+    The agent's 250 ms heartbeat watchdog can beat the cancel when this machine stalls the
+    client for ~0.2 s (a fresh run on 2 cores: 'no heartbeat for 253 ms'); that try says
+    nothing about the cancel, so it is made once more. A cancel that never stops the robot
+    leaves the watchdog's reason both times and fails."""
     project = Project.create(tmp_path / "p")
     with RobotClient(lab.host, lab.port, lab.token) as robot:
-        motion = plan_motion(robot, "multisine", duration=6.0, amplitude=0.1)
-        job = record_job(project, robot, motion)
-        for rec in job:
-            if rec.fraction is not None and rec.fraction > 0.3:
+        reasons = []
+        for _ in range(2):
+            motion = plan_motion(robot, "multisine", duration=6.0, amplitude=0.1)
+            job = record_job(project, robot, motion)
+            for rec in job:
+                if rec.fraction is not None and rec.fraction > 0.3:
+                    break
+            assert np.max(np.abs(robot.latest_state().joint_vel)) > 0.01  # it was moving
+            job.close()  # cancel
+            st = _settled(robot)
+            assert st["mode"] == "stopped"
+            reasons.append(str(st["stop_reason"]))
+            if "watchdog: no heartbeat" not in reasons[-1]:
                 break
-        assert np.max(np.abs(robot.latest_state().joint_vel)) > 0.01  # it was moving
-        job.close()  # cancel
-        st = _settled(robot)
-        assert st["mode"] == "stopped" and "ended" in str(st["stop_reason"])
+            time.sleep(0.5)
+        assert "ended" in reasons[-1], reasons
         time.sleep(0.5)  # the hold controller brings it to rest
         assert _still(robot) < 2e-3
         # a motion planned elsewhere is refused (the robot is no longer at its start)
