@@ -70,14 +70,14 @@ def n_params(family: str, spec: PolicySpec) -> int:
 
 
 def initial_mean(family: str, spec: PolicySpec) -> NDArray[np.float64]:
-    """joint_pd: log-gains of a gentle start (kp = 2 per unit action per rad, kd = 0.05);
+    """joint_pd: log-gains of a gentle start (kp = 8 per unit action per rad, kd = 0.05);
     push_ik: its hand-set defaults."""
     if family == "push_ik":
         from policies import push_primitive
 
         return push_primitive.initial_mean()
     n = spec.n
-    return np.concatenate([np.full(n, np.log(2.0)), np.full(n, np.log(0.05))])
+    return np.concatenate([np.full(n, np.log(8.0)), np.full(n, np.log(0.05))])
 
 
 def linear_weights(

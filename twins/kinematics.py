@@ -103,6 +103,16 @@ class RobotKinematics:
                 )
             )
 
+    def speed_effort_limits(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """The URDF's velocity (rad/s or m/s) and effort limits of `joint_names`; 0 where
+        the URDF gives none."""
+        vel, eff = [], []
+        for j in self.joint_index:
+            ji = self._pb.getJointInfo(self.body, j, physicsClientId=self.cid)
+            vel.append(max(float(ji[11]), 0.0))
+            eff.append(max(float(ji[10]), 0.0))
+        return np.array(vel), np.array(eff)
+
     def _pb_link(self, j: int) -> NDArray[np.float64]:
         st = self._pb.getLinkState(
             self.body, j, computeForwardKinematics=True, physicsClientId=self.cid

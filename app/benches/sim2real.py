@@ -70,7 +70,7 @@ DESCRIPTION = (
     "lab push: CEM push_ik policies trained in nominal / fitted / fitted+posterior DR / oracle "
     "twins, lab success (95 % CI), ratio DR/oracle, twin-vs-lab Pearson and gap over 7 policies"
 )
-TASK_SET = {"action_scale": 0.15, "object_max_age_s": 0.5}
+TASK_SET = {"action_scale": 0.15, "object_max_age_s": 0.5, "start_ramp_s": 0.5}
 # How the policy sees the object on the robot, in every twin (training and prediction):
 # the workbench's tracker as `bench push_deploy` measured it on the lab's fixed camera
 # (15 fps, pose age at the agent median 55 ms, p95 70 ms, ~1 mm), not the lab's internals.

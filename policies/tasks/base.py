@@ -4,9 +4,11 @@ on the robot agent (policies/spec.py, devices/robots/PROTOCOL.md).
 Per control tick (the robot's rate): the policy gets the observation the agent would build
 (terms of its `PolicySpec`, through the episode's sensor noise, latency and tracking
 dropouts), its action in [-1, 1] is scaled and, for `delta` actions, added to the
-*observed* joint positions (as the agent adds it to the measured state), then passes a
-model of the agent's envelope (joint limits kept 5 mrad inside, target speed at most
-`max_joint_speed`), the twin's per-joint actuator latency, and the twin's actuators.
+*observed* joint positions (as the agent adds it to the measured state), blended in over
+the agent's start ramp (`start_ramp_s`), then passes the agent's own safety envelope
+(devices/robots/safety.py: limits, speed, acceleration, lead on the measured joint; its
+stops end the episode as failures), the twin's per-joint actuator latency, and the twin's
+actuators.
 Physical parameters come from the episode's `Conditions` (policies/randomization.py); the
 world is rebuilt only when they change.
 """
@@ -24,6 +26,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from devices.poses import drop_spin
+from devices.robots.driver import JointLimits, RobotInfo, RobotState
+from devices.robots.safety import SafetyEnvelope
+from devices.robots.safety_config import default_config
 from policies.errors import PolicyError
 from policies.randomization import Conditions, Randomization, SensorNoise
 from policies.spec import PolicySpec
@@ -34,7 +39,6 @@ from twins.kinematics import RobotKinematics
 from twins.spec import TwinSpec
 
 Vec = NDArray[np.float64]
-LIMIT_MARGIN = 0.005  # rad: the agent keeps position targets this far inside the limits
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,13 @@ class TaskConfig:
     control_rate_hz: float = 250.0  # the robot agent's rate (the lab's and the test driver's)
     episode_s: float = 2.0
     action_scale: float = 0.05  # rad per unit action (delta position)
-    max_joint_speed: float = 1.9  # rad/s: the agent moves position targets at <= 0.9 x limit
+    # rad/s: a joint's speed limit where the robot's URDF gives none (the agent's envelope
+    # takes the URDF's)
+    max_joint_speed: float = 1.9
+    # s: the agent's start ramp (`run_policy(ramp_s)`; deploy's default 0.5 s) blends the
+    # policy's commands in from the start pose, ramp_from + a (cmd - ramp_from) with a
+    # rising 0 -> 1 over it; the episode runs episode_s past its end. 0: no ramp
+    start_ramp_s: float = 0.0
     joints: tuple[str, ...] = ()  # commanded joints; () = the twin's actuated revolute joints
     # Failure-driven curriculum: initial conditions of real runs that failed ({"start": q,
     # "goal": ..., "object_start": pose}, from their run.json), each episode replays one of
@@ -162,6 +172,7 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         self._world: TwinWorld | None = None
         self._world_values: dict[str, float] | None = None
         self._kin = RobotKinematics(self.twin.resolve(robot.urdf), self.joints)
+        self._envelope = self._agent_envelope()
         self._ee = ee_link(self.twin)
         from devices.poses import pose_to_matrix
 
@@ -219,6 +230,32 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
             raise PolicyError(f"task {self.task_name}: call reset() before step()")
         return self._world
 
+    def _agent_envelope(self, rate_hz: float | None = None) -> SafetyEnvelope:
+        """The robot agent's own default envelope (devices/robots/safety.py) over the twin's
+        joint limits and the URDF's speed limits (`max_joint_speed` where it has none), at
+        the twin's control tick (`rate_hz`; before the first reset the task's control rate):
+        the twin's commands are shaped (speed, acceleration, lead on the measured joint,
+        braking before limits) and stopped as the agent shapes and stops the policy's on
+        the robot. No workspace box: the twin does not know the robot's."""
+        vel, eff = self._kin.speed_effort_limits()
+        vel = np.where(vel > 0, vel, self.config.max_joint_speed)
+        eff = np.where(eff > 0, eff, np.inf)
+        info = RobotInfo(
+            self.twin.name,
+            self.joints,
+            JointLimits(self.lower.copy(), self.upper.copy(), vel, eff),
+            float(rate_hz or self.config.control_rate_hz),
+        )
+        return SafetyEnvelope(info, default_config(info))
+
+    @property
+    def ramp_s(self) -> float:
+        """The agent's start ramp the episode models (s; `TaskConfig.start_ramp_s`)."""
+        r = float(self.config.start_ramp_s)
+        if not (np.isfinite(r) and r >= 0.0):
+            raise PolicyError(f"task {self.task_name}: start_ramp_s must be >= 0 s, got {r}")
+        return r
+
     @property
     def deploy_spec(self) -> PolicySpec:
         """The spec this episode's policy would be uploaded with (its target / goal)."""
@@ -247,7 +284,9 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         world.reset()
         self.per_ctrl = max(1, int(round(1.0 / (self.config.control_rate_hz * world.dt))))
         self.ctrl_dt = self.per_ctrl * world.dt
-        self.n_steps = int(round(self.config.episode_s / self.ctrl_dt))
+        if abs(self._envelope.dt - self.ctrl_dt) > 1e-9:  # the agent's tick is the twin's
+            self._envelope = self._agent_envelope(1.0 / self.ctrl_dt)
+        self.n_steps = int(round((self.config.episode_s + self.ramp_s) / self.ctrl_dt))
         self.k = 0
         self.t = 0.0
         self._place(rng)
@@ -257,6 +296,8 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
             self._place_replayed(self.config.replay_starts[self.replayed])
         self.q, self.qd = world.joint_state(list(self.joints))
         self.cmd = self.q.copy()
+        self._ramp_from = self.q.copy()
+        self._envelope.start(RobotState(0.0, 0, self.q.copy(), self.qd.copy(), 0.0 * self.qd))
         self._lat = np.asarray(self._bank.latency, float)
         self._hist: deque[tuple[float, Vec]] = deque()
         self._hist.append((-1.0, self.cmd.copy()))
@@ -290,9 +331,14 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         a = np.clip(a, -1.0, 1.0)
         q_seen = self._last_obs_q
         cmd = q_seen + self.config.action_scale * a
-        cmd = np.clip(cmd, self.lower + LIMIT_MARGIN, self.upper - LIMIT_MARGIN)
-        step_max = self.config.max_joint_speed * self.ctrl_dt
-        cmd = self.cmd + np.clip(cmd - self.cmd, -step_max, step_max)
+        if self.k * self.ctrl_dt < self.ramp_s:  # the agent's start ramp
+            cmd = self._ramp_from + (self.k * self.ctrl_dt / self.ramp_s) * (cmd - self._ramp_from)
+        state = RobotState(self.t, self.k, q_seen, self.qd, np.zeros_like(self.qd))
+        res = self._envelope.apply("position", cmd, state, self.cmd)
+        if res.stop is not None:  # the agent stops the policy; the robot holds
+            self.stopped = f"safety: {res.stop}"
+            return self._last_obs, -10.0, True, False, self._info()
+        cmd = res.command
         self.cmd = cmd
         self._hist.append((self.t, cmd.copy()))
         for _ in range(self.per_ctrl):

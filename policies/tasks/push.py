@@ -32,6 +32,9 @@ from twins.spec import TwinSpec
 @dataclass(frozen=True)
 class PushConfig(TaskConfig):
     episode_s: float = 4.0
+    # rad per unit action: at 0.05 a Panda under the agent's envelope (acceleration and
+    # lead limits) cannot travel, lean the hand and finish a push within the episode
+    action_scale: float = 0.15
     object: str = ""  # "" = a cylinder if there is one, else the first movable object
     start_range: float = 0.1  # rad around home, per joint
     object_jitter: float = 0.04  # m around the object's scanned position

@@ -131,3 +131,35 @@ def test_bad_settings_are_named(demo_twin: TwinSpec) -> None:
         assert term and info["stopped"] == "non-finite action" and r < 0
     finally:
         env.close()
+
+
+def test_commands_pass_the_agents_ramp_and_envelope(demo_twin: TwinSpec) -> None:
+    """A full-scale action from rest: the start ramp holds the first command at the start
+    pose, and the agent's envelope lets the targets speed up no faster than its
+    acceleration limit and never past the URDF's joint speeds (the old speed-only model let
+    a target jump 0.05 rad on the first tick)."""
+    from devices.robots.safety_config import SafetyConfig
+
+    ramp, episode = 0.2, 0.3
+    env = make_env("reach", demo_twin, {"start_ramp_s": ramp, "episode_s": episode}, seed=0)
+    try:
+        env.reset(seed=0)
+        dt, q0 = env.ctrl_dt, env.cmd.copy()
+        assert env.n_steps == round((ramp + episode) / dt)
+        vmax = env._envelope.vmax
+        np.testing.assert_allclose(vmax[:4], 2.175)  # the Panda URDF's, not max_joint_speed
+        cmds, done = [], False
+        while not done:
+            _, _, term, trunc, _ = env.step(np.ones(len(env.joints), np.float32))
+            cmds.append(env.cmd.copy())
+            done = term or trunc
+        assert len(cmds) == env.n_steps and not env.stopped
+        np.testing.assert_allclose(cmds[0], q0, atol=1e-12)  # ramp weight 0 on the first tick
+        steps = np.diff(np.vstack([q0, *cmds]), axis=0)
+        assert np.all(np.abs(steps) <= vmax * dt + 1e-12)
+        amax = SafetyConfig().max_accel
+        for k in range(1, 6):  # k ticks in: at most amax dt^2 (1 + 2 + ... + k) from the start
+            assert np.all(np.abs(cmds[k] - q0) <= amax * dt * dt * k * (k + 1) / 2 + 1e-12)
+        assert np.max(np.abs(cmds[-1] - q0)) > 0.1  # and it does move
+    finally:
+        env.close()

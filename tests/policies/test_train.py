@@ -41,7 +41,7 @@ def _check_export(out: TrainOutcome, tmp: Path) -> Policy:
     got = np.stack([pol.act(x) for x in out.check_inputs])
     assert got.shape == out.check_outputs.shape == (64, 7)
     assert np.max(np.abs(got - out.check_outputs)) < 1e-5
-    assert np.all(np.abs(got) <= 1.0) and np.ptp(got) > 0.1  # not a constant model
+    assert np.all(np.abs(got) <= 1.0) and np.ptp(got) > 0.05  # not a constant model
     assert out.policy.record["onnx_check"]["max_abs_err"] < 1e-5
     return pol
 
