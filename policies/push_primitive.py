@@ -17,11 +17,15 @@ and turns the tool's velocity towards it into joint deltas by damped least squar
   `z_hover`, lifting first when low (sideways speed grows with height), at most `v_travel`;
 - once the object is within `stop_tol` of the goal, wherever the tool is: hold still.
 
-The tool's z axis is kept pointing down (`k_rot`). Joint velocities dq from the damped
-least-squares solve (conjugate gradients, a fixed number of iterations, so numpy and the
-exported ONNX run the same arithmetic) become a delta action dq * `lead_s` / scale, scaled
-down as a whole (direction kept) when a joint would exceed 1. The
-13 searched parameters live in R^13 and map to their ranges by a logistic, so CEM can
+The tool's z axis leans `TILT` from straight down towards the push and its x axis (the
+hand's narrow side) lies along it (`k_rot`), so the fingertips lead the hand; the corridor
+ends `DEPTH` behind the pre-push point (a tool far behind on the line travels there first
+instead of descending where it is). Joint velocities dq from the damped least-squares
+solve (conjugate gradients, a fixed number of iterations, so numpy and the exported ONNX
+run the same arithmetic), plus a posture pull `K_NULL` (joints towards the middle of their
+ranges) projected on the null space of the tool's motion, become a delta action
+dq * `lead_s` / scale, scaled down as a whole (direction kept) when a joint would exceed 1.
+The 13 searched parameters live in R^13 and map to their ranges by a logistic, so CEM can
 search them unconstrained; every geometric or speed parameter is tuned in the twin it was
 trained in: a twin with wrong friction or actuator response tunes them wrong.
 
@@ -31,6 +35,7 @@ small `_Ops` adapters below.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,13 +60,28 @@ PARAMS: tuple[tuple[str, float, float, float], ...] = (
     ("overshoot", -0.04, 0.04, 0.0),  # m past the goal the pusher may aim
     ("align_tol", 0.004, 0.04, 0.015),  # m sideways off the push line still in the corridor
     ("stop_tol", 0.0, 0.025, 0.012),  # m: object this close to the goal -> hold
-    ("k_rot", 0.3, 10.0, 3.0),  # 1/s: tool z axis towards straight down
+    ("k_rot", 0.3, 10.0, 3.0),  # 1/s: tool axes towards the push's lean and heading
 )
 NAMES = tuple(p[0] for p in PARAMS)
 DAMPING = 1e-3  # lambda^2 of the damped least squares (m^2, rad^2)
 CG_ITERS = 10
 LOW_BAND = 0.03  # m above z_push that still counts as "low"
 WIDEN = 2.0  # the corridor is (1 + WIDEN) x align_tol wide at z_push, align_tol at z_hover
+DEPTH = 0.03  # m: the corridor ends this far behind the pre-push point
+# The tool leans TILT towards the push (its z axis from straight down towards the push
+# direction, about the hand's long y axis) so the closed fingertips lead: upright, the
+# Panda hand's housing (3.2 cm either side of the axis in hand x, fingers 1.05 cm) meets a
+# tall object 2.1 cm ahead of the fingers, on the object's top rim, where MuJoCo and
+# PyBullet disagree whether it rides or tips (docs/BENCHMARKS.md, bench sim2real); at
+# 20 deg the housing stays ~8 mm behind the fingertips, which push low on the side (30 deg
+# runs the Panda's joint 6 into its limit near the base).
+TILT = math.radians(20.0)
+SIN_TILT, COS_TILT = math.sin(TILT), math.cos(TILT)
+EZ = np.array([0.0, 0.0, 1.0])
+# 1/s: joint velocity towards the middle of its range per half range off it, in the null
+# space of the tool's motion (a 7-joint arm's elbow): it keeps the yaw that holds the
+# hand's narrow side on the push from winding joints 1 and 3 against each other
+K_NULL = 2.0
 
 
 def n_params() -> int:
@@ -100,6 +120,8 @@ class ChainConsts:
     K: NDArray[np.float32]  # (k, 3, 3) skew of the axis
     axis: NDArray[np.float32]  # (k, 3)
     index: tuple[int, ...]  # joint index per step, -1 fixed
+    mid: NDArray[np.float32]  # (n,) middle of each joint's range (0 without limits)
+    inv_half: NDArray[np.float32]  # (n,) 1 / half its range (0 without limits)
 
     @classmethod
     def of(cls, chain: Any) -> ChainConsts:
@@ -109,7 +131,28 @@ class ChainConsts:
         K = np.stack(
             [np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]]) for a in ax]
         ).astype(np.float32)
-        return cls(R0, p0, K, ax, tuple(int(s.index) for s in chain.steps))
+        mid, inv_half = posture(chain)
+        return cls(
+            R0,
+            p0,
+            K,
+            ax,
+            tuple(int(s.index) for s in chain.steps),
+            mid.astype(np.float32),
+            inv_half.astype(np.float32),
+        )
+
+
+def posture(chain: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(middle, 1 / half range) of each commanded joint's URDF limits; 0, 0 for a joint
+    without limits (the null-space pull leaves it alone)."""
+    n = len(chain.joints)
+    lo = np.asarray(chain.lower, float) if len(chain.lower) == n else np.full(n, -np.inf)
+    hi = np.asarray(chain.upper, float) if len(chain.upper) == n else np.full(n, np.inf)
+    ok = np.isfinite(lo) & np.isfinite(hi) & (hi > lo)
+    mid = np.where(ok, 0.5 * (lo + hi), 0.0)
+    inv_half = np.where(ok, 2.0 / np.where(ok, hi - lo, 1.0), 0.0)
+    return mid, inv_half
 
 
 class _NpOps:
@@ -184,6 +227,41 @@ def _cross(ops: Any, a: Any, b: Any) -> Any:
     )
 
 
+def _cg(ops: Any, A: Any, b: Any) -> Any:
+    """y with A y = b (A (B, 6, 6) symmetric positive definite), CG_ITERS conjugate
+    gradient steps from 0."""
+    y = ops.zeros_like(b)
+    r = b
+    d = r
+    rs = ops.sum(r * r, 1)
+    for _ in range(CG_ITERS):
+        Ad = (A @ d[:, :, None])[:, :, 0]
+        alpha = rs / (ops.sum(d * Ad, 1) + 1e-20)
+        y = y + alpha * d
+        r = r - alpha * Ad
+        rs_new = ops.sum(r * r, 1)
+        d = r + (rs_new / (rs + 1e-20)) * d
+        rs = rs_new
+    return y
+
+
+def _cg1(A: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
+    """`_cg` for one system in float64 scalars (the numpy actor)."""
+    y = np.zeros(6)
+    r = b.copy()
+    d = r.copy()
+    rs = float(r @ r)
+    for _ in range(CG_ITERS):
+        Ad = A @ d
+        alpha = rs / (float(d @ Ad) + 1e-20)
+        y += alpha * d
+        r -= alpha * Ad
+        rs_new = float(r @ r)
+        d = r + (rs_new / (rs + 1e-20)) * d
+        rs = rs_new
+    return y
+
+
 def push_law(
     ops: Any,
     obs: Any,
@@ -241,7 +319,8 @@ def push_law(
     contact, zp, zh = v["contact"], v["z_push"], v["z_hover"]
     h = ops.clip((pz - zp) / (zh - zp), 0.0, 1.0)
     tol = v["align_tol"] * (1.0 + WIDEN * (1.0 - h))
-    corridor = (s < -contact + 0.01) & (ops.abs(c) < tol)
+    deep = s > -(contact + v["standoff"] + DEPTH)
+    corridor = (s < -contact + 0.01) & deep & (ops.abs(c) < tol)
     low = pz < zp + LOW_BAND
     done = d < v["stop_tol"]
     push_in = ops.minimum(B1 + v["lead"], d + v["overshoot"])
@@ -258,26 +337,24 @@ def push_law(
     vmax = ops.where(corridor & low, B1 + v["v_push"], B1 + v["v_travel"])
     speed = ops.sqrt(ops.sum(vel * vel, 1) + 1e-12)
     vel = vel * ops.minimum(B1 + 1.0, vmax / speed)
-    z_tool = R[:, :, 2]
-    down = B1 + ops.c([0.0, 0.0, -1.0])[None]
-    w = v["k_rot"] * _cross(ops, z_tool, down)
+    # tool z leaning TILT towards the push, tool x (the hand's narrow side) along it
+    z_tool, x_tool = R[:, :, 2], R[:, :, 0]
+    u3 = ops.stack([u[:, 0], u[:, 1], B1[:, 0]], 1)
+    up = B1 + ops.c([0.0, 0.0, 1.0])[None]
+    z_des = SIN_TILT * u3 - COS_TILT * up
+    sgn = ops.where(ops.sum(x_tool * u3, 1) >= 0.0, B1 + 1.0, B1 - 1.0)
+    x_des = sgn * (COS_TILT * u3 + SIN_TILT * up)
+    w = v["k_rot"] * (_cross(ops, z_tool, z_des) + _cross(ops, x_tool, x_des))
     e6 = ops.stack([vel[:, i] for i in range(3)] + [w[:, i] for i in range(3)], 1)
-    # damped least squares: dq = J^T y, (J J^T + lambda^2 I) y = e6, by conjugate gradients
+    # damped least squares: dq = J^T y, (J J^T + lambda^2 I) y = e6, by conjugate gradients;
+    # plus the posture pull z projected on the task's null space: z - J^T (J J^T + ..)^-1 J z
     Jt = ops.transpose(J)
     A = J @ Jt + DAMPING * ops.eye(6)
-    y = ops.zeros_like(e6)
-    r = e6
-    dvec_cg = r
-    rs = ops.sum(r * r, 1)
-    for _ in range(CG_ITERS):
-        Ad = (A @ dvec_cg[:, :, None])[:, :, 0]
-        alpha = rs / (ops.sum(dvec_cg * Ad, 1) + 1e-20)
-        y = y + alpha * dvec_cg
-        r = r - alpha * Ad
-        rs_new = ops.sum(r * r, 1)
-        dvec_cg = r + (rs_new / (rs + 1e-20)) * dvec_cg
-        rs = rs_new
-    a = (Jt @ y[:, :, None])[:, :, 0] * (v["lead_s"] / action_scale)
+    z = K_NULL * ops.c(chain.inv_half)[None] * (ops.c(chain.mid)[None] - q)
+    y = _cg(ops, A, e6)
+    y2 = _cg(ops, A, (J @ z[:, :, None])[:, :, 0])
+    dq = (Jt @ (y - y2)[:, :, None])[:, :, 0] + z
+    a = dq * (v["lead_s"] / action_scale)
     del ctrl_dt
     return a / ops.maximum(ops.amax(ops.abs(a), 1), B1 + 1.0)  # scaled, not clipped
 
@@ -315,6 +392,7 @@ def actor(spec: PolicySpec, chain: Any, x: Sequence[float] | NDArray[np.float64]
     sl = spec.slices()
     n, scale = spec.n, spec.action_scale
     eye6 = DAMPING * np.eye(6)
+    mid, inv_half = posture(chain)
 
     def act(obs: NDArray[Any]) -> NDArray[np.float32]:
         ob = np.asarray(obs, np.float64).reshape(-1)
@@ -347,7 +425,9 @@ def actor(spec: PolicySpec, chain: Any, x: Sequence[float] | NDArray[np.float64]
         s, c = float(rel @ u), float(rel @ nrm)
         contact, zp, zh = v["contact"], v["z_push"], v["z_hover"]
         h = min(max((pz - zp) / (zh - zp), 0.0), 1.0)
-        corridor = s < -contact + 0.01 and abs(c) < v["align_tol"] * (1.0 + WIDEN * (1.0 - h))
+        corridor = -(contact + v["standoff"] + DEPTH) < s < -contact + 0.01 and abs(c) < v[
+            "align_tol"
+        ] * (1.0 + WIDEN * (1.0 - h))
         low = pz < zp + LOW_BAND
         if d < v["stop_tol"]:
             tgt = p
@@ -363,23 +443,15 @@ def actor(spec: PolicySpec, chain: Any, x: Sequence[float] | NDArray[np.float64]
         vmax = v["v_push"] if (corridor and low) else v["v_travel"]
         speed = float(np.sqrt(vel @ vel + 1e-12))
         vel = vel * min(1.0, vmax / speed)
-        zt = R[:, 2]
-        w = v["k_rot"] * np.array([-zt[1], zt[0], 0.0])  # z_tool x (0, 0, -1)
+        u3 = np.array([u[0], u[1], 0.0])
+        z_des = SIN_TILT * u3 - COS_TILT * EZ
+        x_des = (COS_TILT * u3 + SIN_TILT * EZ) * (1.0 if R[:, 0] @ u3 >= 0.0 else -1.0)
+        w = v["k_rot"] * (np.cross(R[:, 2], z_des) + np.cross(R[:, 0], x_des))
         e6 = np.concatenate([vel, w])
         A = J @ J.T + eye6
-        y = np.zeros(6)
-        r = e6.copy()
-        dd = r.copy()
-        rs = float(r @ r)
-        for _ in range(CG_ITERS):
-            Ad = A @ dd
-            alpha = rs / (float(dd @ Ad) + 1e-20)
-            y += alpha * dd
-            r -= alpha * Ad
-            rs_new = float(r @ r)
-            dd = r + (rs_new / (rs + 1e-20)) * dd
-            rs = rs_new
-        a = (J.T @ y) * (v["lead_s"] / scale)
+        z = K_NULL * inv_half * (mid - q)
+        dq = J.T @ (_cg1(A, e6) - _cg1(A, J @ z)) + z
+        a = dq * (v["lead_s"] / scale)
         return (a / max(float(np.max(np.abs(a))), 1.0)).astype(np.float32)
 
     return act

@@ -37,6 +37,10 @@ class SerialChain:
     link: str
     joints: tuple[str, ...]
     steps: tuple[ChainStep, ...]
+    # the URDF's position limits of `joints` (rad); a joint without (continuous) gets
+    # -inf / inf
+    lower: tuple[float, ...] = ()
+    upper: tuple[float, ...] = ()
 
     def pose(self, q: Sequence[float] | Vec) -> Vec:
         """T_base_link (4x4) at joint positions q (ordered as `joints`)."""
@@ -79,4 +83,11 @@ def serial_chain(urdf: Path, joints: Sequence[str], link: str) -> SerialChain:
                 raise TwinError(f"kinematics: a prismatic joint lies on the chain to '{link}'")
             steps.append(ChainStep(T0.copy(), axis.copy(), index[j] if commanded else -1))
             j = parent
-    return SerialChain(link, tuple(joints), tuple(reversed(steps)))
+        lower, upper = [], []
+        for j in kin.joint_index:
+            ji = pb.getJointInfo(kin.body, j, physicsClientId=kin.cid)
+            lo, hi = float(ji[8]), float(ji[9])
+            ok = hi > lo and int(ji[2]) == pb.JOINT_REVOLUTE
+            lower.append(lo if ok else -np.inf)
+            upper.append(hi if ok else np.inf)
+    return SerialChain(link, tuple(joints), tuple(reversed(steps)), tuple(lower), tuple(upper))

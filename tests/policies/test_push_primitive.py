@@ -90,3 +90,47 @@ def test_small_cem_training_pushes_to_the_goal(demo_twin: TwinSpec, tmp_path: Pa
     np.testing.assert_allclose(got, out.check_outputs, atol=1e-5)
     ev = evaluate(pol, "push", demo_twin, {}, None, episodes=10)
     assert ev["successes"] >= 8, ev
+
+
+def test_chain_carries_the_urdf_joint_limits(demo_twin: TwinSpec) -> None:
+    env = make_env("push", demo_twin, seed=0)
+    try:
+        chain = task_chain(env)
+        np.testing.assert_allclose(chain.lower, env.lower)
+        np.testing.assert_allclose(chain.upper, env.upper)
+        mid, inv_half = pp.posture(chain)
+        np.testing.assert_allclose(mid, (env.lower + env.upper) / 2)
+        np.testing.assert_allclose(inv_half * (env.upper - env.lower), 2.0)
+    finally:
+        env.close()
+
+
+def test_the_hand_leans_into_the_push_with_its_narrow_side_first(demo_twin: TwinSpec) -> None:
+    """The hand-set push in the demo twin: once the tool has reached the pre-push point its
+    z axis leans TILT from straight down towards the push, its x axis (the Panda hand's
+    narrow side) lies along the push, and no joint has come within 0.05 rad of a limit."""
+    env = make_env("push", demo_twin, seed=0)
+    try:
+        chain, spec = task_chain(env), env.policy_spec
+        act = pp.actor(spec, chain, pp.initial_mean())
+        sl = spec.slices()
+        for seed in (10000, 10001, 10002):
+            obs, _ = env.reset(seed=seed)
+            margin = np.inf
+            for _ in range(int(1.5 * 250)):  # 1.5 s: travelled, not yet pushing
+                obs, _, term, trunc, _ = env.step(act(obs))
+                margin = min(
+                    margin, float(np.min(np.minimum(env.q - env.lower, env.upper - env.q)))
+                )
+                assert not (term or trunc)
+            R = (env._T_world_base @ chain.pose(env.q))[:3, :3]
+            goal, o = obs[sl["object_goal"]], obs[sl["object_pose"]][:2]
+            u = np.append((goal - o) / np.linalg.norm(goal - o), 0.0)
+            z, x = R[:, 2], R[:, 0]
+            lean = np.degrees(np.arccos(-z[2]))
+            assert lean == pytest.approx(np.degrees(pp.TILT), abs=3.0), (seed, lean)
+            assert z[:2] @ u[:2] / np.linalg.norm(z[:2]) > 0.97  # leaning towards the push
+            assert abs(x @ u) > 0.9  # the narrow side faces the push
+            assert margin > 0.05, (seed, margin)
+    finally:
+        env.close()
