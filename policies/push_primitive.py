@@ -346,14 +346,14 @@ def push_law(
     x_des = sgn * (COS_TILT * u3 + SIN_TILT * up)
     w = v["k_rot"] * (_cross(ops, z_tool, z_des) + _cross(ops, x_tool, x_des))
     e6 = ops.stack([vel[:, i] for i in range(3)] + [w[:, i] for i in range(3)], 1)
-    # damped least squares: dq = J^T y, (J J^T + lambda^2 I) y = e6, by conjugate gradients;
+    # damped least squares: dq = J^T y, (J J^T + lambda^2 I) y = e6, by conjugate gradients,
     # plus the posture pull z projected on the task's null space: z - J^T (J J^T + ..)^-1 J z
     Jt = ops.transpose(J)
     A = J @ Jt + DAMPING * ops.eye(6)
     z = K_NULL * ops.c(chain.inv_half)[None] * (ops.c(chain.mid)[None] - q)
-    y = _cg(ops, A, e6)
-    y2 = _cg(ops, A, (J @ z[:, :, None])[:, :, 0])
-    dq = (Jt @ (y - y2)[:, :, None])[:, :, 0] + z
+    # one solve for both: J^T A^-1 e6 + z - J^T A^-1 J z = J^T A^-1 (e6 - J z) + z
+    y = _cg(ops, A, e6 - (J @ z[:, :, None])[:, :, 0])
+    dq = (Jt @ y[:, :, None])[:, :, 0] + z
     a = dq * (v["lead_s"] / action_scale)
     del ctrl_dt
     return a / ops.maximum(ops.amax(ops.abs(a), 1), B1 + 1.0)  # scaled, not clipped
@@ -450,7 +450,7 @@ def actor(spec: PolicySpec, chain: Any, x: Sequence[float] | NDArray[np.float64]
         e6 = np.concatenate([vel, w])
         A = J @ J.T + eye6
         z = K_NULL * inv_half * (mid - q)
-        dq = J.T @ (_cg1(A, e6) - _cg1(A, J @ z)) + z
+        dq = J.T @ _cg1(A, e6 - J @ z) + z
         a = dq * (v["lead_s"] / scale)
         return (a / max(float(np.max(np.abs(a))), 1.0)).astype(np.float32)
 
