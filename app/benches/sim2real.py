@@ -28,7 +28,9 @@ truth, and how well the twin predicted them.
 2. Training: CEM over the `push_ik` primitive (policies/push_primitive.py) in each,
    every twin seeing the object as the agent will (`SENSING`: the tracker's 15 fps, 40-70 ms
    pose age and ~1 mm noise, as bench push_deploy measured them; training and prediction),
-   2 workers, the same seeds and budget; `train_s_*` is each training's wall time. The
+   2 workers, the same seeds and budget; `train_s_*` is each training's wall time. Every
+   twin runs the agent's 0.5 s start ramp (`start_ramp_s`, as the lab episodes and deploy
+   do) and its safety envelope (policies/tasks/base.py). The
    push task runs with `action_scale` 0.15 rad (at 0.05 rad the lab's PD arm cannot
    finish a push in the 4 s episode) and `object_max_age_s` 0.5 s (at 0.2 s a loaded
    2-core machine stalls the tracker feed past the limit: bench push_deploy).
