@@ -425,9 +425,8 @@ def actor(spec: PolicySpec, chain: Any, x: Sequence[float] | NDArray[np.float64]
         s, c = float(rel @ u), float(rel @ nrm)
         contact, zp, zh = v["contact"], v["z_push"], v["z_hover"]
         h = min(max((pz - zp) / (zh - zp), 0.0), 1.0)
-        corridor = -(contact + v["standoff"] + DEPTH) < s < -contact + 0.01 and abs(c) < v[
-            "align_tol"
-        ] * (1.0 + WIDEN * (1.0 - h))
+        tol = v["align_tol"] * (1.0 + WIDEN * (1.0 - h))
+        corridor = -(contact + v["standoff"] + DEPTH) < s < -contact + 0.01 and abs(c) < tol
         low = pz < zp + LOW_BAND
         if d < v["stop_tol"]:
             tgt = p

@@ -286,7 +286,8 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         self.ctrl_dt = self.per_ctrl * world.dt
         if abs(self._envelope.dt - self.ctrl_dt) > 1e-9:  # the agent's tick is the twin's
             self._envelope = self._agent_envelope(1.0 / self.ctrl_dt)
-        self.n_steps = int(round((self.config.episode_s + self.ramp_s) / self.ctrl_dt))
+        self._ramp = self.ramp_s
+        self.n_steps = int(round((self.config.episode_s + self._ramp) / self.ctrl_dt))
         self.k = 0
         self.t = 0.0
         self._place(rng)
@@ -331,8 +332,8 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         a = np.clip(a, -1.0, 1.0)
         q_seen = self._last_obs_q
         cmd = q_seen + self.config.action_scale * a
-        if self.k * self.ctrl_dt < self.ramp_s:  # the agent's start ramp
-            cmd = self._ramp_from + (self.k * self.ctrl_dt / self.ramp_s) * (cmd - self._ramp_from)
+        if self.k * self.ctrl_dt < self._ramp:  # the agent's start ramp
+            cmd = self._ramp_from + (self.k * self.ctrl_dt / self._ramp) * (cmd - self._ramp_from)
         state = RobotState(self.t, self.k, q_seen, self.qd, np.zeros_like(self.qd))
         res = self._envelope.apply("position", cmd, state, self.cmd)
         if res.stop is not None:  # the agent stops the policy; the robot holds
