@@ -50,8 +50,14 @@ TORQUE_SOFT = 0.55  # torque mode governs to this fraction of the (soft) speed
 TORQUE_RISE_S = 0.1  # s for a torque that speeds a joint up to rise from 0 to full
 BRAKE_BAND = 0.5  # above the governed speed, full braking torque is reached this far over it
 PREDICT_S = 0.008  # s: command latency + one control period, typical of the lab and arms
-MAX_ACCEL = 500.0  # rad/s^2: larger measured accelerations are glitches, not motion
-BOX_HORIZON_S = 0.25  # s ahead that velocity/torque motion is checked against the box
+MAX_ACCEL = 50.0  # rad/s^2: larger measured accelerations are glitches, not motion
+VEL_PULLBACK = 10.0  # rad/s per rad: velocity mode's pull out of the braking margin (the
+# lab's velocity servo holds a loaded joint only with a steady error)
+DRAG_MIN_SPEED = 0.05  # rad/s: a joint moving against its command faster is being dragged
+BRAKE_PREDICT_S = 0.05  # s: velocity/torque braking is judged from the predicted position
+BOX_MARGIN = 0.01  # m: targets brake to a stop this far inside the workspace box
+BOX_DECEL = 2.0  # m/s^2: how hard a target's end effector may brake before a box face
+BOX_LAG_S = 0.1  # s: the measured end effector is judged where it will be this far ahead
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class SafetyResult:
     command: Vec  # the command to send (valid only when stop is None)
     acted: tuple[str, ...]  # names of the limits that changed or refused the command
     stop: str | None  # a human-readable reason when the robot must stop instead
+    measured: bool = False  # the stop was judged on the measured state (the agent latches it)
 
 
 class SafetyEnvelope:
@@ -114,6 +121,8 @@ class SafetyEnvelope:
         self.kd = self.effmax / (DAMPING_BAND * self.vmax)  # N*m*s/rad below the speed limit
         self.kd_brake = self.effmax / (BRAKE_BAND * self.vmax)  # and above it
         self._min_box_dist = 0.0
+        self._box_scale = 1.0
+        self._vp = np.zeros(n)
         self._v_prev: Vec | None = None
         self._last_step = np.zeros(len(self.info.joint_names))
         self._t_prev = 0.0
@@ -208,11 +217,15 @@ class SafetyEnvelope:
                 ("effort",),
                 f"measured effort {state.joint_effort[j]:.1f} "
                 f"N*m on {self.info.joint_names[j]} exceeds {mef:g}x its limit",
+                measured=True,
             )
         measured = self.check_measured(state)
+        self._vp = self.predicted_velocity(state)
+        if state.t > self._t_prev:
+            self._v_prev, self._t_prev = state.joint_vel.copy(), state.t
         if measured is not None:
             kind = next(k for k in ("velocity", "workspace", "position") if k in measured)
-            return SafetyResult(prev, (kind,), measured)
+            return SafetyResult(prev, (kind,), measured, measured=True)
         if mode == "position":
             return self._position(command, state, prev)
         if mode == "velocity":
@@ -249,6 +262,12 @@ class SafetyEnvelope:
         # largest step s with s + (s - dstep) + (s - 2 dstep) + ... <= distance to go
         reach = dstep * (np.sqrt(0.25 + 2 * np.abs(want) / dstep) - 0.5)
         step = np.clip(step, -reach, reach)
+        # towards a face of the workspace box no faster than the end effector can brake
+        # before it; ahead of the acceleration bound, so the target slows down smoothly
+        # (cut after it, the big joints braked hard and flung the wrist past 1.0x)
+        if self._box_brake(prev, prev + step, state):
+            acted.append("workspace")
+            step = step * self._box_scale
         step = np.clip(step, self._last_step - dstep, self._last_step + dstep)
         step = np.where(want >= 0, np.minimum(step, want), np.maximum(step, want))
         if np.any(step != out - prev):
@@ -256,10 +275,14 @@ class SafetyEnvelope:
             out = prev + step
         # the target leads the MEASURED joint by a bounded amount, and not at all in the
         # direction of motion while a joint is at its speed limit or could not brake in time
+        # judged on the speed each joint will have when this target takes effect, where it
+        # is speeding up (braking on the command alone let a dragged wrist reach 1.1x)
+        vp = self._vp
+        sp = np.maximum(np.abs(v), np.where(vp * v > 0, np.abs(vp), 0.0))
         mup, mdown = self.braking_speed(q, cap=self.vmax)
-        taper = (LEAD_ZERO * self.vmax - np.abs(v)) / ((LEAD_ZERO - LEAD_FULL) * self.vmax)
+        taper = (LEAD_ZERO * self.vmax - sp) / ((LEAD_ZERO - LEAD_FULL) * self.vmax)
         # joints drag each other: while any joint nears its speed limit, every lead shrinks
-        ratio = float(np.max(np.abs(v) / self.vmax))
+        ratio = float(np.max(sp / self.vmax))
         taper = np.minimum(taper, (LEAD_ZERO - ratio) / (LEAD_ZERO - LEAD_FULL))
         lead = self.lead * np.clip(taper, 0.0, 1.0)
         ahead = np.where((v > 0) & (v > mup), 0.0, np.where(v > 0, lead, self.lead))
@@ -282,11 +305,69 @@ class SafetyEnvelope:
             out = led
         # never further outside the limits than the previous target
         np.clip(out, np.minimum(prev, lower), np.maximum(prev, upper), out=out)
+        if self._box_brake(prev, out, state, hard=True):
+            acted.append("workspace")
+            out = prev + self._box_scale * (out - prev)
         if not self._allowed_in_box(out, prev):
             acted.append("workspace")
             out = self._towards_box(prev, out)
         self._last_step = out - prev
         return self._finish(out, acted)
+
+    def _box_gaps(self, *joint_pos: Vec) -> Vec | None:
+        """Room (m) from the end effector to each of the six faces of the box shrunk by
+        BOX_MARGIN (lower x, y, z, then upper), the least over the given poses; negative
+        past a face. None without a box or kinematics."""
+        if self.box is None or self.fk is None:
+            return None
+        gaps = []
+        for q in joint_pos:
+            p = self.fk(q)
+            if p is None:
+                return None
+            gaps.append(np.concatenate([p - self.box[0], self.box[1] - p]))
+        return np.min(gaps, axis=0) - BOX_MARGIN
+
+    def _box_cap(self, gaps: Vec) -> Vec:
+        """Outward speed (m/s) towards each face from which the end effector can still brake
+        to a stop at BOX_DECEL inside the shrunk box: 0 at or past it."""
+        return np.sqrt(2.0 * BOX_DECEL * np.maximum(gaps, 0.0))
+
+    def _tool_velocity(self, q: Vec, qdot: Vec) -> Vec | None:
+        """End-effector velocity (m/s) for joint velocity qdot at q (finite difference)."""
+        assert self.fk is not None
+        h = 0.01
+        p0, p1 = self.fk(q), self.fk(q + h * qdot)
+        return None if p0 is None or p1 is None else (p1 - p0) / h
+
+    def _outward_scale(self, outward: Vec, cap: Vec) -> float:
+        """The factor (0..1) that brings every outward speed within its cap."""
+        over = outward > np.maximum(cap, 1e-9)
+        if not np.any(over):
+            return 1.0
+        return float(np.clip(np.min(cap[over] / outward[over]), 0.0, 1.0))
+
+    def _box_brake(self, prev: Vec, target: Vec, state: RobotState, hard: bool = False) -> bool:
+        """Whether the step prev -> target must shrink (by `self._box_scale`) so that the
+        end effector approaches each face of the box no faster than it can brake to a stop
+        BOX_MARGIN inside it, at BOX_DECEL. The room left is judged from the target and from
+        where the measured end effector will be BOX_LAG_S from now (it lags its target and
+        overshoots it). From beyond that inner face (after an overshoot, or a restart from
+        outside) no step towards the face is allowed at all: a pose outside is never a new
+        baseline to move on from. `hard`: only the last line of defence, once the step
+        limits have shaped the target: no step further past the face's inner margin."""
+        gaps = self._box_gaps(prev, state.joint_pos + BOX_LAG_S * state.joint_vel)
+        if gaps is None:
+            return False
+        if hard:
+            gaps = gaps + 0.5 * BOX_MARGIN
+        assert self.fk is not None
+        p0, p1 = self.fk(prev), self.fk(target)
+        if p0 is None or p1 is None:
+            return False
+        dp = (p1 - p0) / self.dt
+        self._box_scale = self._outward_scale(np.concatenate([-dp, dp]), self._box_cap(gaps))
+        return self._box_scale < 1.0
 
     def _towards_box(self, prev: Vec, target: Vec) -> Vec:
         """The part of the step prev -> target that keeps the end effector in the box (or
@@ -309,7 +390,10 @@ class SafetyEnvelope:
             acted.append("velocity")
         # braking distance to the position limits, on the measured position; slower while a
         # joint measures over its soft speed
-        up, down = self.braking_speed(q, BRAKE_MARGIN)
+        # from where the joint will be when this command takes effect (it may be dragged
+        # along by the others even while its own command is 0)
+        qp = q + v * BRAKE_PREDICT_S
+        up, down = self.braking_speed(qp, BRAKE_MARGIN)
         up = np.where(v > self.v_soft, np.minimum(up, 2 * self.v_soft - v), up)
         down = np.where(-v > self.v_soft, np.minimum(down, 2 * self.v_soft + v), down)
         braked = np.clip(out, -np.maximum(down, 0.0), np.maximum(up, 0.0))
@@ -317,19 +401,31 @@ class SafetyEnvelope:
         # limit, the speed it can still brake from), all slow down
         room = np.maximum(np.where(v >= 0, up, down), 0.0) + NEAR_LIMIT_FLOOR * self.vmax
         ratio = float(max(np.max(np.abs(v) / self.vmax), np.max(np.abs(v) / room)))
+        # a joint dragged towards its limit against its own command has no floor: the
+        # joints dragging it must slow down before it gets there
+        dragged = (v * out <= 0) & (np.abs(v) > DRAG_MIN_SPEED)
+        if np.any(dragged):
+            bare = np.maximum(np.where(v >= 0, up, down), 1e-3)
+            ratio = max(ratio, float(np.max(np.abs(v[dragged]) / bare[dragged])))
         braked = braked * float(
             np.clip((VGLOBAL_ZERO - ratio) / (VGLOBAL_ZERO - VGLOBAL_FULL), 0.0, 1.0)
         )
-        # a joint measured past a limit is driven back in
-        back_hi = np.minimum(braked, LIMIT_PULLBACK * (self.upper - q))
-        back_lo = np.maximum(braked, LIMIT_PULLBACK * (self.lower - q))
-        braked = np.where(q > self.upper, back_hi, np.where(q < self.lower, back_lo, braked))
+        # a joint predicted inside its braking margin is driven back out of it: a joint
+        # commanded to stand still there is still dragged along by the others
+        edge_hi, edge_lo = self.upper - BRAKE_MARGIN, self.lower + BRAKE_MARGIN
+        back_hi = np.minimum(braked, VEL_PULLBACK * (edge_hi - qp))
+        back_lo = np.maximum(braked, VEL_PULLBACK * (edge_lo - qp))
+        braked = np.where(qp > edge_hi, back_hi, np.where(qp < edge_lo, back_lo, braked))
         if np.any(braked != out):
             acted.append("position")
             out = braked
-        if not self._allowed_in_box(q + out * BOX_HORIZON_S, q):
-            acted.append("workspace")
-            out = np.zeros_like(out)
+        gaps = self._box_gaps(q, q + BOX_LAG_S * v)
+        vt = None if gaps is None else self._tool_velocity(q, out)
+        if gaps is not None and vt is not None:
+            k = self._outward_scale(np.concatenate([-vt, vt]), self._box_cap(gaps))
+            if k < 1.0:  # towards a face no faster than the tool can brake before it
+                acted.append("workspace")
+                out = out * k
         # speed changes (slowing down included) are ramped: an abrupt stop of the big joints
         # would kick the small ones past their limits
         step = np.clip(out - prev, -self.step_vel, self.step_vel)
@@ -356,7 +452,8 @@ class SafetyEnvelope:
         # joints drag each other: while any joint nears its speed limit, torque that speeds
         # joints up is scaled down on ALL joints (braking torque is never reduced)
         # (near a position limit the speed that counts is the one it can still brake from)
-        up0, down0 = self.braking_speed(q, BRAKE_MARGIN)
+        qp = q + v * BRAKE_PREDICT_S  # where the joint will be when this torque acts
+        up0, down0 = self.braking_speed(qp, BRAKE_MARGIN)
         room = np.where(v >= 0, up0, down0) + NEAR_LIMIT_FLOOR * self.vmax
         ratio = float(max(np.max(np.abs(v) / self.vmax), np.max(np.abs(v) / room)))
         scale = float(np.clip((GLOBAL_ZERO - ratio) / (GLOBAL_ZERO - GLOBAL_FULL), 0.0, 1.0))
@@ -366,7 +463,7 @@ class SafetyEnvelope:
         # velocity-dependent torque limit: full torque well below the speed limit, less as
         # the joint nears it (or the speed from which it can brake before a position limit),
         # braking torque above it
-        up, down = self.braking_speed(q, BRAKE_MARGIN)
+        up, down = self.braking_speed(qp, BRAKE_MARGIN)
         up, down = up * TORQUE_SOFT, down * TORQUE_SOFT
         hi = np.where(v < up, self.kd * (up - v), self.kd_brake * (up - v))
         lo = np.where(-v < down, -self.kd * (down + v), -self.kd_brake * (down + v))
@@ -376,7 +473,10 @@ class SafetyEnvelope:
         if np.any(np.abs(limited - out) > 1e-9):
             acted.append("velocity")
             out = limited
-        if not self._allowed_in_box(q + v * BOX_HORIZON_S, q):
-            acted.append("workspace")
-            out = np.clip(-self.kd * v, -self.effmax, self.effmax)  # damp: brake every joint
+        gaps = self._box_gaps(q, q + BOX_LAG_S * v)
+        vt = None if gaps is None else self._tool_velocity(q, v)
+        if gaps is not None and vt is not None:
+            if self._outward_scale(np.concatenate([-vt, vt]), self._box_cap(gaps)) < 1.0:
+                acted.append("workspace")  # too fast towards a face: brake every joint
+                out = np.clip(-self.kd * v, -self.effmax, self.effmax)
         return self._finish(out, acted)

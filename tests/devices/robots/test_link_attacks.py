@@ -287,12 +287,60 @@ def test_only_the_operator_clears_an_estop(rig: Rig) -> None:
             b.reset()
         a.reset()
         assert wait_for(lambda: a.latest_status()["mode"] == "idle")
-        # nobody in control: the one who presses it is the operator
+        # the operator kept control through its e-stop: the stranger cannot take over
+        with pytest.raises(DeviceError, match="another client"):
+            b.request("command", mode="position", values=q.tolist())
         b.estop("stranger")
         with pytest.raises(DeviceError, match="only the operator"):
-            a.reset()
+            b.reset()
+        a.reset()
+    rig.agent.estop("console")
     rig.agent.reset()  # the robot's own console may always
     assert rig.agent.mode == "idle"
+
+
+def test_a_bystanders_estop_never_locks_the_operator_out(rig: Rig) -> None:
+    """Issue 23: with nobody in control (the operator had stopped, which hands control
+    back), a watcher's e-stop made the watcher the only one who could reset it."""
+    with (
+        RobotClient("127.0.0.1", rig.port, rig.token, name="operator") as a,
+        RobotClient("127.0.0.1", rig.port, rig.token, name="watcher") as b,
+    ):
+        q = a.latest_state().joint_pos
+        a.request("command", mode="position", values=q.tolist())
+        a.stop()
+        assert wait_for(lambda: a.status()["owner"] is None)
+        b.estop("bystander")
+        assert wait_for(lambda: a.latest_status()["mode"] == "estop")
+        with pytest.raises(DeviceError, match="only the operator"):
+            b.reset()
+        a.reset()  # the last controller, still connected, is the operator
+        assert wait_for(lambda: a.latest_status()["mode"] == "idle")
+    with RobotClient("127.0.0.1", rig.port, rig.token, name="watcher") as b:
+        b.estop("nobody has controlled it since")
+        b.reset()  # no operator connected: any client may reset, the robot stays held
+        assert wait_for(lambda: b.latest_status()["mode"] == "idle")
+
+
+def test_a_watchers_stop_does_not_hand_control_over(rig: Rig) -> None:
+    """Issue 23: any watcher could take control with `stop` + `command`."""
+    with (
+        RobotClient("127.0.0.1", rig.port, rig.token, name="operator") as a,
+        RobotClient("127.0.0.1", rig.port, rig.token, name="watcher") as b,
+    ):
+        q = a.latest_state().joint_pos
+        a.request("command", mode="position", values=q.tolist())
+        b.stop("watcher stops it")
+        assert wait_for(lambda: a.latest_status()["mode"] == "stopped")
+        for kind in ("command", "acquire"):
+            with pytest.raises(DeviceError, match="another client"):
+                if kind == "command":
+                    b.request("command", mode="position", values=q.tolist())
+                else:
+                    b.take_control()
+        assert a.status()["owner"] == a.session
+        a.request("command", mode="position", values=q.tolist())  # the operator resumes
+        assert wait_for(lambda: a.latest_status()["mode"] == "command")
 
 
 def test_watchdog_stop_sticks_until_control_is_taken_again(rig: Rig) -> None:
