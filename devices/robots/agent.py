@@ -3,15 +3,19 @@ uploaded policies at the control rate, inside the safety envelope and under the 
 
 Modes: idle (driver holds, nothing commanded) -> command (a client streams targets) or
 policy (an uploaded ONNX policy runs here) -> stopped (held; a new command resumes, except
-after a watchdog stop: then only after someone takes control again with `acquire`) or
-estop (latched: everything is refused until the operator — the client that held the robot
-when it latched, or the robot's own console — resets it). Exactly one client controls the
-robot at a time; the others may watch. All driver writes happen on the control thread, under the
-agent's lock, so a stop can never be overtaken by a late command.
+after a watchdog stop or a stop on the measured state: those latch, and only `acquire`
+moves the robot again) or estop (latched: everything is refused until the operator — the
+client that held the robot when it latched, or the robot's own console — resets it).
+Exactly one client controls the robot at a time; the others may watch, stop and e-stop, but
+a stop by a watcher never hands control over (ownership rules: PROTOCOL.md). A policy runs
+only for the client that uploaded it, named by its id. All driver writes happen on the
+control thread, under the agent's lock, so a stop can never be overtaken by a late command.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -63,6 +67,7 @@ class Agent:
         self.stop_reason: str | None = None
         self.owner: str | None = None
         self.operator: str | None = None  # who may reset the latched e-stop (None: anyone)
+        self.last_owner: str | None = None  # the previous controller, while still connected
         self.watchdog_latched: str | None = None  # why motion waits for a new `acquire`
         self.watchdog_stops: list[dict[str, float]] = []  # deadline, stopped_at, latency_s
         self._lock = threading.RLock()
@@ -73,6 +78,8 @@ class Agent:
         self._policy_fn: PolicyFn | None = None
         self._policy_mode = "position"
         self._policy_safety = self.base_safety  # envelope while the policy runs (tighter)
+        self._policy_owner: str | None = None  # who uploaded the loaded policy
+        self.policy_id: str | None = None  # its id (hash of model, spec and safety config)
         self._worker: PolicyWorker | None = None
         self._ramp = (0.0, 0.0)  # start time, duration (s)
         self._policy_last_output = 0.0
@@ -153,10 +160,13 @@ class Agent:
             raise DeviceError(f"{self.info.name} is controlled by another client ({self.owner})")
         if self.watchdog_latched is not None:
             raise DeviceError(
-                f"{self.info.name}: stopped by the watchdog ({self.watchdog_latched}); "
+                f"{self.info.name}: stopped ({self.watchdog_latched}); "
                 "take control again (acquire) before moving it"
             )
-        self.owner = owner
+        self._set_owner(owner)
+
+    def _set_owner(self, owner: str) -> None:
+        self.owner = self.last_owner = owner
 
     def acquire(self, owner: str = LOCAL) -> None:
         """Take control explicitly: the only way to move again after a watchdog stop."""
@@ -169,7 +179,8 @@ class Agent:
                 raise DeviceError(
                     f"{self.info.name} is controlled by another client ({self.owner})"
                 )
-            self.owner, self.watchdog_latched = owner, None
+            self._set_owner(owner)
+            self.watchdog_latched = None
             self.watchdog.heartbeat(time.monotonic())
 
     def _activate(self, now: float, state: RobotState) -> None:
@@ -204,23 +215,60 @@ class Agent:
             self.mode, self.stop_reason = "command", None
             self.watchdog.command(now)
 
-    def load_policy(self, fn: PolicyFn, mode: str = "position") -> None:
+    def load_policy(self, fn: PolicyFn, mode: str = "position", owner: str = LOCAL) -> None:
         """Install a Python policy `fn(state) -> command` (tests and fuzzing; the protocol
-        uploads ONNX through `upload_policy`)."""
+        uploads ONNX through `upload_policy`). Trusted local code: it runs on a thread."""
         with self._lock:
-            if self.mode == "policy":
-                raise DeviceError(f"{self.info.name}: stop the running policy before replacing it")
-            if self._worker is not None:
-                self._worker.close()
-            self._policy_fn, self._policy_mode, self._policy = fn, mode, None
-            self._policy_safety = self.base_safety
-            self._worker = PolicyWorker(fn, realtime_priority=self.realtime_priority)
+            self._check_upload(owner)
+            self._install(PolicyWorker(fn), fn, mode, None, self.base_safety, owner, "local")
+
+    def _check_upload(self, owner: str) -> None:
+        """Uploading claims control (as a first command does): refused while another
+        client holds the robot, while a policy runs, or while the e-stop is latched."""
+        if self.mode == "policy":
+            raise DeviceError(f"{self.info.name}: stop the running policy before replacing it")
+        if self.mode == "estop":
+            raise DeviceError(
+                f"{self.info.name}: e-stop is latched ({self.stop_reason}); reset it first"
+            )
+        if self.owner not in (None, owner):
+            raise DeviceError(
+                f"{self.info.name} is controlled by another client ({self.owner}); only the "
+                "client in control may upload a policy"
+            )
+
+    def _install(
+        self,
+        worker: PolicyWorker,
+        fn: PolicyFn | None,
+        mode: str,
+        policy: OnnxPolicy | None,
+        safety: SafetyConfig,
+        owner: str,
+        pid: str,
+    ) -> None:
+        """Replace the loaded policy (under the lock; the old worker is shut down)."""
+        old = self._worker
+        self._worker, self._policy_fn, self._policy_mode, self._policy = worker, fn, mode, policy
+        self._policy_safety, self._policy_owner, self.policy_id = safety, owner, pid
+        if self.owner is None:
+            self._set_owner(owner)
+        if old is not None:
+            old.close()
 
     def upload_policy(
-        self, onnx_bytes: bytes, spec: dict[str, Any], safety: dict[str, Any] | None = None
+        self,
+        onnx_bytes: bytes,
+        spec: dict[str, Any],
+        safety: dict[str, Any] | None = None,
+        owner: str = LOCAL,
     ) -> dict[str, Any]:
-        """Load an ONNX policy with its spec and (optionally tighter) safety config; runs it
-        once on the current state to check its output. Returns a summary."""
+        """Load an ONNX policy with its spec and (optionally tighter) safety config for the
+        client `owner` (who must be in control, or nobody); runs it once on the current
+        state to check its output. Returns a summary with the policy's id, which
+        `run_policy` must name."""
+        with self._lock:
+            self._check_upload(owner)
         pspec = PolicySpec.from_dict(spec, self.n)
         policy = OnnxPolicy(onnx_bytes, pspec, self.info, ObjectFeed())
         cfg = self.base_safety
@@ -228,18 +276,25 @@ class Agent:
             cfg = self.base_safety.tightened(SafetyConfig.from_dict(safety, "policy safety config"))
         state = self.driver.read_state()
         t0 = time.perf_counter()
-        policy.raw_output(state, probe=True)
+        try:
+            policy.raw_output(state, probe=True)
+        except DeviceError:
+            raise
+        except Exception as exc:  # onnxruntime's own errors: a bad model, not a server bug
+            raise DeviceError(f"policy failed its first inference ({exc})") from None
         infer_ms = (time.perf_counter() - t0) * 1e3
+        pid = _policy_id(onnx_bytes, spec, cfg)
 
         def fn(s: RobotState) -> Vec:
             return policy.raw_output(s)
 
         with self._lock:
-            self.load_policy(fn, pspec.action_mode)
+            self._check_upload(owner)  # again: control may have changed meanwhile
             policy.feed = self.objects
             self.objects.expect([pspec.object] if pspec.object else [], pspec.object_min_quality)
-            self._policy, self._policy_safety = policy, cfg
+            self._install(PolicyWorker(fn), fn, pspec.action_mode, policy, cfg, owner, pid)
         return {
+            "policy": pid,
             "observation": list(pspec.observation),
             "action_mode": pspec.action_mode,
             "inference_ms": infer_ms,
@@ -276,11 +331,25 @@ class Agent:
             str(pol.spec.object), now_t, pol.spec.object_max_age_s, self._policy_t0
         )
 
-    def run_policy(self, ramp_s: float = 1.0, owner: str = LOCAL) -> None:
-        """Start the loaded policy, blending in from the current pose over `ramp_s` seconds."""
+    def run_policy(
+        self, ramp_s: float = 1.0, owner: str = LOCAL, policy: str | None = None
+    ) -> None:
+        """Start the loaded policy, blending in from the current pose over `ramp_s` seconds.
+        Only its uploader may run it; `policy` (its id from `upload_policy`) guards against
+        running a model that replaced the one the caller meant."""
         with self._lock:
             if self._policy_fn is None:
                 raise DeviceError(f"{self.info.name}: no policy uploaded")
+            if self._policy_owner != owner:
+                raise DeviceError(
+                    f"{self.info.name}: the loaded policy was uploaded by another client "
+                    f"({self._policy_owner}); upload yours (policy_upload) and run that"
+                )
+            if policy is not None and policy != self.policy_id:
+                raise DeviceError(
+                    f"{self.info.name}: policy {policy!r} is not the loaded one "
+                    f"({self.policy_id}); upload it again"
+                )
             self._claim(owner)
             now = time.monotonic()
             state = self.driver.read_state()
@@ -306,19 +375,23 @@ class Agent:
             self._event("policy", "policy started", ramp_s=ramp_s)
 
     def stop(self, reason: str = "stop requested", owner: str | None = None) -> None:
-        """Hold the robot (not latching). Any client may stop it."""
+        """Hold the robot (not latching). Any client may stop it; the controller's own stop
+        also hands control back, anyone else's keeps the controller in control (a watcher
+        cannot take over with stop + command)."""
         with self._lock:
             if self.mode != "estop":
-                self._halt(reason, "stopped")
+                keep = owner is not None and self.owner not in (None, owner)
+                self._halt(reason, "stopped", keep_owner=keep)
 
     def estop(self, reason: str = "e-stop requested", owner: str = LOCAL) -> None:
         """Latching stop: refuses everything until `reset` by the operator. Any client may
-        press it; the operator is whoever controlled the robot then (or, if nobody did, the
-        client that pressed it)."""
+        press it; the operator is whoever controlled the robot then, or, if nobody did, the
+        client that controlled it last while it is still connected; with neither, any
+        client may reset (a bystander's press never locks the operator out)."""
         with self._lock:
             if self.mode != "estop":
-                self.operator = self.owner or owner
-            self._halt(reason, "estop")
+                self.operator = self.owner or self.last_owner
+            self._halt(reason, "estop", keep_owner=True)
 
     def reset(self, owner: str = LOCAL) -> None:
         """Clear a latched e-stop; only the operator or the robot's console (LOCAL) may.
@@ -332,6 +405,8 @@ class Agent:
                     "console may reset this e-stop"
                 )
             self.mode, self.stop_reason, self.operator = "idle", None, None
+            if self.owner is not None and self.owner != owner and owner != LOCAL:
+                self.owner = None  # the operator had left; whoever reset it may take control
             self._event("reset", "e-stop reset", by=owner)
 
     def release(self, owner: str, reason: str) -> None:
@@ -341,14 +416,26 @@ class Agent:
                 if self.mode in ("command", "policy"):
                     self._halt(reason, "stopped")
                 self.owner = None
+            if self.last_owner == owner:
+                self.last_owner = None
             if self.operator == owner:
                 self.operator = None  # the e-stop's operator left: anyone may reset it
+            if self._policy_owner == owner and self.mode != "policy":
+                self._forget_policy()  # nobody else may run it
 
-    def _halt(self, reason: str, mode: str) -> None:
+    def _forget_policy(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+        self._worker = self._policy_fn = self._policy = None
+        self._policy_owner = self.policy_id = None
+
+    def _halt(self, reason: str, mode: str, keep_owner: bool = False) -> None:
         was = self.mode
         self.driver.hold()
         self.watchdog.disarm()
-        self.mode, self.stop_reason, self.owner, self._target = mode, reason, None, None
+        self.mode, self.stop_reason, self._target = mode, reason, None
+        if not keep_owner:
+            self.owner = None
         if mode == "estop" or was in ("command", "policy"):
             self._event(mode if mode == "estop" else "stop", reason)
 
@@ -398,7 +485,9 @@ class Agent:
                     res = self.envelope.apply(self._cmd_mode, cand, state, self._prev)
                     acted = res.acted
                     if res.stop is not None:
-                        self._halt(f"safety: {res.stop}", "stopped")
+                        self._halt(f"safety: {res.stop}", "stopped", keep_owner=res.measured)
+                        if res.measured:  # latches: no resuming from a pose past the limits
+                            self.watchdog_latched = f"safety: {res.stop}"
                         self._event("safety", res.stop, acted=list(acted))
                     else:
                         self.driver.write_command(self._cmd_mode, res.command)  # type: ignore[arg-type]
@@ -501,6 +590,8 @@ class Agent:
             "watchdog_latched": self.watchdog_latched,
             "stop_reason": self.stop_reason,
             "policy_loaded": self._policy_fn is not None,
+            "policy": self.policy_id,
+            "policy_owner": self._policy_owner,
             "safety": self.envelope.config.to_dict(),
             "watchdog": self.watchdog.config.to_dict(),
             "realtime": self.realtime,
@@ -512,3 +603,11 @@ class Agent:
             },
             "object_stops": list(self.object_stops[-20:]),
         }
+
+
+def _policy_id(onnx_bytes: bytes, spec: dict[str, Any], safety: SafetyConfig) -> str:
+    """A short id naming one upload: the hash of the model, its spec and its safety config."""
+    h = hashlib.sha256(onnx_bytes)
+    h.update(json.dumps(spec, sort_keys=True, default=str).encode())
+    h.update(json.dumps(safety.to_dict(), sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
