@@ -36,7 +36,7 @@ from devices.robots.safety_config import SafetyConfig, default_config
 
 Vec = NDArray[np.float64]
 LIMIT_NAMES = ("nonfinite", "position", "velocity", "max_step", "effort", "workspace")
-SOFT_SPEED = 0.9  # governors on the measured state aim at this fraction of the speed limit
+SOFT_SPEED = 0.88  # governors on the measured state aim at this fraction of the speed limit
 DAMPING_BAND = 1.0  # torque falls from full to zero over this fraction of the speed limit
 BRAKE_MARGIN = 0.02  # rad: velocity and torque motion brakes to a stop this far inside a limit
 LEAD_FULL, LEAD_ZERO = 0.9, 1.02  # position lead tapers to 0 between these speed fractions
@@ -121,7 +121,6 @@ class SafetyEnvelope:
         self.kd = self.effmax / (DAMPING_BAND * self.vmax)  # N*m*s/rad below the speed limit
         self.kd_brake = self.effmax / (BRAKE_BAND * self.vmax)  # and above it
         self._min_box_dist = 0.0
-        self._box_scale = 1.0
         self._vp = np.zeros(n)
         self._v_prev: Vec | None = None
         self._last_step = np.zeros(len(self.info.joint_names))
@@ -265,9 +264,9 @@ class SafetyEnvelope:
         # towards a face of the workspace box no faster than the end effector can brake
         # before it; ahead of the acceleration bound, so the target slows down smoothly
         # (cut after it, the big joints braked hard and flung the wrist past 1.0x)
-        if self._box_brake(prev, prev + step, state):
+        if (boxed := self._box_step(prev, step, state)) is not None:
             acted.append("workspace")
-            step = step * self._box_scale
+            step = boxed
         step = np.clip(step, self._last_step - dstep, self._last_step + dstep)
         step = np.where(want >= 0, np.minimum(step, want), np.maximum(step, want))
         if np.any(step != out - prev):
@@ -305,9 +304,9 @@ class SafetyEnvelope:
             out = led
         # never further outside the limits than the previous target
         np.clip(out, np.minimum(prev, lower), np.maximum(prev, upper), out=out)
-        if self._box_brake(prev, out, state, hard=True):
+        if (boxed := self._box_step(prev, out - prev, state, hard=True)) is not None:
             acted.append("workspace")
-            out = prev + self._box_scale * (out - prev)
+            out = prev + boxed
         if not self._allowed_in_box(out, prev):
             acted.append("workspace")
             out = self._towards_box(prev, out)
@@ -347,27 +346,51 @@ class SafetyEnvelope:
             return 1.0
         return float(np.clip(np.min(cap[over] / outward[over]), 0.0, 1.0))
 
-    def _box_brake(self, prev: Vec, target: Vec, state: RobotState, hard: bool = False) -> bool:
-        """Whether the step prev -> target must shrink (by `self._box_scale`) so that the
-        end effector approaches each face of the box no faster than it can brake to a stop
-        BOX_MARGIN inside it, at BOX_DECEL. The room left is judged from the target and from
-        where the measured end effector will be BOX_LAG_S from now (it lags its target and
-        overshoots it). From beyond that inner face (after an overshoot, or a restart from
-        outside) no step towards the face is allowed at all: a pose outside is never a new
-        baseline to move on from. `hard`: only the last line of defence, once the step
-        limits have shaped the target: no step further past the face's inner margin."""
+    def _box_step(self, prev: Vec, step: Vec, state: RobotState, hard: bool = False) -> Vec | None:
+        """The part of `step` (a position target's move this tick) with which the end
+        effector approaches each face of the box no faster than it can brake to a stop
+        BOX_MARGIN inside it, at BOX_DECEL; None when all of it may go. The room left is
+        judged from the target and from where the measured end effector will be BOX_LAG_S
+        from now (it lags its target and overshoots it). From beyond that inner face (after
+        an overshoot, or a restart from outside) no motion towards the face at all: a pose
+        outside is never a new baseline to move on from. Inside, the whole step is scaled
+        down; past the margin, of that and the largest set of single-joint moves that keeps
+        to the caps the one that moves more is kept (single moves in part where the whole
+        would not fit), so a robot outside still moves back in along any joint that helps.
+        `hard`: the last line of defence, once the step limits have shaped the target."""
         gaps = self._box_gaps(prev, state.joint_pos + BOX_LAG_S * state.joint_vel)
         if gaps is None:
-            return False
-        if hard:
-            gaps = gaps + 0.5 * BOX_MARGIN
+            return None
+        cap = self._box_cap(gaps + (0.5 * BOX_MARGIN if hard else 0.0))
         assert self.fk is not None
-        p0, p1 = self.fk(prev), self.fk(target)
-        if p0 is None or p1 is None:
-            return False
-        dp = (p1 - p0) / self.dt
-        self._box_scale = self._outward_scale(np.concatenate([-dp, dp]), self._box_cap(gaps))
-        return self._box_scale < 1.0
+        p0 = self.fk(prev)
+        if p0 is None:
+            return None
+
+        def scale(s: Vec) -> float:
+            p1 = self.fk(prev + s)
+            if p1 is None:
+                return 1.0
+            dp = (p1 - p0) / self.dt
+            return self._outward_scale(np.concatenate([-dp, dp]), cap)
+
+        k = scale(step)
+        if k >= 1.0:
+            return None
+        scaled = k * step
+        if np.all(gaps > 0.0):
+            return scaled  # inside: slow down smoothly (a switching subset flings joints)
+        best = np.zeros_like(step)
+        for j in np.argsort(-np.abs(step)):
+            if step[j] == 0.0:
+                break
+            for part in (1.0, 0.5, 0.25, 0.1):  # as much of this joint's move as fits
+                trial = best.copy()
+                trial[j] = part * step[j]
+                if scale(trial) >= 1.0:
+                    best = trial
+                    break
+        return best if np.abs(best).sum() > np.abs(scaled).sum() else scaled
 
     def _towards_box(self, prev: Vec, target: Vec) -> Vec:
         """The part of the step prev -> target that keeps the end effector in the box (or

@@ -236,14 +236,14 @@ def test_dragged_joints_stay_within_their_limits() -> None:
 
 def test_random_position_streams_stay_under_the_speed_limit() -> None:
     """A new random target every 0.2 s: the tool stays in the box (old code: 21.6 mm out on
-    seed 7). The speed is NOT yet held to the issue's 1.0x: seed 8 reaches 1.04x (1.08x
-    without the box's braking), so this checks only that it gets no worse."""
+    seed 7) and under the speed limit (old code 1.08x on seed 8: the big joints' targets
+    reversing flung the wrist; the soft speed is now 0.88x, 28 seeds <= 0.98x)."""
     rig = Rig()
     for seed in (7, 8):
         rig.settle(READY)
         rng = np.random.default_rng(seed)
         targets = [rng.uniform(rig.lo, rig.hi) for _ in range(16)]
         res = rig.attack("position", _every(0.2, targets), seconds=3.0)
-        assert res.speed_ratio <= 1.05, (seed, res)
+        assert res.speed_ratio <= 1.0, (seed, res)
         assert res.overshoot_rad <= 0.002, (seed, res)
         assert res.excursion_m <= 0.002, (seed, res)
