@@ -362,13 +362,14 @@ class SafetyEnvelope:
         if gaps is None:
             return None
         cap = self._box_cap(gaps + (0.5 * BOX_MARGIN if hard else 0.0))
-        assert self.fk is not None
-        p0 = self.fk(prev)
+        fk = self.fk
+        assert fk is not None
+        p0 = fk(prev)
         if p0 is None:
             return None
 
         def scale(s: Vec) -> float:
-            p1 = self.fk(prev + s)
+            p1 = fk(prev + s)
             if p1 is None:
                 return 1.0
             dp = (p1 - p0) / self.dt
