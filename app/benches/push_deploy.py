@@ -48,8 +48,8 @@ def _stale_stop_ms(onnx: bytes, spec: dict[str, Any], runs: int) -> list[float]:
         server.start()
         try:
             with RobotClient("127.0.0.1", server.port, token) as c:
-                c.upload_policy(onnx, spec)
                 c.take_control()
+                c.upload_policy(onnx, spec)
                 stop = threading.Event()
 
                 def feed(c: RobotClient = c, stop: threading.Event = stop) -> None:

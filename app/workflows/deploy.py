@@ -93,8 +93,8 @@ def deploy_job(
         )
     duration = float(duration_s) if duration_s else plan.config.episode_s + ramp_s
     yield Progress(0.0, f"uploading {plan.policy_id} to {info.name}")
+    client.take_control()  # first: nobody else may swap the policy in between
     client.upload_policy(plan.policy.onnx, plan.spec.to_dict())
-    client.take_control()
     feeder = None
     if plan.objects is not None:
         try:

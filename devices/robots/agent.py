@@ -29,7 +29,12 @@ from devices.robots.agent_log import AgentLog
 from devices.robots.driver import RobotDriver, RobotState, fresh_state, stamp_command_time
 from devices.robots.object_feed import ObjectFeed, ObjectPoseError, ObjectReport
 from devices.robots.policy_runner import OnnxPolicy, PolicySpec
-from devices.robots.policy_worker import PolicyFn, PolicyWorker
+from devices.robots.policy_worker import (
+    InferenceWorker,
+    OnnxProcessWorker,
+    PolicyFn,
+    PolicyWorker,
+)
 from devices.robots.safety import SafetyEnvelope
 from devices.robots.safety_config import SafetyConfig, default_config
 from devices.robots.timing import RateLoop, set_realtime
@@ -39,6 +44,7 @@ Vec = NDArray[np.float64]
 StateListener = Callable[[int, RobotState, "Vec | None", str, dict[str, Any]], None]
 EventListener = Callable[[str, str, dict[str, Any]], None]
 LOCAL = "local"
+PROBE_TIMEOUT_S = 0.5  # the upload check's first inference (onnxruntime warms up in it)
 
 
 class Agent:
@@ -80,7 +86,7 @@ class Agent:
         self._policy_safety = self.base_safety  # envelope while the policy runs (tighter)
         self._policy_owner: str | None = None  # who uploaded the loaded policy
         self.policy_id: str | None = None  # its id (hash of model, spec and safety config)
-        self._worker: PolicyWorker | None = None
+        self._worker: InferenceWorker | None = None
         self._ramp = (0.0, 0.0)  # start time, duration (s)
         self._policy_last_output = 0.0
         self._ramp_from: Vec = np.zeros(self.n)
@@ -90,7 +96,8 @@ class Agent:
         self.stall_s = max(5.0 * self.dt, 0.02)  # a longer gap between ticks: the agent stalled
         self._last_driver_seq = -1
         self._acted: tuple[str, ...] = ()
-        self.objects = ObjectFeed()  # poses streamed by the workbench's camera tracker
+        # poses streamed by the workbench's camera tracker, stamped at most one tick ahead
+        self.objects = ObjectFeed(future_tolerance_s=self.dt)
         self.object_stops: list[dict[str, float]] = []  # deadline_t, stopped_t (robot clock)
         self._robot_t = float("nan")  # newest measured state's time (the robot's clock)
         self._policy_t0 = 0.0  # robot time the policy started
@@ -239,7 +246,7 @@ class Agent:
 
     def _install(
         self,
-        worker: PolicyWorker,
+        worker: InferenceWorker,
         fn: PolicyFn | None,
         mode: str,
         policy: OnnxPolicy | None,
@@ -270,29 +277,27 @@ class Agent:
         with self._lock:
             self._check_upload(owner)
         pspec = PolicySpec.from_dict(spec, self.n)
-        policy = OnnxPolicy(onnx_bytes, pspec, self.info, ObjectFeed())
         cfg = self.base_safety
         if safety:
             cfg = self.base_safety.tightened(SafetyConfig.from_dict(safety, "policy safety config"))
-        state = self.driver.read_state()
-        t0 = time.perf_counter()
-        try:
-            policy.raw_output(state, probe=True)
-        except DeviceError:
-            raise
-        except Exception as exc:  # onnxruntime's own errors: a bad model, not a server bug
-            raise DeviceError(f"policy failed its first inference ({exc})") from None
-        infer_ms = (time.perf_counter() - t0) * 1e3
         pid = _policy_id(onnx_bytes, spec, cfg)
-
-        def fn(s: RobotState) -> Vec:
-            return policy.raw_output(s)
-
-        with self._lock:
-            self._check_upload(owner)  # again: control may have changed meanwhile
-            policy.feed = self.objects
-            self.objects.expect([pspec.object] if pspec.object else [], pspec.object_min_quality)
-            self._install(PolicyWorker(fn), fn, pspec.action_mode, policy, cfg, owner, pid)
+        # its own process loads the model and checks it against the spec (DeviceError)
+        worker = OnnxProcessWorker(onnx_bytes, pspec, self.info, ObjectFeed())
+        try:
+            state = self.driver.read_state()
+            t0 = time.perf_counter()
+            worker.probe(state, PROBE_TIMEOUT_S)  # DeviceError: failed / too slow
+            infer_ms = (time.perf_counter() - t0) * 1e3
+            with self._lock:
+                self._check_upload(owner)  # again: control may have changed meanwhile
+                worker.policy.feed = self.objects
+                self.objects.expect(
+                    [pspec.object] if pspec.object else [], pspec.object_min_quality
+                )
+                self._install(worker, None, pspec.action_mode, worker.policy, cfg, owner, pid)
+        except BaseException:
+            worker.close()  # does not wait
+            raise
         return {
             "policy": pid,
             "observation": list(pspec.observation),
@@ -337,8 +342,12 @@ class Agent:
         """Start the loaded policy, blending in from the current pose over `ramp_s` seconds.
         Only its uploader may run it; `policy` (its id from `upload_policy`) guards against
         running a model that replaced the one the caller meant."""
+        worker = self._worker
+        if worker is not None and not worker.ready:
+            worker.wait_ready(1.0)  # restarting after a kill (~0.3 s); never under the lock
         with self._lock:
-            if self._policy_fn is None:
+            worker = self._worker
+            if worker is None:
                 raise DeviceError(f"{self.info.name}: no policy uploaded")
             if self._policy_owner != owner:
                 raise DeviceError(
@@ -364,6 +373,12 @@ class Agent:
                 raise DeviceError(
                     f"{self.info.name}: policy not started, {stale}; stream the object's "
                     "tracked pose (object_pose) first"
+                )
+            worker.discard()  # an output computed from an older state must not be used
+            if not worker.ready:
+                raise DeviceError(
+                    f"{self.info.name}: the policy's process is restarting (its last "
+                    "inference was killed); try again in a moment"
                 )
             self._cmd_mode = self._policy_mode
             self.mode = "idle"
@@ -555,6 +570,7 @@ class Agent:
         if out is None:
             age = now - self._policy_last_output
             if age > self.watchdog.policy_timeout_s:
+                worker.kill()  # a hung model: SIGKILL now, a fresh process in the background
                 reason = (
                     f"watchdog: policy output late ({age * 1e3:.1f} ms without a new "
                     f"output, limit {self.watchdog.policy_timeout_s * 1e3:.1f} ms)"
@@ -589,7 +605,7 @@ class Agent:
             "operator": self.operator,
             "watchdog_latched": self.watchdog_latched,
             "stop_reason": self.stop_reason,
-            "policy_loaded": self._policy_fn is not None,
+            "policy_loaded": self._worker is not None,
             "policy": self.policy_id,
             "policy_owner": self._policy_owner,
             "safety": self.envelope.config.to_dict(),

@@ -86,6 +86,7 @@ class RobotClient:
         self.tls = tls or tls_fingerprint is not None
         self.tls_fingerprint, self.known_robots = tls_fingerprint, known_robots
         self.server_fingerprint: str | None = None
+        self.policy_id: str | None = None  # the policy this client uploaded last
         self.info: RobotInfo | None = None
         self.session = ""
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=500)
@@ -409,9 +410,13 @@ class RobotClient:
     def upload_policy(
         self, onnx: bytes | Path, spec: dict[str, Any], safety: dict[str, Any] | None = None
     ) -> dict[str, Any]:
-        """Upload an ONNX policy + observation/action spec (+ tighter safety settings)."""
+        """Upload an ONNX policy + observation/action spec (+ tighter safety settings).
+        The result names the policy (`policy`, kept as `policy_id`): `run_policy` runs
+        that one, so a policy that replaced it meanwhile is never started by mistake."""
         data = Path(onnx).read_bytes() if isinstance(onnx, (str, Path)) else bytes(onnx)
         result: dict[str, Any] = self.request("policy_upload", onnx=data, spec=spec, safety=safety)
+        pid = result.get("policy") if isinstance(result, dict) else None
+        self.policy_id = pid if isinstance(pid, str) else None
         return result
 
     def send_object_pose(
@@ -444,8 +449,13 @@ class RobotClient:
         """Become the robot's operator (needed after a watchdog stop before moving again)."""
         self.request("acquire")
 
-    def run_policy(self, ramp_s: float = 1.0) -> None:
-        self.request("policy_run", ramp_s=ramp_s)
+    def run_policy(self, ramp_s: float = 1.0, policy: str | None = None) -> None:
+        """Run `policy` (an id from `upload_policy`; default: the one this client uploaded
+        last), blending in over `ramp_s` seconds."""
+        pid = policy or self.policy_id
+        if pid is None:
+            raise self._err("no policy uploaded by this client (upload_policy first)")
+        self.request("policy_run", ramp_s=ramp_s, policy=pid)
 
     def stop_policy(self) -> None:
         self.request("policy_stop")

@@ -9,10 +9,13 @@ that says `lost` (or a quality below the spec's minimum) is kept as the latest r
 does not refresh the pose, so a loss longer than the age limit stops the robot, exactly
 as the twin ends an episode whose tracking stays frozen too long (policies/tasks/base.py).
 
-Every report is checked before it is kept: a finite 7-vector (position m + unit quaternion
-xyzw, robot base frame), a finite capture time not in the future of the robot's clock (by
-more than `FUTURE_TOLERANCE_S`) and newer than the last one of that object, a quality in
-[0, 1], and an object the loaded policy observes.
+Every report is checked before it is kept: 7 numbers (ints or floats: not strings, booleans
+or None), finite, a position within `MAX_POSITION_M` of the base and a unit quaternion xyzw
+(robot base frame); a finite capture time not in the future of the robot's clock by more
+than the feed's tolerance (one control period: the newest state the agent has seen is at
+most that old) and newer than the last one of that object; a quality in [0, 1]; and an
+object the loaded policy observes. A stamp further ahead would stretch the age limit: a
+pose stamped 49 ms ahead under a 50 ms tolerance kept a 200 ms limit from acting for 252 ms.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from numpy.typing import NDArray
 
 from devices.errors import DeviceError
 
-FUTURE_TOLERANCE_S = 0.05  # camera clock stamps vs the newest state the agent has seen
+FUTURE_TOLERANCE_S = 1.0 / 250.0  # default: one control period at 250 Hz (agents pass theirs)
+MAX_POSITION_M = 100.0  # |x|, |y|, |z| of an object in the robot base frame
 MAX_RATE_HZ = 500.0  # per object: reports closer than 1/MAX_RATE_HZ in capture time refused
 QUAT_TOLERANCE = 0.01  # |norm(q) - 1| accepted (then normalised)
 
@@ -59,31 +63,40 @@ def check_report(
     """The checked fields of one report; ObjectPoseError('bad_request') naming the field."""
     if not isinstance(name, str) or not name or len(name) > 200:
         raise ObjectPoseError("bad_request", "'object' must be a non-empty name")
+    what = f"object '{name}': 'pose' must be 7 numbers (xyz + quaternion xyzw)"
+    if isinstance(pose, np.ndarray) and pose.ndim == 1:  # a local caller's array
+        pose = pose.tolist()
+    if not isinstance(pose, (list, tuple)) or len(pose) != 7:
+        got = f"{len(pose)} values" if isinstance(pose, (list, tuple)) else type(pose).__name__
+        raise ObjectPoseError("bad_request", f"{what}, got {got}")
+    for i, v in enumerate(pose):
+        if not _is_number(v):
+            raise ObjectPoseError(
+                "bad_request", f"{what}; 'pose'[{i}] is {type(v).__name__} {v!r:.40}"
+            )
     try:
-        p = np.asarray(pose, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ObjectPoseError(
-            "bad_request", f"object '{name}': 'pose' must be 7 numbers (xyz + quaternion xyzw)"
-        ) from None
-    if p.shape != (7,):
-        raise ObjectPoseError(
-            "bad_request",
-            f"object '{name}': 'pose' must be 7 numbers (xyz + quaternion xyzw), got shape "
-            f"{p.shape}",
-        )
+        p = np.array(pose, dtype=np.float64)
+    except OverflowError:  # an int beyond the float range (only from a local caller)
+        raise ObjectPoseError("bad_request", f"{what}; a value is out of range") from None
     if not np.all(np.isfinite(p)):
         raise ObjectPoseError("bad_request", f"object '{name}': 'pose' holds NaN or inf")
+    if np.any(np.abs(p[:3]) > MAX_POSITION_M):
+        raise ObjectPoseError(
+            "bad_request",
+            f"object '{name}': position {p[:3].tolist()} m is beyond +-{MAX_POSITION_M:g} m of "
+            "the robot base",
+        )
     qn = float(np.linalg.norm(p[3:]))
     if abs(qn - 1.0) > QUAT_TOLERANCE:
         raise ObjectPoseError(
             "bad_request", f"object '{name}': quaternion norm is {qn:.4f}, not 1 (xyzw expected)"
         )
     p[3:] /= qn
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+    if not _is_number(t) or not math.isfinite(t):
         raise ObjectPoseError(
             "bad_request", f"object '{name}': 't' (capture time, robot clock s) must be a number"
         )
-    if isinstance(quality, bool) or not isinstance(quality, (int, float)):
+    if not _is_number(quality):
         raise ObjectPoseError("bad_request", f"object '{name}': 'quality' must be a number")
     if not (math.isfinite(quality) and 0.0 <= quality <= 1.0):
         raise ObjectPoseError(
@@ -94,11 +107,20 @@ def check_report(
     return name, p, float(t), float(quality), lost
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 class ObjectFeed:
     """The newest report and the newest good pose of each object the policy observes.
-    Thread-safe: sessions write, the control loop and the policy worker read."""
+    Thread-safe: sessions write, the control loop and the policy worker read.
 
-    def __init__(self) -> None:
+    future_tolerance_s: how far a capture time may be ahead of the robot time `update` is
+    given (the newest measured state's): one control period (the agent passes 1 / its
+    control rate), as that state may be up to one tick old when a report arrives."""
+
+    def __init__(self, future_tolerance_s: float = FUTURE_TOLERANCE_S) -> None:
+        self.future_tolerance_s = float(future_tolerance_s)
         self._lock = threading.Lock()
         self.objects: tuple[str, ...] = ()
         self.min_quality = 0.0
@@ -112,12 +134,21 @@ class ObjectFeed:
             self._good, self._last = {}, {}
 
     def update(
-        self, name: Any, pose: Any, t: Any, quality: Any, lost: Any, now: float
+        self,
+        name: Any,
+        pose: Any,
+        t: Any,
+        quality: Any,
+        lost: Any,
+        now: float,
+        future_tolerance_s: float | None = None,
     ) -> ObjectReport:
-        """Keep one report (`now`: the robot's clock). ObjectPoseError: 'bad_request' for
-        a malformed field, 'refused' for an object no policy observes, a capture time in
-        the future or not newer than the last one."""
+        """Keep one report (`now`: the robot's clock, the newest measured state's time).
+        ObjectPoseError: 'bad_request' for a malformed field, 'refused' for an object no
+        policy observes, a capture time more than `future_tolerance_s` (default: the
+        feed's) after `now`, or not newer than the last one."""
         name, p, t, quality, lost = check_report(name, pose, t, quality, lost)
+        tol = self.future_tolerance_s if future_tolerance_s is None else future_tolerance_s
         with self._lock:
             if name not in self.objects:
                 raise ObjectPoseError(
@@ -125,11 +156,12 @@ class ObjectFeed:
                     f"object '{name}' is not observed by the loaded policy (it observes "
                     f"{list(self.objects) or 'no object'})",
                 )
-            if t > now + FUTURE_TOLERANCE_S:
+            if t > now + tol:
                 raise ObjectPoseError(
                     "refused",
                     f"object '{name}': capture time {t:.3f} s is {t - now:.3f} s in the future "
-                    f"of the robot's clock ({now:.3f} s); stamp poses on the robot's clock",
+                    f"of the robot's clock ({now:.3f} s; tolerance {tol * 1e3:.1f} ms); stamp "
+                    "poses on the robot's clock",
                 )
             prev = self._last.get(name)
             if prev is not None and t < prev.t + 1.0 / MAX_RATE_HZ:

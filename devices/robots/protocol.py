@@ -8,10 +8,12 @@ travel as lists of floats (joint vectors) or as raw little-endian bytes with dty
 
 from __future__ import annotations
 
+import math
 import socket
 import struct
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -28,6 +30,7 @@ SUPPORTED_VERSIONS = (2,)
 HEADER = struct.Struct(">I")
 MAX_HELLO_BYTES = 4096  # before authentication a peer may send only this much
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # after authentication (policy upload, camera frames)
+MAX_JOINT_VALUE = 1e6  # |joint value| in a command (rad, rad/s, N*m); NaN/inf pass (-> stop)
 
 
 class ProtocolError(DeviceError):
@@ -51,10 +54,149 @@ def pack(msg: dict[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def unpack_body(body: bytes) -> dict[str, Any]:
-    """Decode one msgpack body into a message dict; raises ProtocolError('malformed')."""
+@dataclass(frozen=True)
+class BodyLimits:
+    """What one message body may decode to, checked on its bytes before msgpack decodes it
+    (`check_body`). msgpack's C decoder holds the GIL for a whole body, so a body of many
+    small values (60 MiB of ints decode for seconds, to gigabytes) would hold up the
+    agent's control loop and every other client's stop; these bounds keep any decode to a
+    few milliseconds and its memory to about the body's size. Legit client messages are
+    small: n floats, a pose, a spec map, one `bin` ONNX model."""
+
+    max_elements: int = 20_000  # values inside arrays and maps together (map entry: 2)
+    max_depth: int = 16  # containers nested in one another (the message map is level 1)
+    max_text_bytes: int = 1 << 20  # all `str` bytes together (UTF-8 decoding is not free)
+
+
+CLIENT_LIMITS = BodyLimits()  # what the robot server accepts from its clients
+
+# The msgpack type byte -> how many bytes follow it, for values of a fixed size (nil, bools,
+# ints, floats, fixext incl. its type byte); -1 for everything else (containers, strings,
+# bin, ext, and the never-used 0xc1).
+_FIXED = [-1] * 256
+for _b in (*range(0x00, 0x80), *range(0xE0, 0x100), 0xC0, 0xC2, 0xC3):
+    _FIXED[_b] = 0
+for _b, _n in {
+    0xCA: 4, 0xCB: 8, 0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4,
+    0xD3: 8, 0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17,
+}.items():  # fmt: skip
+    _FIXED[_b] = _n
+# variable-size values: type byte -> (kind, bytes of the big-endian length that follows)
+_SIZED = {
+    0xC4: ("bin", 1), 0xC5: ("bin", 2), 0xC6: ("bin", 4),
+    0xC7: ("ext", 1), 0xC8: ("ext", 2), 0xC9: ("ext", 4),
+    0xD9: ("str", 1), 0xDA: ("str", 2), 0xDB: ("str", 4),
+    0xDC: ("array", 2), 0xDD: ("array", 4), 0xDE: ("map", 2), 0xDF: ("map", 4),
+}  # fmt: skip
+
+
+def check_body(body: bytes | bytearray | memoryview, limits: BodyLimits = CLIENT_LIMITS) -> None:
+    """Walk the msgpack type bytes of one body without decoding it: ProtocolError
+    'too_large' naming the limit when it holds more values, deeper nesting or more text
+    than `limits` allow, 'malformed' when it is not one msgpack map whose lengths fit the
+    body. Pure Python on purpose: the interpreter hands the GIL to the control loop every
+    switch interval while this runs, which msgpack's C decoder does not. It stops at the
+    first container header that announces more values than are left in the budget, so a
+    60 MiB array costs one step and any body at most ~`max_elements` steps; strings, bin
+    and ext are skipped by their length (O(1) whatever their size)."""
+    n = len(body)
+    if n == 0 or not (0x80 <= body[0] <= 0x8F or body[0] in (0xDE, 0xDF)):
+        raise ProtocolError("malformed", "message must be a msgpack map with a 'type' field")
+    fixed, sized = _FIXED, _SIZED
+    budget, max_depth, text_left = limits.max_elements, limits.max_depth, limits.max_text_bytes
+    stack: list[int] = []  # values still to read in each enclosing container
+    left, pos = 1, 0  # values still to read in the innermost one (first: the message)
+    while True:
+        while not left:
+            if not stack:
+                if pos != n:
+                    raise ProtocolError(
+                        "malformed",
+                        "message is not valid msgpack (bytes after its end)"
+                        if pos < n
+                        else "message is not valid msgpack (truncated)",
+                    )
+                return
+            left = stack.pop()
+        left -= 1
+        if pos >= n:
+            raise ProtocolError("malformed", "message is not valid msgpack (truncated)")
+        b = body[pos]
+        skip = fixed[b]
+        if skip >= 0:
+            pos += 1 + skip
+            continue
+        if 0xA0 <= b <= 0xBF:
+            kind, length, pos = "str", b & 0x1F, pos + 1
+        elif 0x80 <= b <= 0x9F:
+            kind, length, pos = ("map" if b < 0x90 else "array"), b & 0x0F, pos + 1
+        elif b in sized:
+            kind, size = sized[b]
+            if pos + 1 + size > n:
+                raise ProtocolError("malformed", "message is not valid msgpack (truncated)")
+            length = int.from_bytes(body[pos + 1 : pos + 1 + size], "big")
+            pos += 1 + size
+        else:
+            raise ProtocolError("malformed", f"message is not valid msgpack (type byte {b:#x})")
+        if kind == "array" or kind == "map":
+            count = 2 * length if kind == "map" else length
+            if count > budget:
+                raise ProtocolError(
+                    "too_large",
+                    f"message holds more than {limits.max_elements} values in its arrays and "
+                    "maps (limit max_elements; a map entry counts 2)",
+                )
+            if len(stack) >= max_depth:  # this container is at level len(stack) + 1
+                raise ProtocolError(
+                    "too_large",
+                    f"message nests arrays/maps deeper than {max_depth} levels (limit max_depth)",
+                )
+            if count > n - pos:
+                raise ProtocolError(
+                    "malformed", f"message is not valid msgpack ({kind} of {length} past its end)"
+                )
+            budget -= count
+            stack.append(left)
+            left = count
+            continue
+        if kind == "str":
+            text_left -= length
+            if text_left < 0:
+                raise ProtocolError(
+                    "too_large",
+                    f"message holds more than {limits.max_text_bytes} bytes of strings "
+                    "(limit max_text_bytes; large data travels as bin)",
+                )
+        elif kind == "ext":
+            length += 1  # the ext type byte
+        pos += length
+        if pos > n:
+            raise ProtocolError(
+                "malformed", f"message is not valid msgpack ({kind} length past its end)"
+            )
+
+
+def unpack_body(
+    body: bytes | bytearray | memoryview, limits: BodyLimits | None = None
+) -> dict[str, Any]:
+    """Decode one msgpack body into a message dict; raises ProtocolError('malformed').
+
+    limits: check the body against them first (`check_body`, ProtocolError 'too_large' /
+    'malformed') and give msgpack the same bounds (defence in depth). The robot server
+    passes them for what clients send; a client reading its server (camera frames, logs)
+    passes none."""
+    kw: dict[str, int] = {}
+    if limits is not None:
+        check_body(body, limits)
+        kw = {
+            "max_str_len": limits.max_text_bytes,
+            "max_bin_len": len(body),
+            "max_ext_len": len(body),
+            "max_array_len": limits.max_elements,
+            "max_map_len": limits.max_elements // 2,
+        }
     try:
-        msg = msgpack.unpackb(body, raw=False, strict_map_key=True)
+        msg = msgpack.unpackb(body, raw=False, strict_map_key=True, **kw)
     except (
         ValueError,
         msgpack.ExtraData,
@@ -97,11 +239,14 @@ def _recv_exact(
     n: int,
     deadline: float | None = None,
     budget: ByteBudget | None = None,
-) -> bytes:
+) -> bytes | bytearray:
     """Exactly n bytes. Memory grows with what has arrived (chunks of at most READ_CHUNK),
     not with what the peer announced; `deadline` (time.monotonic) bounds the whole read;
-    `budget` is charged per chunk and refunded when the read ends."""
-    parts: list[bytes] = []
+    `budget` is charged per chunk and refunded when the read ends. A body of several
+    chunks is appended to one bytearray as they come (each append a short copy), never
+    joined at the end: joining 64 MiB is one ~70 ms copy that holds the GIL, and needs
+    the body twice in memory."""
+    buf: bytes | bytearray = b""
     got = charged = 0
     try:
         while got < n:
@@ -122,7 +267,12 @@ def _recv_exact(
             chunk = sock.recv(want)
             if not chunk:
                 raise ConnectionClosed("connection closed by peer")
-            parts.append(chunk)
+            if not got:
+                buf = chunk  # most messages arrive in one chunk: no copy at all
+            else:
+                if isinstance(buf, bytes):
+                    buf = bytearray(buf)
+                buf += chunk
             got += len(chunk)
             if budget is not None:
                 budget.give(want - len(chunk))
@@ -130,7 +280,7 @@ def _recv_exact(
     finally:
         if budget is not None and charged:
             budget.give(charged)
-    return b"".join(parts)
+    return buf
 
 
 def recv_message(
@@ -139,6 +289,7 @@ def recv_message(
     deadline: float | None = None,
     body_rate: float | None = None,
     budget: ByteBudget | None = None,
+    limits: BodyLimits | None = None,
 ) -> dict[str, Any]:
     """Read one framed message. Raises ProtocolError('too_large'/'malformed'),
     ConnectionClosed, or TimeoutError / OSError from the socket.
@@ -146,6 +297,8 @@ def recv_message(
     deadline: time.monotonic() by which the header must be in (and the body too, unless
     `body_rate` is given: then the body gets `deadline + N / body_rate` seconds, so a large
     upload has time but a trickling peer does not).
+    limits: bounds on what the body decodes to, checked before decoding (`check_body`);
+    the server passes CLIENT_LIMITS, a client reading its server none.
     """
     (n,) = HEADER.unpack(_recv_exact(sock, HEADER.size, deadline))
     if n > max_bytes:
@@ -155,7 +308,7 @@ def recv_message(
     body_deadline = deadline
     if deadline is not None and body_rate:
         body_deadline = max(deadline, time.monotonic() + 1.0) + n / body_rate
-    return unpack_body(_recv_exact(sock, n, body_deadline, budget))
+    return unpack_body(_recv_exact(sock, n, body_deadline, budget), limits)
 
 
 def error_message(
@@ -194,18 +347,33 @@ def array_from_wire(d: Any, name: str) -> NDArray[Any]:
     return np.frombuffer(data, dtype=dt).reshape(shape).astype(dt.newbyteorder("="))
 
 
-def joint_vector(values: Any, n: int, name: str) -> NDArray[np.float64]:
-    """A list of n numbers -> float64 array (NaN/inf pass through; the safety envelope
-    decides about them). Raises ProtocolError('bad_request') on wrong shape/type."""
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ProtocolError("bad_request", f"'{name}' must be a list of {n} numbers") from None
-    if arr.shape != (n,):
+def is_number(v: Any) -> bool:
+    """A msgpack int or float: not a bool (a Python int), a string or None, which numpy
+    would happily turn into 1.0, 1.5 or NaN."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def joint_vector(
+    values: Any, n: int, name: str, max_abs: float = MAX_JOINT_VALUE
+) -> NDArray[np.float64]:
+    """A list of n numbers -> float64 array. Each must be an int or a float (not a bool,
+    string or None) with |x| <= max_abs; NaN/inf pass through (the safety envelope turns
+    them into a stop). Raises ProtocolError('bad_request') naming the field."""
+    if not isinstance(values, (list, tuple)):
+        raise ProtocolError("bad_request", f"'{name}' must be a list of {n} numbers")
+    if len(values) != n:
         raise ProtocolError(
-            "bad_request", f"'{name}' must have {n} values (one per joint), got shape {arr.shape}"
+            "bad_request", f"'{name}' must have {n} values (one per joint), got {len(values)}"
         )
-    return arr
+    for i, v in enumerate(values):
+        if not is_number(v):
+            raise ProtocolError(
+                "bad_request", f"'{name}'[{i}] must be a number, not {type(v).__name__} {v!r:.40}"
+            )
+        if abs(v) > max_abs and v not in (math.inf, -math.inf):  # NaN compares False
+            shown = f"{float(v):.3g}" if abs(v) < 1e300 else "a huge int"
+            raise ProtocolError("bad_request", f"'{name}'[{i}] = {shown} is beyond +-{max_abs:g}")
+    return np.array(values, dtype=np.float64)
 
 
 # -- robot state ------------------------------------------------------------------------

@@ -1,6 +1,13 @@
 """One client connection on the robot server: TLS (when configured), challenge-response
 handshake under one deadline, request dispatch with checked fields, and a writer thread
-with a bounded outbox so a slow client never stalls the control loop."""
+with a bounded outbox so a slow client never stalls the control loop.
+
+Every body is checked against `protocol.CLIENT_LIMITS` before msgpack decodes it, so no
+message can hold the GIL (and with it the control loop and everyone's stop) for long.
+Requests are handled in order on the reader thread, except `policy_upload`: loading a
+model and its probe inference can take a while, so it runs on an upload thread of this
+session (one at a time) and replies from there, and a `stop` / `estop` / `heartbeat` sent
+after it is handled at once."""
 
 from __future__ import annotations
 
@@ -24,6 +31,15 @@ MAX_QUEUED_STATES = 500  # ~2 s at 250 Hz; older states are dropped (seq shows t
 MAX_QUEUED_FRAMES = 3
 MAX_JITTER_WINDOW_S = 3600.0
 MAX_RAMP_S = 60.0
+MAX_POLICY_ID = 200  # chars of a `policy` id in policy_run
+# Policy spec / safety fields that hold numbers (checked here, so "0.2" or true is a
+# bad_request naming the field before the agent parses them): scalars and lists.
+SPEC_NUMBERS = ("object_max_age_s", "object_min_quality")
+SPEC_LISTS = ("target", "object_goal")
+SAFETY_LISTS = ("max_step", "workspace_lower", "workspace_upper")
+SAFETY_TEXT = ("on_violation",)
+# What a request handler may raise on bad input (a field the agent refuses): `refused`.
+REFUSALS = (DeviceError, ValueError, TypeError, LookupError, ArithmeticError)
 
 
 class FloodGuard:
@@ -60,6 +76,8 @@ class Session:
         self._closing = False
         self._send_lock = threading.Lock()
         self.guard = FloodGuard(server.flood_rate_hz, server.flood_burst)
+        self._upload_lock = threading.Lock()
+        self._upload: threading.Thread | None = None  # the policy_upload being handled
         self.reader = threading.Thread(target=self._read_loop, name=f"robot-{sid}-rx", daemon=True)
         self.writer = threading.Thread(target=self._write_loop, name=f"robot-{sid}-tx", daemon=True)
 
@@ -141,7 +159,8 @@ class Session:
             challenge = {"type": "challenge", "protocol": P.PROTOCOL_NAME, "nonce": nonce}
             with self._send_lock:  # directly: always the first thing a peer receives
                 self.sock.sendall(P.pack(challenge))
-            self._handshake(P.recv_message(self.sock, P.MAX_HELLO_BYTES, deadline), nonce)
+            hello = P.recv_message(self.sock, P.MAX_HELLO_BYTES, deadline, limits=P.CLIENT_LIMITS)
+            self._handshake(hello, nonce)
             while not self._closing:
                 msg = P.recv_message(
                     self.sock,
@@ -149,6 +168,7 @@ class Session:
                     deadline=time.monotonic() + srv.idle_timeout_s,
                     body_rate=srv.min_upload_rate,
                     budget=srv.read_budget,
+                    limits=P.CLIENT_LIMITS,
                 )
                 if not self.guard.allow():
                     self.fail(
@@ -265,15 +285,23 @@ class Session:
                 onnx = msg.get("onnx")
                 if not isinstance(onnx, bytes):
                     raise P.ProtocolError("bad_request", "policy_upload needs 'onnx' bytes")
-                if agent.owner not in (None, self.sid):
-                    raise DeviceError(f"{agent.info.name} is controlled by another client")
                 spec, safety = msg.get("spec") or {}, msg.get("safety")
                 if not isinstance(spec, dict) or not isinstance(safety, (dict, type(None))):
                     raise P.ProtocolError("bad_request", "'spec' and 'safety' must be maps")
-                result = agent.upload_policy(onnx, spec, safety)
+                _check_spec(spec)
+                if safety is not None:
+                    _check_safety(safety)
+                self._start_upload(req_id, onnx, spec, safety)
+                return  # answered by the upload thread
             elif kind == "policy_run":
                 ramp = _number(msg, "ramp_s", 0.0, MAX_RAMP_S)
-                agent.run_policy(1.0 if ramp is None else ramp, self.sid)
+                policy = msg.get("policy")
+                if not isinstance(policy, str) or not 0 < len(policy) <= MAX_POLICY_ID:
+                    raise P.ProtocolError(
+                        "bad_request",
+                        "policy_run needs 'policy': the id string policy_upload returned",
+                    )
+                agent.run_policy(1.0 if ramp is None else ramp, self.sid, policy=policy)
             elif kind == "acquire":
                 agent.acquire(self.sid)
                 result = {"owner": self.sid}
@@ -291,8 +319,47 @@ class Session:
             self.send({"type": "reply", "id": req_id, "ok": True, "result": result})
         except (P.ProtocolError, ObjectPoseError) as exc:
             self.send(P.error_message(exc.code, str(exc), False, req_id))
-        except (DeviceError, ValueError, TypeError) as exc:
+        except REFUSALS as exc:
             self.send(P.error_message("refused", str(exc), False, req_id))
+
+    # -- policy upload (its own thread) ----------------------------------------------------
+    def _start_upload(
+        self, req_id: int | None, onnx: bytes, spec: dict[str, Any], safety: dict[str, Any] | None
+    ) -> None:
+        """Hand a checked policy_upload to this session's upload thread; `refused` while
+        one is still being handled (one at a time: each holds a model in memory)."""
+        with self._upload_lock:
+            if self._upload is not None:
+                raise P.ProtocolError(
+                    "refused", "an upload is already in progress; wait for its reply"
+                )
+            self._upload = threading.Thread(
+                target=self._run_upload,
+                args=(req_id, onnx, spec, safety),
+                name=f"robot-{self.sid}-upload",
+                daemon=True,
+            )
+            self._upload.start()
+
+    def _run_upload(
+        self, req_id: int | None, onnx: bytes, spec: dict[str, Any], safety: dict[str, Any] | None
+    ) -> None:
+        try:
+            if self._closing:
+                return
+            result = self.server.agent.upload_policy(onnx, spec, safety, owner=self.sid)
+            reply = {"type": "reply", "id": req_id, "ok": True, "result": result}
+        except (P.ProtocolError, ObjectPoseError) as exc:
+            reply = P.error_message(exc.code, str(exc), False, req_id)
+        except REFUSALS as exc:
+            reply = P.error_message("refused", str(exc), False, req_id)
+        except Exception as exc:  # what a model or spec can make a loader raise: bad input
+            self.server.note(f"{self.name}: policy_upload: {type(exc).__name__}: {exc}")
+            reply = P.error_message("refused", f"policy not loaded: {exc}", False, req_id)
+        finally:
+            with self._upload_lock:
+                self._upload = None
+        self.send(reply)
 
 
 # -- request fields: each one checked, so odd values are a bad_request, never `internal` ----
@@ -323,6 +390,59 @@ def _number(msg: dict[str, Any], key: str, low: float, high: float) -> float | N
     if not (math.isfinite(v) and low <= v <= high):
         raise P.ProtocolError("bad_request", f"'{key}' must be within [{low:g}, {high:g}] s")
     return float(v)
+
+
+def _numbers(where: str, v: Any) -> None:
+    """`v` must be a list of ints/floats (not bools, strings or None) of sane magnitude."""
+    if not isinstance(v, list) or not all(P.is_number(x) for x in v):
+        raise P.ProtocolError("bad_request", f"'{where}' must be a list of numbers, not {v!r:.60}")
+    if any(abs(x) > P.MAX_JOINT_VALUE and x not in (math.inf, -math.inf) for x in v):
+        raise P.ProtocolError(
+            "bad_request", f"'{where}' holds a value beyond +-{P.MAX_JOINT_VALUE:g}"
+        )
+
+
+def _scalar(where: str, v: Any) -> None:
+    if not P.is_number(v):
+        raise P.ProtocolError("bad_request", f"'{where}' must be a number, not {v!r:.40}")
+
+
+def _check_spec(spec: dict[str, Any]) -> None:
+    """The policy spec's numeric fields are numbers (PolicySpec checks ranges and meaning;
+    it would take "0.2" or true for a number)."""
+    for key in SPEC_NUMBERS:
+        if spec.get(key) is not None:
+            _scalar(f"spec.{key}", spec[key])
+    for key in SPEC_LISTS:
+        if spec.get(key) is not None:
+            _numbers(f"spec.{key}", spec[key])
+    obs, act = spec.get("observation"), spec.get("action")
+    if obs is not None and (not isinstance(obs, list) or not all(isinstance(o, str) for o in obs)):
+        raise P.ProtocolError("bad_request", "'spec.observation' must be a list of term names")
+    if act is not None:
+        if not isinstance(act, dict):
+            raise P.ProtocolError("bad_request", "'spec.action' must be a map")
+        if act.get("scale") is not None:
+            _scalar("spec.action.scale", act["scale"])
+        for key in ("mode", "type"):
+            if act.get(key) is not None and not isinstance(act[key], str):
+                raise P.ProtocolError("bad_request", f"'spec.action.{key}' must be a string")
+
+
+def _check_safety(safety: dict[str, Any]) -> None:
+    """Every safety setting is a number, a list of numbers or (on_violation) a string;
+    SafetyConfig checks names and ranges."""
+    for key, v in safety.items():
+        if v is None:
+            continue
+        where = f"safety.{key}"
+        if key in SAFETY_TEXT:
+            if not isinstance(v, str):
+                raise P.ProtocolError("bad_request", f"'{where}' must be a string")
+        elif key in SAFETY_LISTS:
+            _numbers(where, v)
+        else:
+            _scalar(where, v)
 
 
 def _count(msg: dict[str, Any], key: str) -> int | None:

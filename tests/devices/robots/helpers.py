@@ -117,3 +117,105 @@ def wait_for(pred: Any, timeout_s: float = 2.0, every_s: float = 0.005) -> bool:
             return True
         time.sleep(every_s)
     return bool(pred())
+
+
+# -- ONNX policies that misbehave at inference (policy process tests) ------------------------
+NEVER_ENDS = 2**62  # Loop trip count: hours of work at any plausible speed
+
+
+def loop_policy(
+    n: int,
+    obs_dim: int,
+    iters: int | None,
+    hidden: int = 128,
+    iters_per_unit: float = 1000.0,
+    seed: int = 0,
+) -> bytes:
+    """A valid policy (input 'obs' (1, obs_dim), output 'action' (1, n)) whose run time grows
+    with an ONNX Loop: `iters` tanh(h @ A) steps on a (1, hidden) state, NEVER_ENDS for one
+    that never finishes. `iters=None` takes the trip count from the observation instead
+    (round(obs[0] * iters_per_unit), at least 0): fast on one state, slow on another, as a
+    model that passed the upload probe and stalls later. Load-time checks cannot tell."""
+    rng = np.random.default_rng(seed)
+    w_in = rng.normal(0, 0.3, (obs_dim, hidden)).astype(np.float32)
+    a = rng.normal(0, 1.0 / np.sqrt(hidden), (hidden, hidden)).astype(np.float32)
+    w_out = rng.normal(0, 0.3, (hidden, n)).astype(np.float32)
+    body = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["h_in", "A"], ["ha"]),
+            helper.make_node("Tanh", ["ha"], ["h_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "loop_body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1, hidden]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1, hidden]),
+        ],
+    )
+    nodes = [helper.make_node("MatMul", ["obs", "W_in"], ["h0"])]
+    inits = [
+        numpy_helper.from_array(w_in, "W_in"),
+        numpy_helper.from_array(a, "A"),
+        numpy_helper.from_array(w_out, "W_out"),
+        numpy_helper.from_array(np.array(True), "cond"),
+    ]
+    if iters is None:
+        inits += [
+            numpy_helper.from_array(np.array([0], dtype=np.int64), "first"),
+            numpy_helper.from_array(np.array(iters_per_unit, dtype=np.float32), "per_unit"),
+            numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero"),
+        ]
+        nodes += [
+            helper.make_node("Gather", ["obs", "first"], ["o0"], axis=1),  # (1, 1)
+            helper.make_node("Mul", ["o0", "per_unit"], ["scaled"]),
+            helper.make_node("Max", ["scaled", "zero"], ["clipped"]),
+            helper.make_node("Round", ["clipped"], ["rounded"]),
+            helper.make_node("Cast", ["rounded"], ["m11"], to=TensorProto.INT64),
+            helper.make_node("ReduceMax", ["m11"], ["M"], keepdims=0),  # scalar
+        ]
+    else:
+        inits.append(numpy_helper.from_array(np.array(iters, dtype=np.int64), "M"))
+    nodes += [
+        helper.make_node("Loop", ["M", "cond", "h0"], ["h"], body=body),
+        helper.make_node("MatMul", ["h", "W_out"], ["action"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "loop_policy",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, [1, obs_dim])],
+        [helper.make_tensor_value_info("action", TensorProto.FLOAT, [1, n])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model.SerializeToString()
+
+
+def failing_policy(n: int, obs_dim: int) -> bytes:
+    """A policy that loads (shapes and types check out) and fails at every inference: it
+    gathers element 1000 of its (1, obs_dim) input, which only the run can find out of range.
+    onnxruntime's message names the Gather node 'bad_gather'."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["obs", "W"], ["xw"]),
+            helper.make_node("Gather", ["obs", "idx"], ["g"], axis=1, name="bad_gather"),
+            helper.make_node("Add", ["xw", "g"], ["action"]),
+        ],
+        "failing_policy",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, [1, obs_dim])],
+        [helper.make_tensor_value_info("action", TensorProto.FLOAT, [1, n])],
+        [
+            numpy_helper.from_array(np.zeros((obs_dim, n), dtype=np.float32), "W"),
+            numpy_helper.from_array(np.array([1000], dtype=np.int64), "idx"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model.SerializeToString()

@@ -138,7 +138,9 @@ def test_bad_reports_are_refused_naming_the_problem(
     msg.update(fields)
     with pytest.raises(DeviceError, match=rf"object_pose: .*{_re(words)}.*\[{code}\]"):
         client.request("object_pose", **msg)
-    # the connection stays open and a good report is still taken
+    # the connection stays open and a good report is still taken (stamped no later than
+    # the robot's newest state: a stamp ahead of it by more than a tick is refused)
+    assert wait_for(lambda: client.latest_state().t >= t + 0.01, 2.0)
     res = client.send_object_pose("puck", [0.3, 0, 0, *IDENT], t + 0.01, wait=True)
     assert res is not None and res["object"] == "puck" and res["t"] == pytest.approx(t + 0.01)
 
@@ -242,10 +244,14 @@ def test_an_unauthenticated_peer_cannot_report_poses(rig: Rig, client: RobotClie
 
 
 def test_only_the_client_in_control_streams_poses(rig: Rig) -> None:
-    with RobotClient("127.0.0.1", rig.port, rig.token) as c:
-        c.upload_policy(_follow_object_x(), _spec())
+    with (
+        RobotClient("127.0.0.1", rig.port, rig.token) as c,
+        RobotClient("127.0.0.1", rig.port, rig.token, name="watcher") as w,
+    ):
         t = c.latest_state().t
         with pytest.raises(DeviceError, match=r"take control \(acquire\).*\[refused\]"):
             c.send_object_pose("puck", [0.3, 0, 0, *IDENT], t, wait=True)
-        c.take_control()
+        c.upload_policy(_follow_object_x(), _spec())  # uploading takes control
+        with pytest.raises(DeviceError, match=r"controlled by another client.*\[refused\]"):
+            w.send_object_pose("puck", [0.3, 0, 0, *IDENT], t, wait=True)
         assert c.send_object_pose("puck", [0.3, 0, 0, *IDENT], t, wait=True) is not None

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 import numpy as np
@@ -151,3 +152,23 @@ def test_read_budget_is_shared_and_refused_when_spent() -> None:
         with pytest.raises(P.ProtocolError) as err:
             P.recv_message(b, budget=budget)
         assert err.value.code == "too_large" and budget.used == 0
+
+
+def test_a_large_body_arrives_whole_and_is_checked_before_decoding() -> None:
+    """A body of many chunks (appended as they arrive, never joined) decodes exactly; with
+    the server's limits, one over them is refused before msgpack sees it."""
+    a, b = socket.socketpair()
+    with a, b:
+        msg = {"type": "policy_upload", "onnx": bytes(range(256)) * 12_000, "spec": {"x": [1.5]}}
+        data = P.pack(msg)
+        assert len(data) > 4 * P.READ_CHUNK
+        sender = threading.Thread(target=a.sendall, args=(data + data,), daemon=True)
+        sender.start()
+        b.settimeout(10.0)
+        assert P.recv_message(b, limits=P.CLIENT_LIMITS) == msg
+        assert P.recv_message(b) == msg
+        sender.join(5.0)
+        a.sendall(P.pack({"type": "x", "v": list(range(P.CLIENT_LIMITS.max_elements))}))
+        with pytest.raises(P.ProtocolError) as err:
+            P.recv_message(b, limits=P.CLIENT_LIMITS)
+        assert err.value.code == "too_large" and "max_elements" in str(err.value)
