@@ -98,6 +98,12 @@ class LabDriver:
         with self._lock:
             return self.sim.forward_kinematics(joint_pos)
 
+    def collision_points(self, joint_pos: NDArray[np.float64]) -> NDArray[np.float64] | None:
+        """RobotDriver's optional `collision_points`: the tool point, then the corners of
+        every moving link's collision box (nominal kinematics), for the safety envelope."""
+        with self._lock:
+            return self.sim.collision_points(joint_pos)
+
     def body_pose(self, body: str, joint_pos: NDArray[np.float64]) -> NDArray[np.float64]:
         """T_base_body (4x4) of a robot body at joint_pos (nominal kinematics)."""
         with self._lock:

@@ -51,6 +51,7 @@ class LabSim:
         self._kv = np.array(ac.kv if ac else (), float)
         self._flim = np.array(ac.force_limit if ac else (), float)
         self._tool = self.model.body(self.scene.tool_body).id if self.scene.tool_body else -1
+        self._hull_geoms, self._hull_corners = self._moving_collision_boxes()
         self.seq = 0  # physics steps since reset: the state sequence number
         self.reset()
 
@@ -180,6 +181,43 @@ class LabSim:
         if self._tool < 0:
             return None
         return self.body_pose(self.scene.tool_body, joint_pos)[:3, 3].copy()
+
+    def _moving_collision_boxes(self) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """The collision geoms of every robot body a joint moves, and the 8 corners of each
+        one's bounding box in its own frame (G, 8, 3): what the safety envelope checks
+        against the workspace box besides the tool point (a fixed base may sit in the table)."""
+        m = self.model
+        moved = np.zeros(m.nbody, bool)
+        for b in range(1, m.nbody):  # parents come before children
+            moved[b] = m.body_jntnum[b] > 0 or moved[m.body_parentid[b]]
+        arm = {m.jnt_bodyid[m.joint(j).id] for j in self.scene.joint_names}
+        root = {b for b in range(m.nbody) if b in arm or m.body_parentid[b] in arm}
+        robot = np.zeros(m.nbody, bool)
+        for b in range(1, m.nbody):
+            robot[b] = b in root or robot[m.body_parentid[b]]
+        geoms = [
+            g
+            for g in range(m.ngeom)
+            if (m.geom_contype[g] or m.geom_conaffinity[g])
+            and moved[m.geom_bodyid[g]]
+            and robot[m.geom_bodyid[g]]
+        ]
+        signs = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], float)
+        aabb = m.geom_aabb[geoms].reshape(-1, 2, 3)  # center, half size (geom frame)
+        corners = aabb[:, None, 0, :] + signs[None] * aabb[:, None, 1, :]
+        return np.asarray(geoms, np.int64), corners
+
+    def collision_points(self, joint_pos: NDArray[np.float64]) -> NDArray[np.float64] | None:
+        """(K, 3), m, base frame: the tool point first, then the corners of the bounding box
+        of every moving robot collision geom at joint_pos (nominal kinematics)."""
+        tool = self.forward_kinematics(joint_pos)
+        if tool is None:
+            return None
+        d = self._scratch  # forward_kinematics left it at joint_pos
+        g = self._hull_geoms
+        R = d.geom_xmat[g].reshape(-1, 3, 3)
+        pts = d.geom_xpos[g][:, None, :] + np.einsum("gij,gkj->gki", R, self._hull_corners)
+        return np.vstack([tool[None, :], pts.reshape(-1, 3)])
 
     def body_pose(self, body: str, joint_pos: NDArray[np.float64]) -> NDArray[np.float64]:
         """T_base_body (4x4) of a robot body (e.g. "panda_hand") at joint_pos."""

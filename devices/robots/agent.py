@@ -63,7 +63,9 @@ class Agent:
         self.n = len(self.info.joint_names)
         self.dt = 1.0 / self.info.control_rate_hz
         self.base_safety = safety or default_config(self.info)
-        self.envelope = SafetyEnvelope(self.info, self.base_safety, fk=driver.forward_kinematics)
+        # the whole arm where the driver can say where its links are, else the tool point
+        points = getattr(driver, "collision_points", None) or driver.forward_kinematics
+        self.envelope = SafetyEnvelope(self.info, self.base_safety, fk=points)
         self.watchdog = Watchdog(watchdog or WatchdogConfig(), self.dt)
         self.log = AgentLog(self.n, max(16, int(log_seconds * self.info.control_rate_hz)))
         self.loop = RateLoop(self.info.control_rate_hz)

@@ -125,7 +125,12 @@ class RobotDriver(Protocol):
         """Stop: hold the current position with the driver's own safe controller."""
 
     def forward_kinematics(self, joint_pos: NDArray[np.float64]) -> NDArray[np.float64] | None:
-        """End-effector position (3,) in the base frame for joint_pos, if the driver knows it."""
+        """End-effector position (3,) in the base frame for joint_pos, if the driver knows it.
+
+        A driver may also offer `collision_points(joint_pos) -> (K, 3) | None` (optional,
+        found with getattr): the end effector first, then points bounding every moving
+        link's collision geometry; the safety envelope then keeps the links above the
+        workspace box's floor (the table) too (devices/lab/driver.py has one)."""
 
 
 def fresh_state(driver: RobotDriver, after_seq: int, timeout: float) -> RobotState:

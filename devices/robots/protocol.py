@@ -13,6 +13,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,7 +91,11 @@ _SIZED = {
 }  # fmt: skip
 
 
-def check_body(body: bytes | bytearray | memoryview, limits: BodyLimits = CLIENT_LIMITS) -> None:
+def check_body(
+    body: bytes | bytearray | memoryview,
+    limits: BodyLimits = CLIENT_LIMITS,
+    total: int | None = None,
+) -> None:
     """Walk the msgpack type bytes of one body without decoding it: ProtocolError
     'too_large' naming the limit when it holds more values, deeper nesting or more text
     than `limits` allow, 'malformed' when it is not one msgpack map whose lengths fit the
@@ -98,8 +103,14 @@ def check_body(body: bytes | bytearray | memoryview, limits: BodyLimits = CLIENT
     switch interval while this runs, which msgpack's C decoder does not. It stops at the
     first container header that announces more values than are left in the budget, so a
     60 MiB array costs one step and any body at most ~`max_elements` steps; strings, bin
-    and ext are skipped by their length (O(1) whatever their size)."""
+    and ext are skipped by their length (O(1) whatever their size).
+
+    `total`: the announced size when `body` is only its first bytes (the first chunk off
+    the socket): running out of bytes is then no error, so a body that breaks a limit in
+    its first chunk is refused before the rest of it is even received."""
     n = len(body)
+    partial = total is not None and total > n
+    full = total if total is not None and partial else n
     if n == 0 or not (0x80 <= body[0] <= 0x8F or body[0] in (0xDE, 0xDF)):
         raise ProtocolError("malformed", "message must be a msgpack map with a 'type' field")
     fixed, sized = _FIXED, _SIZED
@@ -109,6 +120,8 @@ def check_body(body: bytes | bytearray | memoryview, limits: BodyLimits = CLIENT
     while True:
         while not left:
             if not stack:
+                if partial and pos == full:
+                    return  # the rest of the body is inside a str/bin/ext seen whole
                 if pos != n:
                     raise ProtocolError(
                         "malformed",
@@ -120,6 +133,8 @@ def check_body(body: bytes | bytearray | memoryview, limits: BodyLimits = CLIENT
             left = stack.pop()
         left -= 1
         if pos >= n:
+            if partial:
+                return
             raise ProtocolError("malformed", "message is not valid msgpack (truncated)")
         b = body[pos]
         skip = fixed[b]
@@ -133,6 +148,8 @@ def check_body(body: bytes | bytearray | memoryview, limits: BodyLimits = CLIENT
         elif b in sized:
             kind, size = sized[b]
             if pos + 1 + size > n:
+                if partial:
+                    return
                 raise ProtocolError("malformed", "message is not valid msgpack (truncated)")
             length = int.from_bytes(body[pos + 1 : pos + 1 + size], "big")
             pos += 1 + size
@@ -151,7 +168,7 @@ def check_body(body: bytes | bytearray | memoryview, limits: BodyLimits = CLIENT
                     "too_large",
                     f"message nests arrays/maps deeper than {max_depth} levels (limit max_depth)",
                 )
-            if count > n - pos:
+            if count > full - pos:
                 raise ProtocolError(
                     "malformed", f"message is not valid msgpack ({kind} of {length} past its end)"
                 )
@@ -170,7 +187,7 @@ def check_body(body: bytes | bytearray | memoryview, limits: BodyLimits = CLIENT
         elif kind == "ext":
             length += 1  # the ext type byte
         pos += length
-        if pos > n:
+        if pos > n and not (partial and pos <= full):
             raise ProtocolError(
                 "malformed", f"message is not valid msgpack ({kind} length past its end)"
             )
@@ -239,13 +256,15 @@ def _recv_exact(
     n: int,
     deadline: float | None = None,
     budget: ByteBudget | None = None,
+    first_check: Callable[[bytes], None] | None = None,
 ) -> bytes | bytearray:
     """Exactly n bytes. Memory grows with what has arrived (chunks of at most READ_CHUNK),
     not with what the peer announced; `deadline` (time.monotonic) bounds the whole read;
     `budget` is charged per chunk and refunded when the read ends. A body of several
     chunks is appended to one bytearray as they come (each append a short copy), never
     joined at the end: joining 64 MiB is one ~70 ms copy that holds the GIL, and needs
-    the body twice in memory."""
+    the body twice in memory. `first_check(chunk)` sees the first chunk before the rest
+    is read (and may raise to refuse the message)."""
     buf: bytes | bytearray = b""
     got = charged = 0
     try:
@@ -269,6 +288,8 @@ def _recv_exact(
                 raise ConnectionClosed("connection closed by peer")
             if not got:
                 buf = chunk  # most messages arrive in one chunk: no copy at all
+                if first_check is not None and len(chunk) < n:
+                    first_check(chunk)
             else:
                 if isinstance(buf, bytes):
                     buf = bytearray(buf)
@@ -308,7 +329,13 @@ def recv_message(
     body_deadline = deadline
     if deadline is not None and body_rate:
         body_deadline = max(deadline, time.monotonic() + 1.0) + n / body_rate
-    return unpack_body(_recv_exact(sock, n, body_deadline, budget), limits)
+    first = None
+    if limits is not None:
+
+        def first(chunk: bytes) -> None:  # a 60 MiB array is refused on its first bytes
+            check_body(chunk, limits, total=n)
+
+    return unpack_body(_recv_exact(sock, n, body_deadline, budget, first), limits)
 
 
 def error_message(

@@ -53,10 +53,13 @@ PREDICT_S = 0.008  # s: command latency + one control period, typical of the lab
 MAX_ACCEL = 50.0  # rad/s^2: larger measured accelerations are glitches, not motion
 VEL_PULLBACK = 10.0  # rad/s per rad: velocity mode's pull out of the braking margin (the
 # lab's velocity servo holds a loaded joint only with a steady error)
+TORQUE_PREDICT_S = 0.08  # s: the same for torque mode (its braking takes longer to bite:
+# 0.05 s let a wrist joint 0.9-2.2 mrad past its limit in random torque sequences)
 DRAG_MIN_SPEED = 0.05  # rad/s: a joint moving against its command faster is being dragged
 BRAKE_PREDICT_S = 0.05  # s: velocity/torque braking is judged from the predicted position
 BOX_MARGIN = 0.01  # m: targets brake to a stop this far inside the workspace box
 BOX_DECEL = 2.0  # m/s^2: how hard a target's end effector may brake before a box face
+BOX_CREEP = 0.02  # m/s: outward speed allowed within the margin's inner half
 BOX_LAG_S = 0.1  # s: the measured end effector is judged where it will be this far ahead
 
 
@@ -132,16 +135,34 @@ class SafetyEnvelope:
         self._v_prev, self._t_prev = state.joint_vel.copy(), state.t
         self._last_step = np.zeros_like(state.joint_pos)
 
-    def box_distance(self, joint_pos: Vec) -> float:
-        """How far (m) the end effector at joint_pos is outside the box (0 inside, or when
-        there is no box or no kinematics)."""
-        if self.box is None or self.fk is None:
-            return 0.0
+    def _points(self, joint_pos: Vec) -> Vec | None:
+        """(K, 3): the end effector (row 0) and, where the driver gives them, points of
+        every moving link's collision geometry (`collision_points`), at joint_pos."""
+        if self.fk is None:
+            return None
         p = self.fk(joint_pos)
-        if p is None:
+        return None if p is None else np.atleast_2d(np.asarray(p, float))
+
+    def _faces(self, pts: Vec) -> Vec:
+        """(K, 6) room (m) from each point to each face of the box (lower x, y, z, then
+        upper), negative past it. The end effector is held to the whole box, the links to
+        its floor only (the table plane): a box drawn for the tool's work does not fit a
+        Panda's own elbow, which sits behind its base."""
+        assert self.box is not None
+        room = np.concatenate([pts - self.box[0], self.box[1] - pts], axis=1)
+        room[1:, [0, 1, 3, 4, 5]] = np.inf
+        return room
+
+    def box_distance(self, joint_pos: Vec) -> float:
+        """How far (m) the end effector at joint_pos is outside the box, or a link below its
+        floor, whichever is more (0 inside, or when there is no box or no kinematics)."""
+        if self.box is None:
             return 0.0
-        out = np.maximum(self.box[0] - p, 0.0) + np.maximum(p - self.box[1], 0.0)
-        return float(np.linalg.norm(out))
+        pts = self._points(joint_pos)
+        if pts is None:
+            return 0.0
+        out = np.maximum(-self._faces(pts), 0.0)
+        return float(np.max(np.linalg.norm(out[:, :3] + out[:, 3:], axis=1)))
 
     def in_workspace(self, joint_pos: Vec) -> bool:
         """True when there is no box, no kinematics, or the end effector is inside the box."""
@@ -314,17 +335,17 @@ class SafetyEnvelope:
         return self._finish(out, acted)
 
     def _box_gaps(self, *joint_pos: Vec) -> Vec | None:
-        """Room (m) from the end effector to each of the six faces of the box shrunk by
-        BOX_MARGIN (lower x, y, z, then upper), the least over the given poses; negative
-        past a face. None without a box or kinematics."""
-        if self.box is None or self.fk is None:
+        """(K, 6) room (m) from each checked point to each face it is held to (`_faces`),
+        of the box shrunk by BOX_MARGIN, the least over the given poses; negative past a
+        face. None without a box or kinematics."""
+        if self.box is None:
             return None
         gaps = []
         for q in joint_pos:
-            p = self.fk(q)
-            if p is None:
+            pts = self._points(q)
+            if pts is None:
                 return None
-            gaps.append(np.concatenate([p - self.box[0], self.box[1] - p]))
+            gaps.append(self._faces(pts))
         return np.min(gaps, axis=0) - BOX_MARGIN
 
     def _box_cap(self, gaps: Vec) -> Vec:
@@ -332,12 +353,15 @@ class SafetyEnvelope:
         to a stop at BOX_DECEL inside the shrunk box: 0 at or past it."""
         return np.sqrt(2.0 * BOX_DECEL * np.maximum(gaps, 0.0))
 
-    def _tool_velocity(self, q: Vec, qdot: Vec) -> Vec | None:
-        """End-effector velocity (m/s) for joint velocity qdot at q (finite difference)."""
-        assert self.fk is not None
+    def _outward(self, q: Vec, qdot: Vec) -> Vec | None:
+        """(K, 6) speed (m/s) of each checked point towards each face (negative: away) for
+        joint velocity qdot at q (finite difference)."""
         h = 0.01
-        p0, p1 = self.fk(q), self.fk(q + h * qdot)
-        return None if p0 is None or p1 is None else (p1 - p0) / h
+        p0, p1 = self._points(q), self._points(q + h * qdot)
+        if p0 is None or p1 is None:
+            return None
+        v = (p1 - p0) / h
+        return np.concatenate([-v, v], axis=1)
 
     def _outward_scale(self, outward: Vec, cap: Vec) -> float:
         """The factor (0..1) that brings every outward speed within its cap."""
@@ -361,19 +385,16 @@ class SafetyEnvelope:
         gaps = self._box_gaps(prev, state.joint_pos + BOX_LAG_S * state.joint_vel)
         if gaps is None:
             return None
-        cap = self._box_cap(gaps + (0.5 * BOX_MARGIN if hard else 0.0))
-        fk = self.fk
-        assert fk is not None
-        p0 = fk(prev)
-        if p0 is None:
-            return None
+        if hard:
+            cap = self._box_cap(gaps + 0.5 * BOX_MARGIN)
+        else:  # and a creep out to half the margin: a robot resting at the margin (where
+            # braking leaves it) may still move along the face, not only straight in
+            creep = (gaps <= 0.0) & (gaps > -0.5 * BOX_MARGIN)
+            cap = self._box_cap(gaps) + np.where(creep, BOX_CREEP, 0.0)
 
         def scale(s: Vec) -> float:
-            p1 = fk(prev + s)
-            if p1 is None:
-                return 1.0
-            dp = (p1 - p0) / self.dt
-            return self._outward_scale(np.concatenate([-dp, dp]), cap)
+            out = self._outward(prev, s / self.dt)
+            return 1.0 if out is None else self._outward_scale(out, cap)
 
         k = scale(step)
         if k >= 1.0:
@@ -444,9 +465,9 @@ class SafetyEnvelope:
             acted.append("position")
             out = braked
         gaps = self._box_gaps(q, q + BOX_LAG_S * v)
-        vt = None if gaps is None else self._tool_velocity(q, out)
+        vt = None if gaps is None else self._outward(q, out)
         if gaps is not None and vt is not None:
-            k = self._outward_scale(np.concatenate([-vt, vt]), self._box_cap(gaps))
+            k = self._outward_scale(vt, self._box_cap(gaps))
             if k < 1.0:  # towards a face no faster than the tool can brake before it
                 acted.append("workspace")
                 out = out * k
@@ -476,7 +497,7 @@ class SafetyEnvelope:
         # joints drag each other: while any joint nears its speed limit, torque that speeds
         # joints up is scaled down on ALL joints (braking torque is never reduced)
         # (near a position limit the speed that counts is the one it can still brake from)
-        qp = q + v * BRAKE_PREDICT_S  # where the joint will be when this torque acts
+        qp = q + v * TORQUE_PREDICT_S  # where the joint will be when this torque has acted
         up0, down0 = self.braking_speed(qp, BRAKE_MARGIN)
         room = np.where(v >= 0, up0, down0) + NEAR_LIMIT_FLOOR * self.vmax
         ratio = float(max(np.max(np.abs(v) / self.vmax), np.max(np.abs(v) / room)))
@@ -498,9 +519,9 @@ class SafetyEnvelope:
             acted.append("velocity")
             out = limited
         gaps = self._box_gaps(q, q + BOX_LAG_S * v)
-        vt = None if gaps is None else self._tool_velocity(q, v)
+        vt = None if gaps is None else self._outward(q, v)
         if gaps is not None and vt is not None:
-            if self._outward_scale(np.concatenate([-vt, vt]), self._box_cap(gaps)) < 1.0:
+            if self._outward_scale(vt, self._box_cap(gaps)) < 1.0:
                 acted.append("workspace")  # too fast towards a face: brake every joint
                 out = np.clip(-self.kd * v, -self.effmax, self.effmax)
         return self._finish(out, acted)
