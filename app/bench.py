@@ -50,6 +50,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--lab-config", type=Path, default=None, help="lab truth to run against (fit)")
     p.add_argument(
+        "--load",
+        type=int,
+        default=None,
+        help="run N CPU-bound processes beside the benchmark (safety: its targets hold at 4)",
+    )
+    p.add_argument(
         "--posterior",
         choices=("laplace", "smc"),
         default=None,
@@ -83,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         minutes=args.minutes,
         lab_config=args.lab_config,
         posterior=args.posterior,
+        load=args.load,
     )
     mod = importlib.import_module(BENCHMARKS[args.name])
     print(f"bench {args.name}: {getattr(mod, 'DESCRIPTION', '')}")
