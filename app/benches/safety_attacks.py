@@ -114,8 +114,13 @@ def constant_model(value: Vec, obs_dim: int) -> bytes:
     return _model(nodes, inits, obs_dim, n)
 
 
-def slow_model(value: Vec, obs_dim: int, trips: int) -> bytes:
-    """Outputs `value` after a Loop of `trips` Sin steps over the observation (~2 us each)."""
+def slow_model(
+    value: Vec, obs_dim: int, trips: int, gate_at: Vec | None = None, gate_rad: float = 0.01
+) -> bytes:
+    """Outputs `value` after a Loop of `trips` Sin steps over the observation (~2 us each).
+    With `gate_at` (a joint position), the Loop runs only once the observed joints are more
+    than `gate_rad` (summed) away from it: fast at the upload's probe, with the arm resting
+    there, and slow once the policy has moved it (the issue's model)."""
     from onnx import TensorProto, helper, numpy_helper
 
     n = len(value)
@@ -135,17 +140,40 @@ def slow_model(value: Vec, obs_dim: int, trips: int) -> bytes:
             helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [1, obs_dim]),
         ],
     )
-    nodes = [
-        helper.make_node("Loop", ["trips", "cond", "obs"], ["x"], body=body),
-        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=1),
-        helper.make_node("Mul", ["s", "zero"], ["z"]),  # the output depends on the loop
-        helper.make_node("Add", ["b", "z"], ["action"]),
-    ]
+    gate: list[Any] = []
+    count = "trips"
     inits = [
         numpy_helper.from_array(np.array(int(trips), np.int64), "trips"),
         numpy_helper.from_array(np.array(True), "cond"),
         numpy_helper.from_array(np.zeros((1, 1), np.float32), "zero"),
         numpy_helper.from_array(np.asarray(value, np.float32).reshape(1, n), "b"),
+    ]
+    if gate_at is not None:
+        count = "gated"
+        at = np.zeros((1, obs_dim), np.float32)
+        at[0, :n] = gate_at
+        mask = np.zeros((1, obs_dim), np.float32)
+        mask[0, :n] = 1.0
+        inits += [
+            numpy_helper.from_array(at, "at"),
+            numpy_helper.from_array(mask, "mask"),
+            numpy_helper.from_array(np.array(gate_rad, np.float32), "gate"),
+        ]
+        gate = [
+            helper.make_node("Sub", ["obs", "at"], ["off"]),
+            helper.make_node("Abs", ["off"], ["aoff"]),
+            helper.make_node("Mul", ["aoff", "mask"], ["qoff"]),
+            helper.make_node("ReduceSum", ["qoff"], ["dist"], keepdims=0),
+            helper.make_node("Greater", ["dist", "gate"], ["moved"]),
+            helper.make_node("Cast", ["moved"], ["moved_i"], to=TensorProto.INT64),
+            helper.make_node("Mul", ["moved_i", "trips"], ["gated"]),
+        ]
+    nodes = [
+        *gate,
+        helper.make_node("Loop", [count, "cond", "obs"], ["x"], body=body),
+        helper.make_node("ReduceSum", ["x"], ["s"], keepdims=1),
+        helper.make_node("Mul", ["s", "zero"], ["z"]),  # the output depends on the loop
+        helper.make_node("Add", ["b", "z"], ["action"]),
     ]
     return _model(nodes, inits, obs_dim, n)
 
@@ -684,8 +712,9 @@ def _upload(ctx: Ctx, onnx: bytes, timeout_s: float = 5.0) -> str:
 
 
 def _watch_run(ctx: Ctx, res: PolicyTiming, timeout_s: float, rec: list[Msg]) -> None:
-    """Run the uploaded policy and time the watchdog stop on the measured stream: the first
-    state in `policy` mode starts the clock, the first `stopped` after it ends it."""
+    """Run the uploaded policy and time the watchdog stop on the measured stream: the last
+    state in `policy` mode with a command sent (the policy's last output) starts the clock,
+    the first `stopped` after it ends it."""
     c = ctx.c
     start = len(rec)
     try:
@@ -703,8 +732,12 @@ def _watch_run(ctx: Ctx, res: PolicyTiming, timeout_s: float, rec: list[Msg]) ->
     i = modes.index("policy")
     j = next((k for k in range(i, len(states)) if modes[k] in ("stopped", "estop")), None)
     res.missed += j is None
-    t_stop = states[j if j is not None else -1]["t"]
-    late = (t_stop - states[i]["t"] - timeout_s) * 1e3
+    end = j if j is not None else len(states) - 1
+    # the deadline runs from the policy's last output: the last tick in `policy` mode whose
+    # state carries a command sent to the actuators (a late output sends none)
+    fed = [k for k in range(i, end) if modes[k] == "policy" and states[k].get("command")]
+    t_last = states[fed[-1] if fed else i]["t"]
+    late = (states[end]["t"] - t_last - timeout_s) * 1e3
     res.late_ms = late if res.late_ms is None else max(res.late_ms, late)
     res.runs += 1
     if j is None:
@@ -719,6 +752,7 @@ def _model_runs(ctx: Ctx, res: PolicyTiming, onnx: bytes, runs: int = 2) -> None
     try:
         with watch.recording() as rec:
             for _ in range(runs):
+                ctx.settle(READY)  # back where the model is fast, as at its first upload
                 answer_ = _upload(ctx, onnx)
                 res.upload_answers.append(answer_)
                 if answer_ == "hang":
@@ -734,7 +768,8 @@ def _model_runs(ctx: Ctx, res: PolicyTiming, onnx: bytes, runs: int = 2) -> None
 
 
 def slow_models(ctx: Ctx, res: PolicyTiming) -> None:
-    """A model failing at its first inference, then a ~100 ms one run twice."""
+    """A model failing at its first inference, then one fast at the upload's probe and
+    ~100 ms per inference once it has moved the arm, run twice."""
     ctx.settle(READY)
     c = ctx.c
     q0 = c.latest_state().joint_pos.copy()
@@ -743,18 +778,31 @@ def slow_models(ctx: Ctx, res: PolicyTiming) -> None:
     res.first_inference_error = "accepted" if answer_ == "ok" else answer_
     res.per_trip_s = seconds_per_trip(dim)
     ctx.settle(READY)
-    _model_runs(ctx, res, slow_model(q0, dim, int(0.1 / res.per_trip_s)))
+    trips = int(0.1 / res.per_trip_s)
+    _model_runs(ctx, res, slow_model(_moved(READY), dim, trips, gate_at=READY, gate_rad=GATE))
     ctx.c.stop()
 
 
 def never_ending(ctx: Ctx, res: PolicyTiming) -> None:
-    """A model whose inference takes ~3 minutes, uploaded and run twice (the bench's last
-    attack: the lab may spin on it until it is closed)."""
+    """A model fast at the upload's probe whose inference takes ~3 minutes once it has
+    moved the arm, uploaded and run twice (the agent must kill it)."""
     ctx.settle(READY)
     c = ctx.c
     q0 = c.latest_state().joint_pos.copy()
     per_trip = res.per_trip_s or seconds_per_trip(2 * len(q0))
-    _model_runs(ctx, res, slow_model(q0, 2 * len(q0), int(180.0 / per_trip)))
+    dim, trips = 2 * len(q0), int(180.0 / per_trip)
+    _model_runs(ctx, res, slow_model(_moved(READY), dim, trips, gate_at=READY, gate_rad=GATE))
+
+
+GATE = 0.15  # rad, summed over the joints: more than `settle` leaves (0.02 rad per joint)
+
+
+def _moved(q0: Vec) -> Vec:
+    """A target 0.4 rad from q0 on the first joint: the policy moves the arm (and so turns
+    its own gated loop on, GATE from where it was uploaded)."""
+    q = np.asarray(q0, float).copy()
+    q[0] += 0.4 if q[0] < 0 else -0.4
+    return q
 
 
 # -- raw clients: 7. type confusion, 5. big messages -----------------------------------------
@@ -1024,6 +1072,10 @@ def big_messages(ctx: Ctx) -> dict[str, Any]:
         for name, data in big_bodies().items():
             worst[name] = ctx.attempt(f"big message {name}", _one_big, ctx, op, data, default=0.0)
     finally:
+        try:
+            op.stop()  # its own stop hands control back at once (a close does so later)
+        except DeviceError as exc:
+            ctx.tally.note(exc)
         ctx.tally.drain(op)
         op.close()
         rss = watch.stop()

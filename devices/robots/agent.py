@@ -567,7 +567,8 @@ class Agent:
         try:
             out = worker.result(0.5 * self.dt)
         except Exception as exc:
-            self._halt(f"policy failed: {exc}", "stopped")
+            text = str(exc)
+            self._halt(text if text.startswith("policy") else f"policy failed: {text}", "stopped")
             return None
         if out is None:
             age = now - self._policy_last_output
