@@ -7,13 +7,24 @@ wire; Franka: libfranka's own control_command_success_rate at 1 kHz through fran
 read latency p99, stop latency (stop request -> commanded velocity zero on the wire), faults
 injected and stopped safely, and commands on the wire outside the envelope (servo arms: every
 goal judged; Franka: the commanded joint positions sampled each tick).
+
+Servo arms also report their speed against the joints' velocity limits while driven at and
+past what the envelope allows: `max_velocity_ratio` is what the emulated servos actually did
+(their physics: the fastest instant of any servo, whatever the driver read back), with
+`max_velocity_joint`; `max_velocity_ratio_measured` is the fastest the agent saw in its state
+stream (the servos' present-speed registers). Both must stay <= 1.0, also with `--load N` busy
+processes beside (a loaded machine: late and bunched control ticks).
 """
 
 from __future__ import annotations
 
 import gc
+import math
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -48,6 +59,49 @@ def _timed_reads(driver: Any, samples: list[float]) -> None:
             samples.append(time.perf_counter() - t0)
 
     driver.read_state = timed
+
+
+@contextmanager
+def _busy(n: int) -> Iterator[None]:
+    """`n` CPU-bound processes beside the bench for the duration (a loaded machine)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+class _SpeedMeter:
+    """The fastest joint speed / velocity limit in the agent's state stream (what the driver
+    read back from the servos), and which joint it was."""
+
+    def __init__(self, cal: ArmCalibration) -> None:
+        self.vmax = np.array([j.velocity for j in cal.joints])
+        self.names = cal.names
+        self.ratio, self.joint = 0.0, ""
+
+    def __call__(self, seq: int, state: Any, sent: Any, mode: str, status: Any) -> None:
+        r = np.abs(state.joint_vel) / self.vmax
+        j = int(np.argmax(r))
+        if r[j] > self.ratio:
+            self.ratio, self.joint = float(r[j]), self.names[j]
+
+
+def _true_speed(bus: Any, cal: ArmCalibration) -> tuple[float, str]:
+    """The fastest any emulated servo moved (its own physics) / its joint's velocity limit,
+    and the joint."""
+    k = 2.0 * math.pi / cal.ticks_per_rev
+    with bus.lock:
+        ratios = [bus.servo(j.id).peak_speed * k / j.velocity for j in cal.joints]
+    j = int(np.argmax(ratios))
+    return float(ratios[j]), cal.names[j]
 
 
 def _drive(agent: Agent, target_fn: Any, seconds: float, stop_when: Any = None) -> None:
@@ -140,11 +194,16 @@ def servo_arm(vendor: str, quick: bool) -> dict[str, Any]:
     reads: list[float] = []
     _timed_reads(drv, reads)
     agent = Agent(drv)
+    meter = _SpeedMeter(cal)
+    agent.add_state_listener(meter)
     agent.start()
     start = {i: int(t) for i, t in zip(cal.ids, cal.to_ticks(np.zeros(6)), strict=True)}
     try:
         # a wave that reaches past the calibrated range (the envelope must clamp it)
         _drive(agent, lambda t: np.full(6, 1.5 * np.sin(1.5 * t)), 0.3)
+        # one asking twice the joints' speed limit: the envelope drives them at its soft speed
+        fast = lambda t: np.full(6, 1.5 * np.sin(1.5 * 0.3 + 4.0 * t))  # noqa: E731
+        _drive(agent, fast, 1.0 if quick else 3.0)
         n0, t0 = len(bus.goals), time.monotonic()
         _drive(agent, lambda t: np.full(6, 1.5 * np.sin(1.5 * t)), seconds)
         writes = [g for g in bus.goals[n0:] if g[1] == cal.ids[0]]
@@ -153,14 +212,17 @@ def servo_arm(vendor: str, quick: bool) -> dict[str, Any]:
         del t0
         # stop: time until the goals on the wire stop changing (commanded velocity 0)
         n1 = len(bus.goals)
+        # a loaded machine can stop the arm before the bench does (say so: no stop to time)
+        early = (agent.stop_reason or "") if agent.mode != "command" else ""
         t_stop = time.monotonic()
         agent.stop("bench stop")
         time.sleep(0.3)
         after = bus.goals[n1:]
         last = {sid: raw for _, sid, raw in after}
         settled = [t for t, sid, raw in after if raw == last[sid]]
-        stop_ms = (min(settled) - t_stop) * 1e3 if settled else float("nan")
+        stop_ms = (min(settled) - t_stop) * 1e3 if settled else None
         unsafe = len(unsafe_goals(bus.goals, cal, SERVO_RATE_HZ, start))
+        true_ratio, true_joint = _true_speed(bus, cal)
     finally:
         agent.close()
         bus.close()
@@ -178,12 +240,17 @@ def servo_arm(vendor: str, quick: bool) -> dict[str, Any]:
         "control_hz_ratio": round(hz / SERVO_RATE_HZ, 4),
         "read_latency_ms_p99": round(float(np.percentile(reads, 99)) * 1e3, 3),
         "read_latency_ms_p50": round(float(np.percentile(reads, 50)) * 1e3, 3),
-        "stop_latency_ms": round(stop_ms, 2),
+        "stop_latency_ms": None if stop_ms is None else round(stop_ms, 2),
+        "stopped_before_bench_stop": early,
         "faults_injected": len(faults),
         "faults_stopped_safely": sum(ok for ok, _ in outcomes.values()),
         "faults_failed": {f: _why.get(f, "") for f, (ok, _) in outcomes.items() if not ok},
         "unsafe_commands_on_wire": unsafe + sum(u for _, u in outcomes.values()),
         "goals_judged": len(bus.goals),
+        "max_velocity_ratio": round(true_ratio, 4),
+        "max_velocity_joint": true_joint,
+        "max_velocity_ratio_measured": round(meter.ratio, 4),
+        "max_velocity_joint_measured": meter.joint,
     }
 
 
@@ -226,6 +293,7 @@ def franka(quick: bool) -> dict[str, Any]:
         agent = Agent(drv)
         agent.start()
         rates, qd = [], []
+        early = ""  # a loaded machine can stop the arm before the bench does
         try:
             q0 = drv.read_state().joint_pos.copy()
             t0 = time.monotonic()
@@ -234,7 +302,11 @@ def franka(quick: bool) -> dict[str, Any]:
                 agent.heartbeat()
                 target = q0 + np.array([0.25, 0, 0, 0, 0, 0, -0.25]) * np.sin(1.0 * t)
                 target[0] = q0[0] + 4.0 * np.sin(1.0 * t)  # asks past joint 1's limits
-                agent.command("position", target)
+                try:
+                    agent.command("position", target)
+                except DeviceError:
+                    early = agent.stop_reason or "refused"
+                    break
                 s = drv.robot.state
                 rates.append(float(s.control_command_success_rate))
                 qd.append(np.array(s.q_d))
@@ -248,7 +320,7 @@ def franka(quick: bool) -> dict[str, Any]:
             stop_ms = (time.monotonic() - t_stop) * 1e3
         finally:
             agent.close()
-        q = np.array(qd)
+        q = np.array(qd, dtype=float).reshape(-1, len(lo))
         unsafe = int(np.sum(np.any((q < lo) | (q > hi), axis=1)))
         success = float(np.median(rates[len(rates) // 3 :])) if rates else 0.0
         # franky-sim serves one client at a time: drop this connection first (franky closes
@@ -281,21 +353,24 @@ def franka(quick: bool) -> dict[str, Any]:
         "faults_injected": 2,  # the arm lost on the network; a joint reflex
         "faults_stopped_safely": int(ok) + int(reflex_ok),
         "fault_stop_reason": reason,
+        "stopped_before_bench_stop": early,
         "unsafe_commands_on_wire": unsafe,
         "commands_judged": int(len(q)),
     }
 
 
-def run(quick: bool = False) -> dict[str, Any]:
+def run(quick: bool = False, load: int | None = None) -> dict[str, Any]:
+    """`load`: that many CPU-bound processes run beside the bench (a loaded machine)."""
     old = sys.getswitchinterval()
     sys.setswitchinterval(0.0005)
+    out: dict[str, Any] = {}
     try:
-        out: dict[str, Any] = {}
-        for vendor in ("dynamixel", "feetech"):
-            for k, v in servo_arm(vendor, quick).items():
-                out[f"{vendor}_{k}"] = v
-        for k, v in franka(quick).items():
-            out[f"franka_{k}"] = v
+        with _busy(load or 0):
+            for vendor in ("dynamixel", "feetech"):
+                for k, v in servo_arm(vendor, quick).items():
+                    out[f"{vendor}_{k}"] = v
+            for k, v in franka(quick).items():
+                out[f"franka_{k}"] = v
     finally:
         sys.setswitchinterval(old)
     out["unsafe_commands_on_wire"] = sum(
@@ -307,4 +382,10 @@ def run(quick: bool = False) -> dict[str, Any]:
     out["faults_stopped_safely"] = sum(
         out[f"{d}_faults_stopped_safely"] for d in ("dynamixel", "feetech", "franka")
     )
+    out["servo_max_velocity_ratio"] = max(
+        out[f"{d}_max_velocity_ratio{m}"]
+        for d in ("dynamixel", "feetech")
+        for m in ("", "_measured")
+    )
+    out["load_processes"] = load or 0
     return out

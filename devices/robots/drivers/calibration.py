@@ -68,6 +68,10 @@ class ArmCalibration:
         k = 2.0 * math.pi / self.ticks_per_rev
         return self._vec("direction") * np.asarray(ticks_per_s, float) * k
 
+    def velocity_ticks(self) -> NDArray[np.float64]:
+        """Each joint's velocity limit as a servo speed (ticks/s, > 0)."""
+        return self._vec("velocity") * self.ticks_per_rev / (2.0 * math.pi)
+
     def tick_range(self, j: JointCalibration) -> tuple[int, int]:
         """The joint's calibrated range as servo ticks (low, high), for the servo's own limits."""
         k = self.ticks_per_rev / (2.0 * math.pi)

@@ -2,10 +2,12 @@
 
 `DynamixelSdkBus` is the `ServoBus` adapter (devices/robots/drivers/servo_bus.py): one
 GroupSyncRead of present current, velocity and position (addresses 126-135), one
-GroupSyncWrite of goal positions (116), torque by sync write (64), the calibrated range
-written to Min/Max Position Limit (52/48, EEPROM, torque off) and the servo's own Bus
-Watchdog (98, 20 ms units) so the servos stop by themselves if the agent goes quiet.
-The SDK is imported at first use.
+GroupSyncWrite of profile velocity and goal position (112-119: the joint's speed limit travels
+with every goal), torque by sync write (64), the calibrated range written to Min/Max Position
+Limit (52/48, EEPROM, torque off), the velocity-based profile selected (Drive Mode 10, bit 2
+cleared: with the time-based one, Profile Velocity is a duration and a far goal a fast move),
+and the servo's own Bus Watchdog (98, 20 ms units) so the servos stop by themselves if the
+agent goes quiet. The SDK is imported at first use.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from devices.errors import DeviceError
 from devices.robots.drivers.calibration import ArmCalibration
 from devices.robots.drivers.servo_bus import RETRIES, BusError, Reading, ServoArmDriver
 
-OPERATING_MODE, MAX_POS, MIN_POS, TORQUE_ENABLE, BUS_WATCHDOG = 11, 48, 52, 64, 98
-GOAL_POSITION, PRESENT_CURRENT, READ_LEN = 116, 126, 10  # current(2) velocity(4) position(4)
+DRIVE_MODE, OPERATING_MODE, MAX_POS, MIN_POS, TORQUE_ENABLE, BUS_WATCHDOG = 10, 11, 48, 52, 64, 98
+PROFILE_VELOCITY, GOAL_POSITION = 112, 116
+PRESENT_CURRENT, READ_LEN = 126, 10  # current(2) velocity(4) position(4)
+TIME_BASED_PROFILE = 0x04  # Drive Mode bit 2
 VEL_UNIT_TICKS_S = 0.229 * 4096 / 60.0  # 0.229 rpm
 CURRENT_UNIT_A, STALL_CURRENT_A = 2.69e-3, 2.3  # XM430-W350
 WRITE_TRIES = 3
@@ -38,6 +42,7 @@ class DynamixelSdkBus:
         self._ph: Any = None
         self._pk: Any = None
         self._reads: dict[tuple[int, ...], Any] = {}
+        self._profile: dict[int, int] = {}  # Profile Velocity (0.229 rpm units) per servo
 
     def open(self) -> None:
         import dynamixel_sdk as sdk
@@ -121,7 +126,50 @@ class DynamixelSdkBus:
             )
 
     def sync_write_goal(self, ids: list[int], ticks: NDArray[np.int64]) -> None:
-        self._sync_write(GOAL_POSITION, 4, ids, [int(t) for t in ticks])
+        if not all(i in self._profile for i in ids):
+            self._sync_write(GOAL_POSITION, 4, ids, [int(t) for t in ticks])
+            return
+        group = self._sdk.GroupSyncWrite(self._ph, self._pk, PROFILE_VELOCITY, 8)
+        for i, t in zip(ids, ticks, strict=True):
+            group.addParam(i, list(struct.pack("<Ii", self._profile[i], int(t))))
+        res = group.txPacket()
+        if res != self._sdk.COMM_SUCCESS:
+            raise OSError(
+                f"dynamixel bus {self.port}: sync write failed: {self._pk.getTxRxResult(res)}"
+            )
+
+    def set_speed_limit(
+        self, ids: list[int], ticks_per_s: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        """Velocity-based profile at each servo's `ticks_per_s` (rounded down; torque off).
+        Two bus transactions for the arm (one sync read, one sync write) unless a servo is on
+        the time-based profile: starting on a loaded machine stays as likely as it was."""
+        units = [max(1, min(32767, math.floor(v / VEL_UNIT_TICKS_S))) for v in ticks_per_s]
+        group = self._sdk.GroupSyncRead(self._ph, self._pk, DRIVE_MODE, 1)
+        for sid in ids:
+            group.addParam(sid)
+        res = self._sdk.COMM_RX_TIMEOUT
+        for _ in range(WRITE_TRIES):
+            for sid in ids:
+                group.data_dict[sid] = []
+            res = group.txRxPacket()
+            if res == self._sdk.COMM_SUCCESS:
+                break
+        if res != self._sdk.COMM_SUCCESS:
+            raise DeviceError(
+                f"dynamixel bus {self.port}: reading the drive mode of servos {ids}: "
+                f"{self._pk.getTxRxResult(res)}"
+            )
+        for sid in ids:
+            mode = int(group.data_dict[sid][0])
+            if mode & TIME_BASED_PROFILE:
+                res, err = self._retry(
+                    self._pk.write1ByteTxRx, sid, DRIVE_MODE, mode & ~TIME_BASED_PROFILE
+                )
+                self._result("selecting the velocity-based profile of", sid, res, err)
+        self._sync_write(PROFILE_VELOCITY, 4, ids, units)
+        self._profile = dict(zip(ids, units, strict=True))
+        return np.array(units, dtype=float) * VEL_UNIT_TICKS_S
 
     def set_torque(self, ids: list[int], on: bool) -> None:
         self._sync_write(TORQUE_ENABLE, 1, ids, [int(on)] * len(ids))

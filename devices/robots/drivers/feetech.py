@@ -2,13 +2,16 @@
 
 `FeetechSdkBus` is the `ServoBus` adapter: one GroupSyncRead of present position, speed and
 load (addresses 56-61; speed and load sign-magnitude in bit 15), one GroupSyncWrite of goal
-positions (42), torque by sync write (40), the calibrated range written to the Min/Max
-Angle Limit registers (9/11, EEPROM: unlocked at 55 for the write). STS servos have no bus
-watchdog; the agent's own watchdog is the only one. The SDK is imported at first use.
+position, goal time and goal speed (42-47, as the SDK's own WritePosEx: time 0, the speed is
+the joint's limit in steps/s, so the servo never runs faster whatever the goal), torque by
+sync write (40), the calibrated range written to the Min/Max Angle Limit registers (9/11,
+EEPROM: unlocked at 55 for the write). STS servos have no bus watchdog; the agent's own
+watchdog is the only one. The SDK is imported at first use.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ from devices.errors import DeviceError
 from devices.robots.drivers.calibration import ArmCalibration
 from devices.robots.drivers.servo_bus import RETRIES, BusError, Reading, ServoArmDriver
 
-MIN_ANGLE, MAX_ANGLE, TORQUE_ENABLE, GOAL_POSITION, LOCK = 9, 11, 40, 42, 55
+MIN_ANGLE, MAX_ANGLE, TORQUE_ENABLE, GOAL_POSITION, GOAL_SPEED, LOCK = 9, 11, 40, 42, 46, 55
 PRESENT_POSITION, READ_LEN = 56, 6  # position(2) speed(2) load(2)
 WRITE_TRIES = 3
 READ_WAIT_S = 0.002  # pyserial read timeout under the SDK's polling loop
@@ -38,6 +41,7 @@ class FeetechSdkBus:
         self._ph: Any = None
         self._pk: Any = None
         self._reads: dict[tuple[int, ...], Any] = {}
+        self._speed: dict[int, int] = {}  # Goal Speed (steps/s) per servo; 0 would be top speed
 
     def open(self) -> None:
         import scservo_sdk as sdk
@@ -106,7 +110,22 @@ class FeetechSdkBus:
             )
 
     def sync_write_goal(self, ids: list[int], ticks: NDArray[np.int64]) -> None:
-        self._sync_write(GOAL_POSITION, 2, ids, [max(0, min(4095, int(t))) for t in ticks])
+        goals = [max(0, min(4095, int(t))) for t in ticks]
+        if not all(i in self._speed for i in ids):
+            self._sync_write(GOAL_POSITION, 2, ids, goals)
+            return
+        # position, time (0: the speed rules), speed: one 6-byte row per servo
+        rows = [g | (self._speed[i] << 32) for i, g in zip(ids, goals, strict=True)]
+        self._sync_write(GOAL_POSITION, 6, ids, rows)
+
+    def set_speed_limit(
+        self, ids: list[int], ticks_per_s: NDArray[np.float64]
+    ) -> NDArray[np.float64]:
+        """Goal Speed := `ticks_per_s` (steps/s, rounded down, at least 1: 0 is top speed)."""
+        speed = [max(1, min(0x7FFF, math.floor(v))) for v in ticks_per_s]
+        self._sync_write(GOAL_SPEED, 2, ids, speed)
+        self._speed = dict(zip(ids, speed, strict=True))
+        return np.array(speed, dtype=float)
 
     def set_torque(self, ids: list[int], on: bool) -> None:
         self._sync_write(TORQUE_ENABLE, 1, ids, [int(on)] * len(ids))

@@ -32,6 +32,10 @@ def _camera_worker(
     import os
 
     os.environ.setdefault("LP_NUM_THREADS", "1")  # one llvmpipe render thread, no bursts
+    try:  # started from a SCHED_FIFO thread of `lab serve`: rendering is not real-time work
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    except (OSError, AttributeError):
+        pass
     os.nice(5)  # control and physics come first
     import msgpack
     import numpy as np

@@ -9,7 +9,14 @@ the joint and servo (a diagnostic ping finds which stopped answering), and every
 or command raises it (reads: once; then they return the last good state so the agent keeps
 reporting why it stopped), so the agent stops and stays stopped. At start each servo must answer
 and sit inside its calibrated range (else nothing is enabled); the range is also written to
-the servo's own position limits. `close()` holds, then turns torque off.
+the servo's own position limits, and the joint's velocity limit to the servo's own speed limit
+(Dynamixel Profile Velocity, Feetech Goal Speed) at SPEED_CAP of it, carried again with every
+goal. The envelope bounds each goal's step per control tick, not per second: ticks that come
+late and then bunched up (a loaded computer) put goals on the wire faster than the limit, and
+a servo left at its top speed chased them at 1.1-1.24x the joint's limit (a goal as far ahead
+as the envelope lets a target lead: at its top speed, 1.74x Feetech, 2.6x Dynamixel). Capped
+by the servo itself, no timing on this side makes it move faster than the limit.
+`close()` holds, then turns torque off.
 """
 
 from __future__ import annotations
@@ -31,6 +38,10 @@ RANGE_TOLERANCE = 0.02  # rad a joint may sit outside its calibrated range at st
 # extra tries per bus transaction: a burst of two bad packets plus one late reply (a loaded
 # machine) is absorbed; a dead servo is found within 4 x the SDK's 34 ms packet timeout
 RETRIES = 3
+# the servos' own speed limit, as a fraction of the joint's velocity limit: above the
+# envelope's soft speed (0.88), so a servo can catch up with its target, and a little below
+# the limit, for a real servo's tracking overshoot of its profile and its speed readings' noise
+SPEED_CAP = 0.97
 
 
 class BusError(Exception):
@@ -60,6 +71,11 @@ class ServoBus(Protocol):
     def ping(self, sid: int) -> str: ...  # 'ok', 'timeout' or 'corrupt'
     def sync_read(self, ids: list[int]) -> Reading: ...
     def sync_write_goal(self, ids: list[int], ticks: NDArray[np.int64]) -> None: ...
+    # the servos' own speed limit (ticks/s); rounded down to the register's unit, the values
+    # set are returned; every later goal write carries it again (a reset servo forgets RAM)
+    def set_speed_limit(
+        self, ids: list[int], ticks_per_s: NDArray[np.float64]
+    ) -> NDArray[np.float64]: ...
     def set_torque(self, ids: list[int], on: bool) -> None: ...
     def set_position_limits(self, sid: int, low: int, high: int) -> None: ...
     def set_watchdog(self, ids: list[int], timeout_s: float) -> bool: ...
@@ -91,6 +107,7 @@ class ServoArmDriver:
         self._fault_reported = False
         self.bus_retries = 0  # transactions that succeeded only after a retry
         self.servo_watchdog = False
+        self.speed_cap: NDArray[np.float64] | None = None  # rad/s the servos hold themselves to
         limits = JointLimits(
             np.array([j.min for j in calibration.joints]),
             np.array([j.max for j in calibration.joints]),
@@ -153,6 +170,8 @@ class ServoArmDriver:
                 for j in self.cal.joints:
                     self.bus.set_position_limits(j.id, *self.cal.tick_range(j))
                 self.servo_watchdog = self.bus.set_watchdog(self.ids, self.watchdog_s)
+                cap = self.bus.set_speed_limit(self.ids, SPEED_CAP * self.cal.velocity_ticks())
+                self.speed_cap = np.abs(self.cal.speed_to_rad(cap))
                 self._held_ticks = np.rint(reading.position).astype(np.int64)
                 self.bus.sync_write_goal(self.ids, self._held_ticks)
                 self.bus.set_torque(self.ids, True)

@@ -4,7 +4,10 @@ Answers ping, read, write, sync read and sync write with CRC-16 (polynomial 0x80
 byte-stuffed status packets; refuses EEPROM writes while torque is on (access error), goal
 positions outside the Min/Max Position Limit registers (data limit error; the goal is not
 applied) and, with the Bus Watchdog (98) set, stops the servo and latches the watchdog at -1
-when the bus goes quiet longer than its setting, as the real servos do.
+when the bus goes quiet longer than its setting, as the real servos do. In position mode the
+servo moves no faster than its Profile Velocity (112, 0.229 rpm units; 0: its top speed); with
+the time-based profile (Drive Mode bit 2) that register is instead the time (ms) each move
+takes, so a far goal is a fast move.
 
     with DynamixelBus([1, 2, 3, 4, 5, 6]) as bus:     # bus.port is e.g. /dev/pts/5
         PortHandler(bus.port) ...
@@ -26,13 +29,15 @@ ERR_INSTRUCTION, ERR_CRC, ERR_DATA_LENGTH, ERR_DATA_LIMIT, ERR_ACCESS = 2, 3, 5,
 MODEL_XM430_W350 = 1020
 # Control table (address, size) of the registers the emulator gives meaning to
 TORQUE_ENABLE, HW_ERROR, BUS_WATCHDOG = 64, 70, 98
-OPERATING_MODE, VELOCITY_LIMIT, MAX_POS, MIN_POS = 11, 44, 48, 52
+DRIVE_MODE, OPERATING_MODE, VELOCITY_LIMIT, MAX_POS, MIN_POS = 10, 11, 44, 48, 52
+TIME_BASED_PROFILE = 0x04  # Drive Mode bit 2
 PROFILE_VELOCITY, GOAL_POSITION, MOVING = 112, 116, 122
 PRESENT_CURRENT, PRESENT_VELOCITY, PRESENT_POSITION = 126, 128, 132
 EEPROM_END = 64  # addresses below are EEPROM: writable only with torque off
 READ_ONLY = set(range(0, 7)) | set(range(120, 147)) | {HW_ERROR}
 TABLE_SIZE = 148
 VEL_UNIT_TICKS_S = 0.229 * 4096 / 60.0  # 0.229 rpm per unit
+TOP_SPEED_UNITS = 330  # the emulated servo's no-load speed (~76 rpm, 7.9 rad/s)
 
 
 def _crc_table() -> list[int]:
@@ -90,6 +95,7 @@ class DynamixelServo(ServoModel):
         struct.pack_into("<i", t, GOAL_POSITION, int(round(position)))
         self.table = t
         self.last_heard = time.monotonic()
+        self._move_speed = 0.0  # ticks/s of the current move under a time-based profile
 
     def i32(self, addr: int) -> int:
         return int(struct.unpack_from("<i", self.table, addr)[0])
@@ -99,8 +105,7 @@ class DynamixelServo(ServoModel):
         if 0 < wd < 128 and self.torque_on and now - self.last_heard > wd * 0.020:
             self.goal = self.position  # the servo stops by itself
             self.table[BUS_WATCHDOG] = 0xFF
-        prof = self.i32(PROFILE_VELOCITY)
-        self.max_speed = (prof or 330) * VEL_UNIT_TICKS_S
+        self.max_speed = self._speed_cap()
         self.advance(now)
         struct.pack_into("<i", self.table, PRESENT_POSITION, int(round(self.position)))
         struct.pack_into(
@@ -113,6 +118,16 @@ class DynamixelServo(ServoModel):
         )
         struct.pack_into("<h", self.table, PRESENT_CURRENT, cur)
         self.table[MOVING] = int(abs(self.velocity) > 2 * VEL_UNIT_TICKS_S)
+
+    def _speed_cap(self) -> float:
+        """ticks/s the position profile allows now."""
+        top = TOP_SPEED_UNITS * VEL_UNIT_TICKS_S
+        prof = self.i32(PROFILE_VELOCITY)
+        if prof <= 0:
+            return top
+        if self.table[DRIVE_MODE] & TIME_BASED_PROFILE:
+            return min(top, self._move_speed) if self._move_speed > 0 else top
+        return min(top, prof * VEL_UNIT_TICKS_S)
 
     def write(self, addr: int, data: bytes, log: list[tuple[int, int]]) -> int:
         """Write `data` at `addr`; returns the Protocol 2.0 error number (0: applied)."""
@@ -138,6 +153,9 @@ class DynamixelServo(ServoModel):
         self.torque_on = bool(self.table[TORQUE_ENABLE])
         if addr <= GOAL_POSITION < end:
             self.goal = float(self.i32(GOAL_POSITION))
+            # time-based profile: this move takes Profile Velocity ms, however far it goes
+            span_s = max(self.i32(PROFILE_VELOCITY), 1) * 1e-3
+            self._move_speed = abs(self.goal - self.position) / span_s
         if addr <= TORQUE_ENABLE < end and self.torque_on:
             self.goal = self.position  # torque on holds where it is until a goal arrives
             struct.pack_into("<i", self.table, GOAL_POSITION, int(round(self.position)))

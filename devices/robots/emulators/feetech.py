@@ -5,7 +5,8 @@ Frames are `FF FF id len inst params checksum` with checksum = ~(id + len + inst
 the emulator answers ping, read, write, sync read and sync write, keeps the STS3215 table
 (little-endian words, speeds and loads sign-magnitude in bit 15) and clamps a goal outside
 the Min/Max Angle Limit registers to the limit and flags the angle error bit, as the servo
-does. Feetech STS servos have no bus watchdog.
+does. A servo moves no faster than its Goal Speed (46, steps/s; 0: its top speed, 3400).
+Feetech STS servos have no bus watchdog.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ INST_PING, INST_READ, INST_WRITE, INST_SYNC_READ, INST_SYNC_WRITE = 0x01, 0x02, 
 ERRBIT_ANGLE, ERRBIT_OVERLOAD = 0x02, 0x20
 MODEL_STS3215 = 777
 MIN_ANGLE, MAX_ANGLE, TORQUE_ENABLE, GOAL_POSITION, GOAL_SPEED = 9, 11, 40, 42, 46
+TOP_SPEED = 3400.0  # steps/s: the STS3215's no-load speed at 12 V (5.2 rad/s)
 LOCK, PRESENT_POSITION, PRESENT_SPEED, PRESENT_LOAD, MOVING = 55, 56, 58, 60, 66
 READ_ONLY = set(range(0, 5)) | set(range(56, 71))
 TABLE_SIZE = 71
@@ -43,7 +45,7 @@ def to_sm(v: int) -> int:
 
 class FeetechServo(ServoModel):
     def __init__(self, sid: int, position: float) -> None:
-        super().__init__(sid=sid, position=position, goal=position, max_speed=3400.0)
+        super().__init__(sid=sid, position=position, goal=position, max_speed=TOP_SPEED)
         t = bytearray(TABLE_SIZE)
         struct.pack_into("<H", t, 3, MODEL_STS3215)
         t[5], t[6] = sid, 0  # id, 1 Mbps
@@ -58,7 +60,7 @@ class FeetechServo(ServoModel):
 
     def refresh(self, now: float) -> None:
         speed = self.u16(GOAL_SPEED) & 0x7FFF
-        self.max_speed = float(speed) if speed else 3400.0
+        self.max_speed = min(float(speed), TOP_SPEED) if speed else TOP_SPEED
         self.advance(now)
         struct.pack_into("<H", self.table, PRESENT_POSITION, int(round(self.position)) & 0xFFFF)
         struct.pack_into("<H", self.table, PRESENT_SPEED, to_sm(int(round(self.velocity))))
