@@ -172,6 +172,13 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     try:
+        if args.rt_priority and served.realtime_ok:
+            # Every thread of this process (the server's readers and writers, created from
+            # here on, inherit it) runs SCHED_FIFO just below the control loop: they share
+            # its GIL, and one preempted by a busy normal process while holding it stalled
+            # the FIFO loop 100 ms (4 busy processes beside the lab). Processes started from
+            # here (policy inference, lab cameras) drop back to normal scheduling themselves.
+            set_realtime(max(1, args.rt_priority - 10))
         agent.start()
         if (
             args.rt_priority and served.realtime_ok
