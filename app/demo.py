@@ -4,12 +4,17 @@
 the lab as its own process through the robots launcher, connects a client, and attaches it to
 the session, so the devices panel shows the robot live. Closing the session (detach_robot)
 disconnects and stops the lab process.
+
+The lab outlives a late reader: when the link drops (a loaded laptop, a paused process) the
+client dials the lab again by itself (`lab_client`) and the devices panel says
+"reconnecting…", then "connected"; only closing the session or the lab process dying ends it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +23,8 @@ from numpy.typing import NDArray
 
 from app.jobs import Job, Progress, run_to_end
 from app.project import MANIFEST, Project
-from app.session import AppController, data_dir
+from app.session import AppController, DeviceStateName, camera_health, data_dir, link_health
+from devices.errors import DeviceError
 from devices.robots.client import RobotClient
 from devices.robots.driver import RobotInfo, RobotState
 from devices.trajectory import COMMAND_DELAY, Trajectory
@@ -107,7 +113,7 @@ def panda_link_positions(joint_pos: NDArray[np.float64]) -> NDArray[np.float64]:
 
 class LabLink:
     """A lab process plus the RobotClient connected to it; `close()` disconnects and stops
-    the lab. Satisfies `app.session.RobotLink`."""
+    the lab. Satisfies `app.session.RobotLink` (with `watch`, `health`, `camera_health`)."""
 
     def __init__(self, lab: Any, client: Any, scene: str) -> None:
         self.lab, self.client, self.scene = lab, client, scene
@@ -120,16 +126,63 @@ class LabLink:
     def cameras(self) -> list[str]:
         return list(getattr(self.client, "cameras", []))
 
+    def _lab_gone(self) -> str | None:
+        alive = getattr(self.lab, "alive", True)
+        if alive:
+            return None
+        proc = getattr(self.lab, "proc", None)
+        code = getattr(proc, "returncode", None)
+        return f"the virtual lab process at {self.lab.host}:{self.lab.port} exited (code {code})"
+
     def latest_state(self) -> RobotState | None:
-        # The first state arrived during connect, so this never waits.
-        state: RobotState = self.client.latest_state(timeout_s=0.0)
+        """The newest state; None while the link reconnects. Raises DeviceError when the
+        lab process is gone (that, or closing, is what ends the lab link)."""
+        gone = self._lab_gone()
+        if gone is not None:
+            raise DeviceError(gone)
+        try:
+            state: RobotState = self.client.latest_state(timeout_s=0.0)
+        except DeviceError:
+            if getattr(self.client, "link_state", "") in ("reconnecting", "connected"):
+                return None  # dialling again (or not a state yet on the new session)
+            raise
         return state
+
+    def watch(self, callback: Callable[[str, str], None]) -> None:
+        """`callback(state, message)` on the link's news (reconnecting, connected, lost)."""
+
+        def news(state: str, message: str) -> None:
+            gone = self._lab_gone()
+            callback(state, f"{message} ({gone})" if state == "lost" and gone else message)
+
+        self.client.on_link = news
+
+    def health(self) -> tuple[DeviceStateName, str]:
+        gone = self._lab_gone()
+        if gone is not None:
+            return "error", gone
+        return link_health(self.client)
+
+    def camera_health(self) -> tuple[DeviceStateName, str] | None:
+        if not self.cameras:
+            return None
+        served = (
+            f"virtual lab cameras: {', '.join(self.cameras)} (served by the lab at "
+            f"{self.lab.host}:{self.lab.port})"
+        )
+        gone = self._lab_gone()
+        if gone is not None:
+            return "error", f"{served}: {gone}"
+        return camera_health(self.client, served)
 
     def link_positions(self, joint_pos: NDArray[np.float64]) -> NDArray[np.float64] | None:
         """Stick-figure points of the arm for drawing (Panda only; None otherwise)."""
         if len(self.info().joint_names) == 7 and "panda" in self.info().joint_names[0]:
             return panda_link_positions(joint_pos)
         return None
+
+    def take_control(self) -> None:
+        self.client.take_control()
 
     def command_position(self, joint_pos: NDArray[np.float64]) -> None:
         self.client.command_position(joint_pos)
@@ -148,12 +201,25 @@ class LabLink:
             log.info("virtual lab stopped (exit code %s)", code)
 
 
+def lab_client(lab: Any, name: str = "twinbench-gui") -> RobotClient:
+    """A client for the lab process `lab` that rides out a busy machine: its no-data
+    timeout sized from the lab's heartbeat deadline and the load, and a dropped link dialled
+    again while the lab process lives (not connected yet: call `connect()`)."""
+    return RobotClient(
+        lab.host,
+        lab.port,
+        lab.token,
+        name=name,
+        reconnect=True,
+        reconnect_while=lambda: bool(lab.alive),
+    )
+
+
 def lab_job(scene: str = DEMO_SCENE) -> Job[LabLink]:
     """Start the lab process, connect to it, wait for the first state; returns the link."""
     problem = lab_problem()
     if problem is not None:
         raise LabUnavailable(problem)
-    from devices.robots.client import RobotClient
     from devices.robots.launch import start_lab_process
 
     yield Progress(None, f"starting the virtual lab ({scene})…")
@@ -161,7 +227,7 @@ def lab_job(scene: str = DEMO_SCENE) -> Job[LabLink]:
     client = None
     try:
         yield Progress(0.6, f"connecting to the lab robot at {lab.host}:{lab.port}…")
-        client = RobotClient(lab.host, lab.port, lab.token, name="twinbench-gui")
+        client = lab_client(lab)
         client.connect()
         client.latest_state(timeout_s=5.0)
         yield Progress(1.0, "connected")
@@ -185,12 +251,7 @@ def start_lab(controller: AppController, scene: str = DEMO_SCENE) -> None:
     def done(link: LabLink) -> None:
         addr = f"{link.lab.host}:{link.lab.port}"
         controller.attach_robot(link, detail=f"{link.info().name} (virtual lab) at {addr}")
-        if link.cameras:
-            controller.set_device_status(
-                "camera",
-                "connected",
-                f"virtual lab cameras: {', '.join(link.cameras)} (served by the lab at {addr})",
-            )
+        controller.poll_devices()  # the camera row: the lab's cameras, over this link
 
     def failed(msg: str) -> None:
         controller.set_device_status("robot", "error", f"lab not available: {msg}")
@@ -204,6 +265,7 @@ def motion_job(
     """Move the lab arm gently (sinusoids on joints 1, 2 and 4 around the start pose) so the
     live view has something to show; stops (holds) the robot when done or cancelled.
     Returns the number of commands sent."""
+    link.take_control()  # after a reconnect the robot moves for nobody until this
     start = np.asarray(link.latest_state().joint_pos, dtype=float)  # type: ignore[union-attr]
     info = link.info()
     lo = np.asarray(info.limits.lower, dtype=float) + 0.05

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from app.session import DeviceStateName, camera_health, link_health
 from devices.errors import DeviceError
 from devices.robots.client import RobotClient
 from devices.robots.driver import RobotInfo, RobotState
@@ -27,7 +29,9 @@ TEST_PERIOD_S = 4.0
 
 
 class AgentLink:
-    """A RobotClient connected to a robot agent. Satisfies `app.session.RobotLink`."""
+    """A RobotClient connected to a robot agent. Satisfies `app.session.RobotLink` (with
+    `watch`, `health`, `camera_health`): a dropped link is dialled again by the client and
+    the devices panel says so."""
 
     def __init__(self, client: RobotClient, address: str) -> None:
         self.client, self.address = client, address
@@ -36,11 +40,31 @@ class AgentLink:
         assert self.client.info is not None
         return self.client.info
 
+    @property
+    def cameras(self) -> list[str]:
+        return [
+            str(c.get("name", c)) if isinstance(c, dict) else str(c) for c in self.client.cameras
+        ]
+
     def latest_state(self) -> RobotState | None:
         try:
             return self.client.latest_state(timeout_s=0.0)
         except DeviceError:
             return None
+
+    def watch(self, callback: Callable[[str, str], None]) -> None:
+        """`callback(state, message)` on the link's news (reconnecting, connected, lost)."""
+        self.client.on_link = callback
+
+    def health(self) -> tuple[DeviceStateName, str]:
+        return link_health(self.client)
+
+    def camera_health(self) -> tuple[DeviceStateName, str] | None:
+        if not self.cameras:
+            return None
+        return camera_health(
+            self.client, f"cameras of the robot at {self.address}: {', '.join(self.cameras)}"
+        )
 
     def command_position(self, joint_pos: NDArray[np.float64]) -> None:
         self.client.command_position(joint_pos)
@@ -78,7 +102,12 @@ def connect_agent(address: str, token: str, fingerprint: str | None = None) -> A
     if not token.strip():
         raise DeviceError(f"robot at {address}: give the agent's access token")
     client = RobotClient(
-        host, port, token.strip(), name="twinbench-add-robot", tls_fingerprint=fingerprint or None
+        host,
+        port,
+        token.strip(),
+        name="twinbench-add-robot",
+        tls_fingerprint=fingerprint or None,
+        reconnect=True,  # a busy laptop's hiccup is not a lost robot: dial it again
     )
     try:
         client.connect()

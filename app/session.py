@@ -89,7 +89,10 @@ class Event(Generic[T]):
                 log.exception("observer %r failed", cb)
 
 
-DeviceStateName = Literal["unavailable", "disconnected", "connecting", "connected", "error"]
+DeviceStateName = Literal[
+    "unavailable", "disconnected", "connecting", "connected", "reconnecting", "stale", "error"
+]
+STALE_S = 2.0  # a device row says "stale" when nothing came from it for this long
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,12 @@ class LogEntry:
 
 
 class RobotLink(Protocol):
-    """What the session needs from a connected robot (a RobotClient adapter satisfies it)."""
+    """What the session needs from a connected robot (a RobotClient adapter satisfies it).
+
+    Optional, found by name: `watch(callback)` registers `callback(state, message)` for the
+    link's own news ("reconnecting", "connected", "lost"); `health()` -> (state, detail) and
+    `camera_health()` -> (state, detail) | None give the robot and camera rows on demand
+    (`AppController.poll_devices`); `cameras` names cameras served over the link."""
 
     def info(self) -> RobotInfo: ...
 
@@ -181,6 +189,8 @@ class AppController:
         }
         self._robot: RobotLink | None = None
         self._robot_info: RobotInfo | None = None
+        self._robot_detail = ""
+        self._robot_lock = threading.Lock()
         self._handler: SessionLogHandler | None = None
 
     # -- logging -------------------------------------------------------------------------
@@ -322,39 +332,100 @@ class AppController:
         self.detach_robot()
         self._robot = link
         self._robot_info = link.info()
-        self.set_device_status("robot", "connected", detail or self._robot_info.name)
-        log.info("robot connected: %s", detail or self._robot_info.name)
+        self._robot_detail = detail or self._robot_info.name
+        watch = getattr(link, "watch", None)
+        if callable(watch):
+            watch(lambda state, message: self._on_link(link, state, message))
+        self.set_device_status("robot", "connected", self._robot_detail)
+        log.info("robot connected: %s", self._robot_detail)
 
     def detach_robot(self, detail: str = "no robot connected") -> None:
         """Close the robot link (if any) and mark the robot disconnected."""
-        link, self._robot, self._robot_info = self._robot, None, None
+        with self._robot_lock:
+            link, self._robot, self._robot_info = self._robot, None, None
         if link is not None:
             try:
                 link.close()
             except Exception:
                 log.exception("error while disconnecting the robot")
             self.set_device_status("robot", "disconnected", detail)
+            if _served_cameras(link):
+                self.set_device_status("camera", "disconnected", "no camera connected")
 
     @property
     def robot_info(self) -> RobotInfo | None:
         return self._robot_info
 
     def robot_state(self) -> RobotState | None:
-        """Newest robot state, or None when not connected. A dropped link is reported once."""
+        """Newest robot state, or None when not connected or while its link reconnects.
+        A link that is gone for good is reported once (and closed)."""
         link = self._robot
         if link is None:
             return None
         try:
             return link.latest_state()
         except Exception as exc:
-            log.error("robot connection lost: %s", exc)
-            self._robot, self._robot_info = None, None
-            try:
-                link.close()
-            except Exception:
-                log.exception("error while closing the lost robot link")
-            self.set_device_status("robot", "error", f"connection lost: {exc}")
+            self._robot_lost(link, str(exc))
             return None
+
+    def _robot_lost(self, link: RobotLink, why: str) -> None:
+        with self._robot_lock:
+            if self._robot is not link:
+                return  # reported already, or replaced
+            self._robot, self._robot_info = None, None
+        log.error("robot connection lost: %s", why)
+        try:
+            link.close()
+        except Exception:
+            log.exception("error while closing the lost robot link")
+        self.set_device_status("robot", "error", f"connection lost: {why}")
+        if _served_cameras(link):
+            self.set_device_status("camera", "error", f"served by the robot: {why}")
+
+    def _on_link(self, link: RobotLink, state: str, message: str) -> None:
+        """News from the robot link's own threads: it dropped and is reconnecting, it is
+        back (a new session), or it is gone for good."""
+        if self._robot is not link:
+            return
+        if state == "reconnecting":
+            log.warning("%s", message)
+            self.set_device_status("robot", "reconnecting", message)
+        elif state == "connected":
+            log.warning("%s", message)
+            self.set_device_status("robot", "connected", self._robot_detail)
+        elif state == "lost":
+            self._robot_lost(link, message)
+            return
+        self.poll_devices()
+
+    def poll_devices(self) -> None:
+        """Bring the robot and camera rows up to date with the link's health (the devices
+        panel calls this a few times a second): "stale" when no state or frame came for
+        `STALE_S`, "reconnecting…" while the link dials again, back to "connected"."""
+        link = self._robot
+        if link is None:
+            return
+        health = getattr(link, "health", None)
+        if callable(health):
+            state, detail = health()
+            if state == "error":  # gone for good (the lab process died): reported once
+                self._robot_lost(link, detail)
+                return
+            if state == "connected":
+                detail = self._robot_detail
+            self._set_if_changed("robot", state, detail)
+        camera = getattr(link, "camera_health", None)
+        if callable(camera):
+            row = camera()
+            if row is not None:
+                self._set_if_changed("camera", row[0], row[1])
+
+    def _set_if_changed(self, name: str, state: DeviceStateName, detail: str) -> None:
+        if self._robot is None:
+            return
+        old = self._devices.get(name)
+        if old is None or (old.state, old.detail) != (state, detail):
+            self.set_device_status(name, state, detail)
 
     def robot_links(self, joint_pos: Any) -> Any:
         """Stick-figure points (K, 3) of the connected arm at joint_pos, if its link can
@@ -387,7 +458,13 @@ class AppController:
         client = self._robot_client()
         if client is None:
             raise TwinbenchError("no robot connected (Devices ▸ connect one first)")
-        return scan_robot(client, options, record=record)
+
+        def job() -> Job[ScanResult]:
+            # take control first: after a reconnect the robot moves for nobody until then
+            client.take_control()
+            return (yield from scan_robot(client, options, record=record))
+
+        return job()
 
     # -- jobs ----------------------------------------------------------------------------
     def submit_job(
@@ -416,6 +493,51 @@ class AppController:
         """Disconnect devices and detach logging; call once when the app closes."""
         self.detach_robot()
         self.remove_log_handler()
+
+
+def _served_cameras(link: object) -> bool:
+    """Whether `link` serves the camera row (the lab's cameras come over its link)."""
+    try:
+        return bool(getattr(link, "cameras", None))
+    except Exception:
+        return False
+
+
+def link_health(client: RobotClient, stale_s: float = STALE_S) -> tuple[DeviceStateName, str]:
+    """The robot row for a protocol client: connected, stale (no state for `stale_s`),
+    reconnecting, or error (gone)."""
+    state = getattr(client, "link_state", "connected")
+    if state == "reconnecting":
+        return "reconnecting", str(getattr(client, "link_detail", "")) or "reconnecting…"
+    if state in ("lost", "closed"):
+        return "error", str(getattr(client, "link_detail", "")) or "connection lost"
+    age = client.state_age()
+    if age is not None and age > stale_s:  # (no running age: the row changes once)
+        return "stale", (
+            f"no state for over {stale_s:g} s (the link counts as lost after "
+            f"{client.stale_timeout_s:.0f} s of silence, then reconnects)"
+        )
+    return "connected", ""
+
+
+def camera_health(
+    client: RobotClient, served: str, stale_s: float = STALE_S
+) -> tuple[DeviceStateName, str]:
+    """The camera row for cameras served over a protocol client (`served` describes them):
+    "stale" when a camera streaming to us sent no frame for `stale_s`, the robot link's
+    trouble when it has some, else connected (streaming or idle)."""
+    robot, why = link_health(client, float("inf"))
+    if robot != "connected":
+        return robot, f"{served}: {why}"
+    ages = client.camera_ages()
+    old = {c: a for c, a in ages.items() if a > stale_s}
+    if old:
+        return "stale", f"{served}: no frames from {', '.join(map(repr, sorted(old)))} " + (
+            f"for over {stale_s:g} s"
+        )
+    if ages:
+        return "connected", f"{served}; streaming {', '.join(sorted(ages))}"
+    return "connected", served
 
 
 def idle_job(seconds: float, steps: int = 10) -> Job[float]:

@@ -7,7 +7,9 @@
    joints (solid) and the commands the envelope let through (dotted) are drawn live over
    the prediction; the big STOP stops the robot at once and the run is still saved.
 3. Send to Real2Sim: the saved run is added to the recordings of the twin's fit and the
-   twin is fitted again (a fit job; its result opens on the Calibrate page).
+   twin is fitted again (a fit job; its result opens on the Calibrate page). A refit that
+   did not fit (its replays failed: app.workflows.close_loop.RefitError) is shown in red
+   under the button, nothing is saved, and 4. Retrain stays off.
 
 See widgets/pages.py for the page contract.
 """
@@ -43,6 +45,7 @@ class DeployPage(WorkflowPage):
     step = "deploy"
     sig_run_saved = QtCore.Signal(object)  # DeployResult
     sig_refit_done = QtCore.Signal(str)  # fit artifact id
+    sig_refit_failed = QtCore.Signal(str)  # why
     sig_retrained = QtCore.Signal(str)  # policy artifact id
 
     def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
@@ -133,6 +136,11 @@ class DeployPage(WorkflowPage):
         )
         self.refit_button.clicked.connect(self.refit)
         side.addWidget(self.refit_button)
+        self.refit_note = QtWidgets.QLabel("")
+        self.refit_note.setWordWrap(True)
+        self.refit_note.setTextFormat(QtCore.Qt.TextFormat.RichText)
+        self.refit_note.setTextInteractionFlags(QtCore.Qt.TextInteractionFlag.TextSelectableByMouse)
+        side.addWidget(self.refit_note)
         self.retrain_button = QtWidgets.QPushButton("4. Retrain from the refit")
         self.retrain_button.setEnabled(False)
         self.retrain_button.setToolTip(
@@ -410,6 +418,7 @@ class DeployPage(WorkflowPage):
             f"<br>Saved trajectory {res.trajectory_id} and run {res.run_id}."
         )
         self.progress.setValue(1000)
+        self.refit_note.setText("")
         self.refit_button.setEnabled(True)
         self.controller.notify_project_changed()
         self.sig_run_saved.emit(res)
@@ -439,13 +448,28 @@ class DeployPage(WorkflowPage):
         if project is None or res is None:
             return
         self.refit_button.setEnabled(False)
+        self.retrain_button.setEnabled(False)  # only a refit that fitted is retrained from
+        self.refit_id = None
+        self.refit_note.setText("refitting the twin with this run…")
         task = self.runner.start("Refit with the real run", refit_job(project, res.trajectory_id))
         task.sig_progress.connect(lambda p: self._say(f"refit: {p.message}"))
         task.sig_finished.connect(self._refitted)
-        task.sig_failed.connect(lambda msg: self._say(f"refit: {msg}", error=True))
+        task.sig_failed.connect(self._refit_failed)
+
+    def _refit_failed(self, msg: str) -> None:
+        self.refit_id = None
+        self.retrain_button.setEnabled(False)
+        self.refit_button.setEnabled(self.result is not None)
+        self.refit_note.setText(
+            f"<span style='color:#c62828'><b>Refit failed.</b> {_esc(msg)}<br>Nothing was "
+            "saved; 4. Retrain stays off until a refit fits.</span>"
+        )
+        self._say(f"refit failed: {msg}", error=True)
+        self.sig_refit_failed.emit(msg)
 
     def _refitted(self, fit_id: str) -> None:
         self._say(f"refit {fit_id} saved (see the Calibrate page); 4. retrains from it")
+        self.refit_note.setText(f"Refit {_esc(fit_id)} saved: the twin fitted with this run.")
         self.refit_id = fit_id
         self.retrain_button.setEnabled(True)
         self.controller.notify_project_changed()

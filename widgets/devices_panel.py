@@ -2,7 +2,11 @@
 
 While a robot is connected a QTimer pulls the newest state from the controller (20 Hz; the
 robot's client owns its read thread) and fills the joint table and the 3D view (end effector
-frame and its recent path).
+frame and its recent path). The same timer asks the controller to bring the rows up to date
+(`poll_devices`, 4 Hz): a robot or camera that sent nothing for 2 s reads "stale", a dropped
+link "reconnecting…" (the table and 3D view keep the last state and go on after it), then
+"connected" again; the rate line counts states of the last 2 s only, so it is right again
+within a few seconds of a reconnect or a restarted lab.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ REFRESH_MS = 50  # 20 Hz pull of the newest state; drawing happens only on chang
 TRAIL_S = 3.0
 REDRAW_RAD = 1e-3  # 3D arm redrawn when a joint moved more than this (0.06°, below a pixel)
 RATE_LABEL_S = 1.0
+RATE_WINDOW_S = 2.0  # the state-stream rate is measured over this much robot time
+POLL_S = 0.25  # device rows brought up to date this often (controller.poll_devices)
+LIVE = ("connected", "reconnecting", "stale")  # robot states that keep the live view
 # Any repaint makes Qt recompose the whole window through OpenGL (the 3D views are
 # QOpenGLWidgets); with Mesa's software renderer that costs ~25 ms of CPU, so numbers are
 # shown at 4 Hz while the arm moves and at 1 Hz while it holds still (sensor noise only),
@@ -37,6 +44,8 @@ MOVING_RAD_S = 0.02
 DOT = {
     "connected": "#2e7d32",
     "connecting": "#f9a825",
+    "reconnecting": "#f9a825",
+    "stale": "#ef6c00",
     "error": "#c62828",
     "unavailable": "#9e9e9e",
     "disconnected": "#9e9e9e",
@@ -166,7 +175,9 @@ class DevicesPanel(QtWidgets.QWidget):
         self._drawn_q: np.ndarray | None = None
         self._rate_shown = 0.0
         self._table_shown = 0.0
-        self._rate_window: deque[tuple[float, int]] = deque(maxlen=40)
+        self._rate_window: deque[tuple[float, int]] = deque()
+        self._shown_info: object | None = None
+        self._polled = 0.0
         self.refreshes = 0  # timer ticks that drew a new state (tests read it)
         self.timer = QtCore.QTimer(self)
         self.timer.setInterval(REFRESH_MS)
@@ -192,10 +203,14 @@ class DevicesPanel(QtWidgets.QWidget):
         for name, row in self.rows.items():
             row.set_status(devs.get(name, DeviceStatus(name, "disconnected", "")))
         info = self.controller.robot_info
-        if (
-            info is not None
-            and devs.get("robot", DeviceStatus("robot", "disconnected")).state == "connected"
-        ):
+        robot = devs.get("robot", DeviceStatus("robot", "disconnected"))
+        if info is not None and robot.state in LIVE:
+            if robot.state != "connected":
+                self._set_text(self.rate, f"state stream: {robot.state} ({robot.detail})")
+                self._rate_window.clear()
+            if info is self._shown_info and self.timer.isActive():
+                return  # the same robot: its view goes on (after a reconnect too)
+            self._shown_info = info
             self.table.setRowCount(len(info.joint_names))
             prefix = (
                 os.path.commonprefix(list(info.joint_names)) if len(info.joint_names) > 1 else ""
@@ -211,6 +226,7 @@ class DevicesPanel(QtWidgets.QWidget):
             self._last_seq = None
             self._cells.clear()
             self._drawn_q = None
+            self._rate_window.clear()
             self.table.show()
             self.no_robot.hide()
             from app.demo import LabLink
@@ -223,6 +239,7 @@ class DevicesPanel(QtWidgets.QWidget):
             self.motion_button.setVisible(link is not None and link.protocol_client() is not None)
             self.timer.start()
         else:
+            self._shown_info = None
             self.timer.stop()
             self.table.setRowCount(0)
             self.table.hide()
@@ -291,12 +308,27 @@ class DevicesPanel(QtWidgets.QWidget):
         Text is set only when the shown digits change and the 3D arm is redrawn only when a
         joint moved by more than `REDRAW_RAD`, so a robot holding still (sensor noise
         included) costs next to nothing; `force` draws regardless (tests, soaks)."""
+        now = time.monotonic()
+        if now - self._polled >= POLL_S:
+            self._polled = now
+            self.controller.poll_devices()  # stale / reconnecting / connected rows
         st = self.controller.robot_state()
         if st is None or (st.seq == self._last_seq and not force):
             return
         self._last_seq = st.seq
         self.refreshes += 1
+        self._note_rate(st)
         self._draw_state(st, force)
+
+    def _note_rate(self, st: RobotState) -> None:
+        """Keep (t, seq) of every new state over the last `RATE_WINDOW_S` of robot time; a
+        clock or counter that went back (a restarted lab) starts the window afresh."""
+        w = self._rate_window
+        if w and (st.t <= w[-1][0] or st.seq <= w[-1][1]):
+            w.clear()
+        w.append((st.t, st.seq))
+        while len(w) > 2 and st.t - w[0][0] > RATE_WINDOW_S:
+            w.popleft()
 
     def _set_text(self, label: QtWidgets.QLabel, text: str) -> None:
         if label.text() != text:
@@ -320,7 +352,6 @@ class DevicesPanel(QtWidgets.QWidget):
                     self.table.setItem(i, c, QtWidgets.QTableWidgetItem(text))
                 else:
                     item.setText(text)
-        self._rate_window.append((st.t, st.seq))
         if len(self._rate_window) > 1 and (force or now - self._rate_shown >= RATE_LABEL_S):
             self._rate_shown = now
             (t0, s0), (t1, s1) = self._rate_window[0], self._rate_window[-1]

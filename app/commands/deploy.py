@@ -12,12 +12,14 @@ predicts the run in the policy's twin from the robot's measured state (shadow ru
 uploads and runs it inside the robot's envelope and saves the real run (trajectory + run
 artifacts: success by the task's criterion on the measured state, predicted vs real).
 Ctrl-C stops the robot; what happened until then is saved. `--refit` afterwards sends the
-run to Real2Sim (a refit of the twin with the new recording added)."""
+run to Real2Sim (a refit of the twin with the new recording added); a refit whose replays
+failed saves nothing and exits with code 2 and the reason ("12 of 12 replays failed: …")."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 HELP = "Deploy a policy to a connected robot: spec check, twin prediction, run, record."
@@ -53,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
     from app.project import Project
-    from app.workflows.close_loop import refit_job
+    from app.workflows.close_loop import RefitError, refit_job
     from app.workflows.deploy import deploy_job
     from app.workflows.deploy_plan import plan_deploy
     from app.workflows.object_feed import policy_object_source
@@ -93,17 +95,26 @@ def run(args: argparse.Namespace) -> int:
             deploy_job(project, robot, plan, args.duration, args.ramp), args.quiet or args.json
         )
     out = res.outcome
-    fit_id = None
+    if not args.json:
+        print(
+            f"run {res.run_id} (trajectory {res.trajectory_id}): {out['result']} "
+            f"({out['ended']}); final error {out['final_error']:.3f} {out.get('unit', 'rad')}, "
+            f"twin predicted {out['predicted_final_error']:.3f}"
+        )
+    fit_id, refit_error = None, None
     if args.refit:
-        fit_id = run_cli(refit_job(project, res.trajectory_id), args.quiet or args.json)
+        try:
+            fit_id = run_cli(refit_job(project, res.trajectory_id), args.quiet or args.json)
+        except RefitError as exc:  # the run is saved; the refit did not fit: nothing saved
+            refit_error = str(exc)
     if args.json:
-        print(json.dumps({"run": res.run_id, **out, **({"refit": fit_id} if fit_id else {})}))
-        return 0 if out["success"] else 1
-    print(
-        f"run {res.run_id} (trajectory {res.trajectory_id}): {out['result']} ({out['ended']}); "
-        f"final error {out['final_error']:.3f} {out.get('unit', 'rad')}, twin predicted "
-        f"{out['predicted_final_error']:.3f}"
-    )
-    if fit_id:
+        extra = {"refit": fit_id} if fit_id else {}
+        if refit_error:
+            extra = {"refit_error": refit_error}
+        print(json.dumps({"run": res.run_id, **out, **extra}))
+    elif fit_id:
         print(f"refit {fit_id}: the twin fitted again with this run added")
+    if refit_error:
+        print(f"error: {refit_error}", file=sys.stderr)
+        return 2
     return 0 if out["success"] else 1

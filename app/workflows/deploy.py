@@ -21,7 +21,10 @@
    push policy a feeder thread streams the tracked object pose to the agent from before
    the start to the end (the agent stops the policy when tracking goes stale or lost); the
    outcome is judged on the last good tracked pose, and the streamed poses are saved with
-   the run (object_poses.npz) with the feed's numbers (frames, lost, pose age).
+   the run (object_poses.npz) with the feed's numbers (frames, lost, pose age). The saved
+   recording runs from the first to the last commanded sample (`commanded_part`), so no
+   NaN command reaches a refit. A link that drops (even one that reconnects at once: a new
+   session) ends the run as a failure whose `ended` names the drop.
 4. `refit_request` / `refit_job` (app/workflows/close_loop.py): the run's recording added to
    the recordings of the fit the twin came from, fitted again with that fit's settings.
 
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from app.jobs import Job, Progress
 from app.project import Project
@@ -49,6 +53,7 @@ from app.workflows.object_feed import (
 )
 from devices.errors import DeviceError
 from devices.robots.client import RobotClient
+from devices.trajectory import COMMAND_DELAY, Trajectory
 from policies.errors import PolicyError
 from reconstruction.object_tracks import add_object_tracks
 from resources import atomic
@@ -107,6 +112,7 @@ def deploy_job(
     rec: list[dict[str, Any]] = []
     t_start = float("nan")
     saved: DeployResult | None = None
+    session = client.epoch  # a reconnect mid-run is a new session: the run ends there
     try:
         before = client.latest_status().get("stop_reason")
         with client.recording() as rec:
@@ -119,7 +125,7 @@ def deploy_job(
                     ended = "operator stop"
                     break
                 try:
-                    client.check()
+                    client.check(session)
                 except DeviceError as exc:
                     ended = f"link lost: {exc}"
                     break
@@ -212,6 +218,7 @@ def _save(
         if m["t"] > last_t:
             modes.append(str(m.get("mode")))
             last_t = m["t"]
+    traj, modes = commanded_part(traj, modes)
     ran = [i for i, m in enumerate(modes) if m == "policy"]
     t_run = float(traj.t[ran[0]]) if ran else float(traj.t[0])
     q_end = traj["robot/joint_pos"][ran[-1] if ran else -1]
@@ -277,6 +284,42 @@ def _save(
         if feeder is not None:
             atomic.write_with(folder / "object_poses.npz", lambda p: save_poses(p, feeder))
     return DeployResult(tid, project.artifacts("run")[-1].id, outcome)
+
+
+def commanded_part(traj: Trajectory, modes: list[str]) -> tuple[Trajectory, list[str]]:
+    """The recording from the first to the last sample with a command (with its `modes`).
+
+    Before the policy's first tick and after the robot stopped, nothing was commanded and
+    `robot/command` is NaN: a twin cannot replay those samples (a fit scores every such
+    window as failed), so they are cut off. Inside the run a tick whose policy output came
+    late sent nothing and the actuators kept the previous command (PROTOCOL.md, Policies):
+    those samples are given that command. The meta says what was done (`command_trim`)."""
+    if "robot/command" not in traj.channels or len(traj) == 0:
+        return traj, modes
+    cmd = np.asarray(traj["robot/command"], dtype=float)
+    sent = np.all(np.isfinite(cmd), axis=1)
+    if not sent.any():
+        return traj, modes  # nothing reached the actuators: kept whole, judged as is
+    first = int(np.argmax(sent))
+    last = len(sent) - 1 - int(np.argmax(sent[::-1]))
+    keep = slice(first, last + 1)
+    chans = {k: np.asarray(v)[keep].copy() for k, v in traj.channels.items()}
+    held = int(np.sum(~sent[keep]))
+    for name in ("robot/command", COMMAND_DELAY):
+        if name in chans:
+            chans[name] = _hold_last(chans[name])
+    trim = {"head": first, "tail": len(sent) - 1 - last, "held": held}
+    meta = {**dict(traj.meta), "command_trim": trim}
+    out = Trajectory(traj.t[keep].copy(), chans, dict(traj.units), traj.source, meta)
+    return out, modes[keep]
+
+
+def _hold_last(a: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Rows with a NaN take the previous complete row (the first row is complete)."""
+    ok = np.all(np.isfinite(a), axis=1)
+    idx = np.where(ok, np.arange(len(a)), 0)
+    np.maximum.accumulate(idx, out=idx)
+    return np.asarray(a[idx])
 
 
 def _write_shadow(path: Any, s: Shadow) -> None:

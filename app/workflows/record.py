@@ -11,7 +11,8 @@ state stream is recorded; afterwards the agent's log adds the commands as the wo
 requested them (`robot/command_requested`), next to `robot/command` (what the envelope let
 through to the actuators, which a twin replays), and the plan itself at the robot's sample
 times (`robot/command_planned`). Cancel (closing the job) and errors leave the robot
-stopped (held).
+stopped (held). A robot link that drops mid-motion ends it as an error naming the drop, even
+when the client has reconnected meanwhile (a new session: nothing is saved, nothing resumes).
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def play_motion(
     total = pre_s + motion.duration + post_s
     yield Progress(0.0, f"{motion.name}: taking control of {info.name}")
     client.take_control()
+    session = client.epoch  # a link that drops and reconnects mid-motion ends it (an error)
     sent = 0
     t_robot_start = float("nan")
     capture: CameraCapture | None = None
@@ -148,6 +150,7 @@ def play_motion(
                     if not np.isfinite(t_robot_start):
                         t_robot_start = client.latest_state().t
                     u = motion.at(min(tm, motion.duration))
+                client.check(session)
                 client.command(motion.mode, u)
                 sent += 1
                 if sent % max(int(rate / 10), 1) == 0:
@@ -156,7 +159,7 @@ def play_motion(
                         f"{motion.name}: {max(tm, 0.0):.1f} / {motion.duration:.1f} s",
                     )
                 time.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
-            client.check()
+            client.check(session)
             msgs = list(rec)
         raw = _agent_commands(client, len(msgs) + int(info.control_rate_hz))
     finally:
