@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import gc
 import math
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from app.benches.safety_attacks import busy_processes
 from devices.errors import DeviceError
 from devices.robots.agent import Agent
 from devices.robots.drivers.calibration import ArmCalibration, JointCalibration
@@ -59,23 +57,6 @@ def _timed_reads(driver: Any, samples: list[float]) -> None:
             samples.append(time.perf_counter() - t0)
 
     driver.read_state = timed
-
-
-@contextmanager
-def _busy(n: int) -> Iterator[None]:
-    """`n` CPU-bound processes beside the bench for the duration (a loaded machine)."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
-    try:
-        yield
-    finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=5.0)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
 
 class _SpeedMeter:
@@ -365,7 +346,7 @@ def run(quick: bool = False, load: int | None = None) -> dict[str, Any]:
     sys.setswitchinterval(0.0005)
     out: dict[str, Any] = {}
     try:
-        with _busy(load or 0):
+        with busy_processes(load or 0):
             for vendor in ("dynamixel", "feetech"):
                 for k, v in servo_arm(vendor, quick).items():
                     out[f"{vendor}_{k}"] = v
