@@ -51,6 +51,9 @@ def test_a_failed_refit_is_shown_and_retrain_stays_disabled(
     assert "refit failed" in page.status.text() and "saved" not in page.status.text()
     assert "#c62828" in page.status.styleSheet()  # in red
     assert not page.retrain_button.isEnabled() and page.refit_id is None
+    qtbot.wait(100)  # let the layout give the note its lines
+    shot = tmp_path / "deploy-refit-failed.png"
+    assert page.grab().save(str(shot)) and shot.stat().st_size > 0  # for a person to look at
     qtbot.waitUntil(lambda: not page.runner.running(), timeout=5000)
     assert not page.retrain_button.isEnabled()
     proj.refresh()
