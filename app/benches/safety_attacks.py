@@ -23,6 +23,8 @@ DeviceError is recorded (`Tally`) and the bench goes on; a client the lab droppe
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import socket
 import struct
@@ -51,6 +53,7 @@ from app.benches.safety_probe import (
 )
 from devices.errors import DeviceError
 from devices.robots import protocol as P
+from devices.robots.auth import TOKEN_ENV
 from devices.robots.client import RobotClient
 from devices.robots.launch import LabProcess
 
@@ -1002,86 +1005,104 @@ class RssWatch:
         return self.peak_mb
 
 
-def _estop_ms(op: RobotClient, tally: Tally) -> float:
-    """Round trip of one e-stop request (5 s when it is not answered in time)."""
-    t0 = time.perf_counter()
-    try:
-        op.request("estop", timeout_s=5.0, reason="bench: e-stop during a big message")
-    except DeviceError as exc:
-        tally.note(exc)
-        return 5000.0
-    return (time.perf_counter() - t0) * 1e3
+class Presser:
+    """The e-stop station (app/benches/estop_presser.py): a process of its own, SCHED_FIFO
+    where allowed, in control of the robot, pressing every 20 ms between `go` and `end`."""
 
+    def __init__(self, lab: LabProcess) -> None:
+        env = dict(os.environ, **{TOKEN_ENV: lab.token})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app.benches.estop_presser", lab.host, str(lab.port)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=str(Path(__file__).resolve().parents[2]),
+        )
+        self.hello = self._read(20.0)
+        if not self.hello.get("ready"):
+            raise DeviceError(f"e-stop presser did not start: {self.hello}")
 
-def _one_big(ctx: Ctx, op: RobotClient, data: bytes) -> float:
-    """A watch-only raw client sends `data` while `op` presses the e-stop every 20 ms, from
-    the send's start until 1 s after it ends; then `op` (the operator) resets. Worst ack."""
-    raw = RawClient(ctx.lab)
-    done = threading.Event()
+    def _read(self, timeout_s: float) -> dict[str, Any]:
+        import select
 
-    def send() -> None:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            return {"error": f"no answer from the e-stop presser in {timeout_s:g} s"}
+        return dict(json.loads(line))
+
+    def _send(self, cmd: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+
+    def go(self) -> None:
+        self._send("go")
+
+    def end(self) -> dict[str, Any]:
+        self._send("end")
+        return self._read(15.0)
+
+    def close(self) -> None:
         try:
-            raw.sock.sendall(data)
-        except OSError:
-            pass
-        done.set()
+            self._send("quit")
+            self.proc.wait(timeout=5.0)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
 
-    sender = threading.Thread(target=send, daemon=True)
-    sender.start()
-    worst, end = 0.0, float("inf")
-    while time.monotonic() < end:
-        worst = max(worst, _estop_ms(op, ctx.tally))
-        if done.is_set() and end == float("inf"):
-            end = time.monotonic() + 1.0
-        time.sleep(0.02)
-    sender.join(timeout=10.0)
+
+def _one_big(ctx: Ctx, presser: Presser, data: bytes) -> float:
+    """A watch-only raw client sends `data` while the presser presses the e-stop every
+    20 ms, from the send's start until 1 s after it ends, then resets. Worst ack."""
+    raw = RawClient(ctx.lab)
+    presser.go()
+    try:
+        raw.sock.sendall(data)
+    except OSError:
+        pass
+    time.sleep(1.0)
+    out = presser.end()
     raw.quiet(0.3, 2.0)
     raw.close()
     for m in raw.inbox:
         if m.get("type") == "error":
             ctx.tally.code(m.get("code"))
-    _reset(ctx, op)
-    return worst
-
-
-def _reset(ctx: Ctx, op: RobotClient) -> None:
-    """Clear the e-stop: `op` holds the robot, so it is the operator; if the robot names
-    someone else, the adversary (the last client in control) tries too."""
-    for who in (op, ctx.c):
-        try:
-            who.reset()
-            if who.status()["mode"] != "estop":
-                return
-        except DeviceError as exc:
-            ctx.tally.note(exc)
+    for e in out.get("errors", []):
+        ctx.tally.failures.append(f"e-stop presser: {e}")
+        found = _CODE.search(e)
+        ctx.tally.code(found.group(1) if found else None)
+    if "worst_ms" not in out:
+        raise DeviceError(str(out.get("error", out)))
+    return float(out["worst_ms"])
 
 
 def big_messages(ctx: Ctx) -> dict[str, Any]:
     """The three big messages, one at a time, each with the e-stop pressed meanwhile by a
-    third client that holds the robot (no state stream: it measures the robot's answer,
-    nothing else); it resets the e-stop after each."""
+    third client that holds the robot, in a process of its own (`Presser`: no state stream,
+    it measures the robot's answer, not the bench's own scheduling); it resets the e-stop
+    after each."""
     try:
-        ctx.c.stop()  # nobody in control: the e-stop's presser is its operator
+        ctx.c.stop()  # nobody in control: the e-stop's presser takes it
     except DeviceError as exc:
         ctx.tally.note(exc)
     watch = RssWatch(ctx.lab.proc.pid)
-    op = ctx.client("operator", subscribe_state=False)
     worst: dict[str, float] = {}
+    presser = Presser(ctx.lab)
     try:
-        op.take_control()  # the e-stop's operator: the client in control when it latches
         for name, data in big_bodies().items():
-            worst[name] = ctx.attempt(f"big message {name}", _one_big, ctx, op, data, default=0.0)
+            worst[name] = ctx.attempt(
+                f"big message {name}", _one_big, ctx, presser, data, default=0.0
+            )
     finally:
-        try:
-            op.stop()  # its own stop hands control back at once (a close does so later)
-        except DeviceError as exc:
-            ctx.tally.note(exc)
-        ctx.tally.drain(op)
-        op.close()
+        presser.close()
         rss = watch.stop()
     slowest = max(worst, key=lambda k: worst[k]) if worst else ""
     return {
         "estop_ack_ms_during_big_message": max(worst.values(), default=0.0),
         "estop_slowest_during": slowest,
+        "estop_presser_realtime": bool(presser.hello.get("realtime")),
         "server_rss_mb_max": rss,
     }

@@ -30,6 +30,7 @@ class ConnectedArm:
         if info is None:
             raise RobotScanError(f"robot at {client.address}: not connected")
         self.client, self.info = client, info
+        self.last_motion_rad = 0.0  # how far the arm moved over the last `grab`'s window
         cams = [c for c in info.cameras if f"camera/{c}/nominal_T_mount_camera" in info.meta]
         if camera is None:
             if not cams:
@@ -152,6 +153,7 @@ class ConnectedArm:
                 f"robot {self.info.name}: camera '{self.camera}' frame timestamps "
                 f"never fall inside the state stream (different clocks?)"
             )
+        self.last_motion_rad = found[0]
         return found[1], found[2]
 
     def grab_fixed(self, camera: str, n: int) -> list[RGBDFrame]:

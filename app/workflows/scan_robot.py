@@ -245,7 +245,7 @@ def calibrate_robot(
     try:
         X0 = arm.T_mount_camera_nominal
         targets = cp.targets()
-        hands, found, missed, intr = [], [], [], None
+        hands, found, missed, motion, intr = [], [], [], [], None
         q = client.latest_state().joint_pos
         arm.prime_camera()
         for i, T in enumerate(targets):
@@ -261,17 +261,27 @@ def calibrate_robot(
                 else:
                     hands.append(arm.fk(qf))
                     found.append(v)
+                    motion.append(arm.last_motion_rad)
             yield Progress(
                 0.9 * (i + 1) / len(targets),
                 f"calibration view {i + 1}/{len(targets)}: {len(found)} boards found",
             )
         if intr is None:
             raise RobotScanError(f"robot {arm.info.name}: no calibration view is reachable")
+        # views where the arm never held still (a loaded machine: the joints read at the
+        # frame's time may be off) are left out while enough steady ones remain
+        steady = [k for k, m in enumerate(motion) if m <= UNSTEADY_RAD]
+        unsteady = [k for k, m in enumerate(motion) if m > UNSTEADY_RAD]
+        if unsteady and len(steady) >= MIN_STEADY_VIEWS:
+            hands, found = [hands[k] for k in steady], [found[k] for k in steady]
+        else:
+            unsteady = []
         he = hand_eye(hands, found, intr)
         out: dict[str, Any] = {
             "T_hand_camera": he.T,
             "hand_eye": he.summary(),
             "board_missed_views": missed,
+            "unsteady_views_left_out": len(unsteady),
             "intrinsics_check": intrinsics_check(found, intr),
         }
         for name in arm.fixed_cameras:
@@ -294,6 +304,8 @@ def calibrate_robot(
         arm.stop()
 
 
+UNSTEADY_RAD = 2e-3  # a calibration view whose joints moved more over its grab window...
+MIN_STEADY_VIEWS = 8  # ... is left out while at least this many steady views remain
 LAB_CAMERA_SIZE = "640x480"  # the lab cameras render D435-like 640x480 for scans
 
 

@@ -30,6 +30,8 @@ from devices.robots.driver import RobotDriver, RobotState, fresh_state, stamp_co
 from devices.robots.object_feed import ObjectFeed, ObjectPoseError, ObjectReport
 from devices.robots.policy_runner import OnnxPolicy, PolicySpec
 from devices.robots.policy_worker import (
+    CHILD_NICE,
+    CHILD_NICE_RT,
     InferenceWorker,
     OnnxProcessWorker,
     PolicyFn,
@@ -68,7 +70,7 @@ class Agent:
         self.envelope = SafetyEnvelope(self.info, self.base_safety, fk=points)
         self.watchdog = Watchdog(watchdog or WatchdogConfig(), self.dt)
         self.log = AgentLog(self.n, max(16, int(log_seconds * self.info.control_rate_hz)))
-        self.loop = RateLoop(self.info.control_rate_hz)
+        self.loop = RateLoop(self.info.control_rate_hz, resync_periods=0.5)  # no catch-up bursts
         self.realtime_priority = realtime_priority  # SCHED_FIFO for the loop thread, if allowed
         self.realtime = False
         self.mode = "idle"
@@ -284,7 +286,8 @@ class Agent:
             cfg = self.base_safety.tightened(SafetyConfig.from_dict(safety, "policy safety config"))
         pid = _policy_id(onnx_bytes, spec, cfg)
         # its own process loads the model and checks it against the spec (DeviceError)
-        worker = OnnxProcessWorker(onnx_bytes, pspec, self.info, ObjectFeed())
+        nice = CHILD_NICE_RT if self.realtime else CHILD_NICE  # below the loop, never starved
+        worker = OnnxProcessWorker(onnx_bytes, pspec, self.info, ObjectFeed(), nice=nice)
         try:
             state = self.driver.read_state()
             t0 = time.perf_counter()

@@ -5,7 +5,10 @@ longer than the timeout it passes to `result`.
 Two workers share that interface (`InferenceWorker`):
 
 - `OnnxProcessWorker` runs an uploaded ONNX model in its own process, below the control
-  loop's priority (SCHED_OTHER, nice 10, set in the child whatever it inherited), one
+  loop's priority (SCHED_OTHER, set in the child whatever it inherited; nice 10 when the
+  loop itself could not get SCHED_FIFO and shares the normal scheduler with it, nice 0 when
+  it runs SCHED_FIFO, which no normal process can delay: at nice 10 a busy desktop starved
+  the policy past its 20 ms deadline on 2 cores while the app ran beside it), one
   inference at a time, with a hard deadline: a hung or replaced model is SIGKILLed and a
   fresh process is started in the background. A thread could not give that: a model that
   never ends would hold a core (at the loop's real-time priority, measured: two busy FIFO
@@ -52,7 +55,8 @@ from devices.robots.policy_runner import (
 
 PolicyFn = Callable[[RobotState], NDArray[np.float64]]
 
-CHILD_NICE = 10  # the policy process's nice value (at least): below anything at nice 0
+CHILD_NICE = 10  # the policy process's nice (at least) beside a loop without SCHED_FIFO
+CHILD_NICE_RT = 0  # ... beside a SCHED_FIFO loop, which it cannot delay anyway
 LOAD_TIMEOUT_S = 10.0  # process start + model load, at construction and after a kill
 MAX_INFERENCE_S = 1.0  # any inference still running after this is killed, caller or not
 SUPERVISE_S = 0.1  # how often the supervisor looks at an idle child (death, deadlines)
