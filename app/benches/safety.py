@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from app.benches import safety_attacks as A
+from app.benches import safety_wire as W
 from app.benches.safety_probe import (
     POSES,
     SCENE,
@@ -138,7 +139,7 @@ def _attacks(lab: LabProcess, quick: bool) -> tuple[dict[str, Any], A.Ctx]:
         out.update(ctx.attempt("policy swap", A.policy_swap, ctx, default=no_swap))
         timing = A.PolicyTiming()
         ctx.attempt("slow models", A.slow_models, ctx, timing)
-        out.update(ctx.attempt("type confusion", A.type_confusion, ctx, default={}))
+        out.update(ctx.attempt("type confusion", W.type_confusion, ctx, default={}))
         out["replay_accepted"] = ctx.attempt("replay", replay, lab, default=-1)
         out["slowloris_lockout_s"] = ctx.attempt(
             "slowloris", slowloris, lab, 3.0 if quick else 10.0, default=-1.0
@@ -147,7 +148,7 @@ def _attacks(lab: LabProcess, quick: bool) -> tuple[dict[str, Any], A.Ctx]:
         out["claimers"] = ctx.attempt(
             "claimers", claimers, lab, 2.0 if quick else 8.0, default=no_mem
         )
-        out.update(ctx.attempt("big messages", A.big_messages, ctx, default={}))
+        out.update(ctx.attempt("big messages", W.big_messages, ctx, default={}))
         ctx.attempt("never-ending model", A.never_ending, ctx, timing)
         out.update(_policy_figures(timing))
         out["lab_alive_after"] = lab.alive

@@ -17,6 +17,8 @@ import pytest
 
 from app.benches import safety as S
 from app.benches import safety_attacks as A
+from app.benches import safety_models as M
+from app.benches import safety_wire as W
 from devices.errors import DeviceError
 from devices.robots import protocol as P
 
@@ -32,9 +34,9 @@ def _session(onnx: bytes) -> Any:
 def test_models_hold_run_slowly_and_fail_at_inference() -> None:
     value = np.arange(N, dtype=float) / 10
     obs = np.ones((1, 2 * N), np.float32)
-    out = _session(A.constant_model(value, 2 * N)).run(None, {"obs": obs})[0]
+    out = _session(M.constant_model(value, 2 * N)).run(None, {"obs": obs})[0]
     assert np.allclose(out.reshape(-1), value, atol=1e-6)
-    fast, slow = (_session(A.slow_model(value, 2 * N, k)) for k in (10, 50_000))
+    fast, slow = (_session(M.slow_model(value, 2 * N, k)) for k in (10, 50_000))
     t0 = time.perf_counter()
     out = slow.run(None, {"obs": obs})[0]
     t_slow = time.perf_counter() - t0
@@ -42,14 +44,14 @@ def test_models_hold_run_slowly_and_fail_at_inference() -> None:
     fast.run(None, {"obs": obs})
     assert t_slow > 5 * (time.perf_counter() - t0)  # the Loop is what takes the time
     assert np.allclose(out.reshape(-1), value, atol=1e-6)
-    assert 0 < A.seconds_per_trip(2 * N) < 1e-4
-    failing = _session(A.failing_model(N, 2 * N))  # loads fine...
+    assert 0 < M.seconds_per_trip(2 * N) < 1e-4
+    failing = _session(M.failing_model(N, 2 * N))  # loads fine...
     with pytest.raises(Exception, match="out of"):
         failing.run(None, {"obs": obs})  # ...and fails at its first inference
 
 
 def test_big_messages_are_framed_as_announced() -> None:
-    bodies = A.big_bodies()
+    bodies = W.big_bodies()
     assert set(bodies) == {"60 MiB of small ints", "20 MiB of empty maps", "100k nested arrays"}
     for data in bodies.values():
         (n,) = P.HEADER.unpack(data[:4])
@@ -61,7 +63,7 @@ def test_big_messages_are_framed_as_announced() -> None:
 
 
 def test_type_confusion_covers_every_message_type() -> None:
-    msgs = A.confusion_messages(np.zeros(N), b"onnx")
+    msgs = W.confusion_messages(np.zeros(N), b"onnx")
     kinds = {m["type"] for m in msgs}
     assert kinds >= {
         "command", "object_pose", "policy_run", "policy_upload", "get_status", "get_log",
@@ -221,7 +223,7 @@ def test_attacks_against_the_lab_measure_and_survive(lab: Any) -> None:
         assert timing.first_inference_error in ("refused", "internal", "accepted", "bad_request")
         assert timing.runs + timing.upload_hangs + len(timing.upload_answers) > 0
         assert timing.tick_gap_ms > 0
-        conf = A.type_confusion(ctx)
+        conf = W.type_confusion(ctx)
         assert conf["type_confusion_sent"] > 70 and conf["type_confusion_answered"] > 0
         assert conf["type_confusion_accepted"] >= 0 and conf["type_confusion_moved_rad"] >= 0
         assert ctx.c.connected  # the adversary is (again) logged in
@@ -241,7 +243,7 @@ def test_big_messages_and_endless_models_are_held_off(lab: Any) -> None:
     watchdog, not hanging anything (old: 5.3 s late, the session hung)."""
     ctx = A.Ctx(lab, quick=True)
     try:
-        big = A.big_messages(ctx)
+        big = W.big_messages(ctx)
         timing = A.PolicyTiming()
         A.never_ending(ctx, timing)
     finally:
