@@ -457,7 +457,10 @@ class AppController:
 
         client = self._robot_client()
         if client is None:
-            raise TwinbenchError("no robot connected (Devices ▸ connect one first)")
+            raise TwinbenchError(
+                "no robot connected (Devices ▸ Start virtual lab, or Add robot… in the "
+                "Devices panel)"
+            )
 
         def job() -> Job[ScanResult]:
             # take control first: after a reconnect the robot moves for nobody until then

@@ -23,6 +23,7 @@ from app.workflows import calibrate_open
 from app.workflows.calibrate_live import CalibFrame, LiveCalibration
 from app.workflows.calibrate_open import CalibrationInputs
 from resources.errors import TwinbenchError
+from widgets.artifact_combo import ArtifactCombo
 from widgets.calibrate_draw import (
     SimCurves,
     build_scene,
@@ -51,7 +52,7 @@ class CalibratePage(WorkflowPage):
     step = "calibrate"
     sig_frame_ready = QtCore.Signal()  # from the worker; drawn on the GUI thread
     # the tool bar (widgets/calibrate_toolbar.py)
-    twin_combo: QtWidgets.QComboBox
+    twin_combo: ArtifactCombo
     window_combo: QtWidgets.QComboBox
     reset_btn: QtWidgets.QPushButton
     save_btn: QtWidgets.QPushButton
@@ -137,15 +138,7 @@ class CalibratePage(WorkflowPage):
         if proj is None:
             self._close_live()
             return
-        twins = proj.artifacts("twin")
-        current = self.twin_combo.currentData()
-        self.twin_combo.blockSignals(True)
-        self.twin_combo.clear()
-        for a in reversed(twins):
-            self.twin_combo.addItem(f"{a.id}  {a.summary[:40]}", a.id)
-        idx = self.twin_combo.findData(current)
-        self.twin_combo.setCurrentIndex(max(idx, 0))
-        self.twin_combo.blockSignals(False)
+        self.twin_combo.set_artifacts(proj.artifacts("twin"))  # reloaded below
         arts = proj.artifacts("trajectory")
         ids = [a.id for a in arts]
         listed = [
@@ -359,9 +352,7 @@ class CalibratePage(WorkflowPage):
 
     def _fit_applied(self, new_twin: str) -> None:
         self.refresh()
-        idx = self.twin_combo.findData(new_twin)
-        if idx >= 0:
-            self.twin_combo.setCurrentIndex(idx)
+        if self.twin_combo.select(new_twin):
             self.reload()
 
     # -- drawing ---------------------------------------------------------------------------

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING
 
 from PySide6 import QtWidgets
 
+from widgets.artifact_combo import ArtifactCombo
+
 if TYPE_CHECKING:
     from widgets.calibrate_page import CalibratePage
 
@@ -16,11 +18,7 @@ def toolbar(page: CalibratePage) -> QtWidgets.QHBoxLayout:
     """The bar's widgets, made as the page's attributes and wired to its slots."""
     bar = QtWidgets.QHBoxLayout()
     bar.addWidget(QtWidgets.QLabel("Twin:"))
-    page.twin_combo = QtWidgets.QComboBox()
-    page.twin_combo.setSizeAdjustPolicy(
-        QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
-    )
-    page.twin_combo.setMinimumContentsLength(12)
+    page.twin_combo = ArtifactCombo(min_chars=12)  # the newest twin unless one was chosen
     page.twin_combo.activated.connect(lambda _i: page.reload())
     bar.addWidget(page.twin_combo, 1)
     page.reset_btn = QtWidgets.QPushButton("Reset values")

@@ -26,6 +26,7 @@ from PySide6 import QtCore, QtWidgets
 
 from app.jobs import Job, Progress
 from resources.errors import TwinbenchError
+from widgets.artifact_combo import ArtifactCombo
 from widgets.file_field import FileField
 from widgets.jobs import JobRunner, JobTask
 from widgets.pages import StatusLine, WorkflowPage, preview, spin_box
@@ -52,7 +53,8 @@ class DeployPage(WorkflowPage):
         self.runner = JobRunner(self)
         self.plan: Any = None  # app.workflows.deploy_plan.DeployPlan of the last prediction
         self.result: Any = None  # DeployResult of the last run
-        self._task: JobTask | None = None
+        self._task: JobTask | None = None  # the run on the robot, while it runs
+        self._bar_task: JobTask | None = None  # the job the progress bar shows: the newest
         self._stop = threading.Event()
         self._live: dict[str, list[Any]] | None = None
         self._curves: dict[str, Any] = {}
@@ -64,12 +66,9 @@ class DeployPage(WorkflowPage):
         side.setContentsMargins(0, 0, 0, 0)
         row.addWidget(side_box, 0)
         form = QtWidgets.QFormLayout()
-        self.policy_box = QtWidgets.QComboBox()
-        self.policy_box.setToolTip("a trained policy of the open project (Policies page)")
-        self.policy_box.setSizeAdjustPolicy(
-            QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        self.policy_box = ArtifactCombo(  # the newest policy unless one was chosen
+            min_chars=24, what="a trained policy of the open project (Policies page)"
         )
-        self.policy_box.setMinimumContentsLength(24)
         self.robot_label = QtWidgets.QLabel("")
         self.robot_label.setWordWrap(True)
         self.goal_seed = QtWidgets.QSpinBox()
@@ -186,22 +185,8 @@ class DeployPage(WorkflowPage):
             return
         project = self.controller.project
         assert project is not None
-        current = self.policy_box.currentData()
-        ids = [a.id for a in project.artifacts("policy")]
-        if [self.policy_box.itemData(i) for i in range(self.policy_box.count())] != ids:
-            self.policy_box.blockSignals(True)
-            self.policy_box.clear()
-            for a in project.artifacts("policy"):
-                self.policy_box.addItem(f"{a.summary} · {a.id}", a.id)
-                self.policy_box.setItemData(
-                    self.policy_box.count() - 1,
-                    f"{a.id}: {a.summary}",
-                    QtCore.Qt.ItemDataRole.ToolTipRole,
-                )
-            idx = ids.index(current) if current in ids else len(ids) - 1
-            self.policy_box.setCurrentIndex(idx)
-            self.policy_box.blockSignals(False)
-            self._show_camera_row()
+        if self._task is None or self._task.done:  # a run's policy stays shown while it runs
+            self.policy_box.set_artifacts(project.artifacts("policy"))
         info = self.controller.robot_info
         link = self.controller.robot_link
         client = link.protocol_client() if link is not None else None
@@ -219,7 +204,10 @@ class DeployPage(WorkflowPage):
         link = self.controller.robot_link
         client = link.protocol_client() if link is not None else None
         if client is None:
-            raise TwinbenchError("no robot connected (Devices ▸ connect a robot or start the lab)")
+            raise TwinbenchError(
+                "no robot connected (Devices ▸ Start virtual lab, or Add robot… in the "
+                "Devices panel)"
+            )
         return client
 
     def _show_camera_row(self, *_: Any) -> None:
@@ -238,8 +226,47 @@ class DeployPage(WorkflowPage):
     def _invalidate(self, *_: Any) -> None:
         if self._task is not None and not self._task.done:
             return
+        if self.plan is not None:  # the prediction shown was for other choices
+            self.prediction.setText("The choices changed: press 1 to predict again.")
+            self._say("")
+            self.plot.clear()  # its dashed curves too
+            self._curves = {}
         self.plan = None
         self.run_button.setEnabled(False)
+
+    # -- the progress bar: the newest job of the page, from 0 ------------------------------
+    def _follow(self, task: JobTask, prefix: str = "") -> None:
+        """Show `task` in the progress bar (reset to 0 now) and its messages in the status
+        line (after `prefix`); full when it finished."""
+        self._bar_task = task
+        self.progress.setRange(0, 1000)
+        self.progress.setValue(0)
+        task.sig_progress.connect(lambda p, t=task: self._on_progress(t, p, prefix))
+        task.sig_finished.connect(lambda _r, t=task: self._bar_done(t, True))
+        task.sig_failed.connect(lambda _m, t=task: self._bar_done(t, False))
+        task.sig_cancelled.connect(lambda t=task: self._bar_done(t, False))
+
+    def _on_progress(self, task: JobTask, p: Progress, prefix: str = "") -> None:
+        if task is self._bar_task:
+            if p.fraction is None:
+                self.progress.setRange(0, 0)  # busy, no fraction known
+            else:
+                self.progress.setRange(0, 1000)
+                self.progress.setValue(int(1000 * min(max(p.fraction, 0.0), 1.0)))
+        if isinstance(p.partial, dict) and "measured" in p.partial:
+            self._live = p.partial
+        if p.message:
+            self._say(prefix + p.message)
+
+    def _bar_done(self, task: JobTask, finished: bool) -> None:
+        if task is not self._bar_task:
+            return
+        busy = self.progress.maximum() == 0
+        self.progress.setRange(0, 1000)
+        if finished:
+            self.progress.setValue(1000)
+        elif busy:
+            self.progress.setValue(0)  # a failed job with no fraction: nothing done to show
 
     # -- 1. predict ------------------------------------------------------------------------
     def predict(self) -> None:
@@ -267,7 +294,10 @@ class DeployPage(WorkflowPage):
         self._invalidate()
         self.predict_button.setEnabled(False)
         self.prediction.setText("checking the policy against the robot and predicting…")
+        self.outcome.setText("")
+        self._say("predicting in the twin (nothing moves)…")
         task = self.runner.start("Predict deployment", job())
+        self._follow(task)
         task.sig_finished.connect(self._predicted)
         task.sig_failed.connect(self._refused)
         task.sig_done.connect(lambda: self.predict_button.setEnabled(True))
@@ -363,20 +393,12 @@ class DeployPage(WorkflowPage):
         for w in (self.run_button, self.predict_button, self.refit_button, self.retrain_button,
                   self.policy_box):  # fmt: skip
             w.setEnabled(False)
-        self.progress.setValue(0)
         self.outcome.setText("running on the robot…")
-        task.sig_progress.connect(self._on_progress)
+        self._follow(task)
         task.sig_finished.connect(self._ran)
         task.sig_failed.connect(lambda msg: self._say(msg, error=True))
         task.sig_done.connect(self._ended)
         self.timer.start()
-
-    def _on_progress(self, p: Progress) -> None:
-        if p.fraction is not None:
-            self.progress.setValue(int(1000 * p.fraction))
-        if isinstance(p.partial, dict) and "measured" in p.partial:
-            self._live = p.partial
-        self._say(p.message)
 
     def _draw_live(self) -> None:
         live = self._live
@@ -417,7 +439,6 @@ class DeployPage(WorkflowPage):
             f"{o['predicted_final_error']:.3f}."
             f"<br>Saved trajectory {res.trajectory_id} and run {res.run_id}."
         )
-        self.progress.setValue(1000)
         self.refit_note.setText("")
         self.refit_button.setEnabled(True)
         self.controller.notify_project_changed()
@@ -430,6 +451,7 @@ class DeployPage(WorkflowPage):
         self.predict_button.setEnabled(True)
         self.policy_box.setEnabled(True)
         self.run_button.setEnabled(False)
+        self.refresh()  # policies saved during the run are listed now
 
     def stop(self) -> None:
         """Stop now: the robot is held; the run (if one is going) is saved as it happened."""
@@ -452,7 +474,7 @@ class DeployPage(WorkflowPage):
         self.refit_id = None
         self.refit_note.setText("refitting the twin with this run…")
         task = self.runner.start("Refit with the real run", refit_job(project, res.trajectory_id))
-        task.sig_progress.connect(lambda p: self._say(f"refit: {p.message}"))
+        self._follow(task, "refit: ")
         task.sig_finished.connect(self._refitted)
         task.sig_failed.connect(self._refit_failed)
 
@@ -491,7 +513,7 @@ class DeployPage(WorkflowPage):
         self.retrain_button.setEnabled(False)
         job = train_subprocess_job(project.root, argv[3:])  # without "train --project P"
         task = self.runner.start(f"Retrain {policy_id}", job)
-        task.sig_progress.connect(lambda p: self._say(f"retrain: {p.message}"))
+        self._follow(task, "retrain: ")
         task.sig_finished.connect(self._retrained)
         task.sig_failed.connect(lambda msg: self._say(f"retrain: {msg}", error=True))
 
@@ -500,9 +522,7 @@ class DeployPage(WorkflowPage):
             self.controller.project.refresh()  # the training process wrote the policy
         self.controller.notify_project_changed()
         self.refresh()
-        i = self.policy_box.findData(policy_id)
-        if i >= 0:
-            self.policy_box.setCurrentIndex(i)
+        self.policy_box.select(policy_id)
         self._say(f"retrained: policy {policy_id}; press 1. Predict to see what it will do")
         self.sig_retrained.emit(policy_id)
 

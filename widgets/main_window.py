@@ -4,6 +4,7 @@ menu; status bar with the running job.
 
 from __future__ import annotations
 
+import html
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -231,8 +232,22 @@ class MainWindow(QtWidgets.QMainWindow):
         else:
             self.setWindowTitle(f"Twinbench — {proj.name}")
             n = len(proj.artifacts())
+            # one line each, shortened in the middle to the sidebar's width (a long folder
+            # name was cut off at its edge); the whole path is the tooltip
+            fm, room = self.project_label.fontMetrics(), SIDEBAR_W - 20
+            bold = QtGui.QFont(self.project_label.font())
+            bold.setBold(True)
+            mid = QtCore.Qt.TextElideMode.ElideMiddle
+            name = QtGui.QFontMetrics(bold).elidedText(
+                proj.name, mid, room - fm.horizontalAdvance("Project: ")
+            )
+            small = QtGui.QFont(self.project_label.font())  # rich text's <small>: 1/1.2
+            if small.pointSizeF() > 0:
+                small.setPointSizeF(small.pointSizeF() / 1.2)
+            sm = QtGui.QFontMetrics(small)
+            folder = sm.elidedText(str(proj.root.parent), mid, room - sm.horizontalAdvance("in "))
             self.project_label.setText(
-                f"Project: <b>{proj.name}</b><br><small>{proj.root}"
+                f"Project: <b>{html.escape(name)}</b><br><small>in {html.escape(folder)}"
                 f"<br>{n} artifact{'s' if n != 1 else ''}</small>"
             )
             self.project_label.setToolTip(str(proj.root))
@@ -295,9 +310,11 @@ class MainWindow(QtWidgets.QMainWindow):
             self.show_error("Cannot save project", str(exc))
 
     # -- errors, jobs ----------------------------------------------------------------------
-    def show_error(self, title: str, message: str) -> None:
-        """Log the error and show it in a (non-blocking) message box and the status bar."""
-        log.error("%s: %s", title, message)
+    def show_error(self, title: str, message: str, logged: bool = False) -> None:
+        """Show the error in a (non-blocking) message box and the status bar, and log it
+        unless it is `logged` already (a failed job: the job runner logged it, once)."""
+        if not logged:
+            log.error("%s: %s", title, message)
         self.last_error = (title, message)
         self.statusBar().showMessage(f"{title}: {message}", 10000)
         box = QtWidgets.QMessageBox(
@@ -325,6 +342,7 @@ class MainWindow(QtWidgets.QMainWindow):
                 "Unexpected error",
                 f"{exc_type.__name__}: {exc}\n\nThe app keeps running; the full traceback "
                 "is in the Log panel. Please report it.",
+                logged=True,
             )
         finally:
             self._reporting = False
@@ -333,8 +351,8 @@ class MainWindow(QtWidgets.QMainWindow):
         on_failed = req.on_failed
 
         def failed(msg: str) -> None:
-            if not req.meta.get("quiet"):
-                self.show_error(f"{req.title} failed", msg)
+            if not req.meta.get("quiet"):  # the runner has logged it: not twice
+                self.show_error(f"{req.title} failed", msg, logged=True)
             if on_failed is not None:
                 on_failed(msg)
 

@@ -18,6 +18,7 @@ from app.workflows import train as train_flow
 from app.workflows.twin import load_twin
 from policies.tasks import TASKS
 from resources.errors import TwinbenchError
+from widgets.artifact_combo import ArtifactCombo
 from widgets.policies_views import DistributionView, knob_rows
 
 log = logging.getLogger(__name__)
@@ -68,10 +69,8 @@ class TrainSetup(QtWidgets.QTabWidget):
         proj = self.controller.project
         if proj is None or proj.latest("twin") is None:
             return
-        self._fill_combo(
-            self.twin_combo, [(a.id, a.summary or a.id) for a in proj.artifacts("twin")]
-        )
-        self._fill_fits()
+        if not self.twin_combo.set_artifacts(proj.artifacts("twin")):
+            self._fill_fits()  # a new fit of the same twin (a new twin refills them itself)
 
     def check(self) -> str | None:
         """Why Train cannot start with these choices (None: it can)."""
@@ -98,7 +97,7 @@ class TrainSetup(QtWidgets.QTabWidget):
         self.knob_form = QtWidgets.QFormLayout()
         form.addRow(self.knob_form)
         self.knobs: dict[str, QtWidgets.QDoubleSpinBox] = {}
-        self.twin_combo = QtWidgets.QComboBox()
+        self.twin_combo = ArtifactCombo(what="the twin the policy is trained in")
         self.twin_combo.currentIndexChanged.connect(self._twin_changed)
         form.addRow("twin", self.twin_combo)
         self.addTab(w, "Task && twin")
@@ -117,8 +116,9 @@ class TrainSetup(QtWidgets.QTabWidget):
         )
         self.dr_combo.currentIndexChanged.connect(self._dr_changed)
         form.addRow("randomize", self.dr_combo)
-        self.fit_combo = QtWidgets.QComboBox()
-        self.fit_combo.setToolTip("the fit whose posterior samples are drawn, one per episode")
+        self.fit_combo = ArtifactCombo(  # the twin's newest fit unless one was chosen
+            what="the fit whose posterior samples are drawn, one per episode"
+        )
         self.fit_combo.currentIndexChanged.connect(self._update_distribution)
         form.addRow("fit", self.fit_combo)
         self.noise_check = QtWidgets.QCheckBox("typical sensor noise, latency and dropouts")
@@ -208,34 +208,18 @@ class TrainSetup(QtWidgets.QTabWidget):
         self.param_table.setEnabled(mode == "manual")
         self._update_distribution()
 
-    @staticmethod
-    def _fill_combo(combo: QtWidgets.QComboBox, items: list[tuple[str, str]]) -> None:
-        keep = combo.currentData()
-        if [combo.itemData(i) for i in range(combo.count())] == [i for i, _ in items]:
-            return
-        combo.blockSignals(True)
-        combo.clear()
-        for key, text in items:
-            combo.addItem(key, key)
-            combo.setItemData(combo.count() - 1, text, QtCore.Qt.ItemDataRole.ToolTipRole)
-        idx = combo.findData(keep)
-        combo.setCurrentIndex(idx if idx >= 0 else combo.count() - 1)
-        combo.blockSignals(False)
-        if combo.currentData() != keep:
-            combo.currentIndexChanged.emit(combo.currentIndex())
-
     def _fill_fits(self) -> None:
         proj, tid = self.controller.project, self.twin_combo.currentData()
         if proj is None or tid is None:
             return
         twin = proj.artifact(tid)
         fits = [
-            (a.id, a.summary or a.id)
+            a
             for a in proj.artifacts("fit")
             if (a.settings.get("twin") == tid or a.id in twin.inputs)
             and a.settings.get("status") != "cancelled"
         ]
-        self._fill_combo(self.fit_combo, fits)
+        self.fit_combo.set_artifacts(fits)
 
     def _twin_spec(self) -> Any:
         proj, tid = self.controller.project, self.twin_combo.currentData()

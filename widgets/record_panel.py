@@ -160,7 +160,10 @@ class RecordPanel(QtWidgets.QWidget):
         link = self.controller.robot_link
         client = link.protocol_client() if link is not None else None
         if client is None:
-            raise TwinbenchError("no robot connected (Devices ▸ connect a robot or start the lab)")
+            raise TwinbenchError(
+                "no robot connected (Devices ▸ Start virtual lab, or Add robot… in the "
+                "Devices panel)"
+            )
         return client
 
     def _motion_changed(self, name: str) -> None:
@@ -322,6 +325,7 @@ class RecordPanel(QtWidgets.QWidget):
         self._task = task = self.runner.start(f"Record {motion.name}", job)
         self.record_button.setEnabled(False)
         self.preview_button.setEnabled(False)
+        self.progress.setValue(0)  # not the previous recording's 100 %
         self.time_line.setValue(0.0)
         self.time_line.show()
         task.sig_progress.connect(self._on_progress)

@@ -20,15 +20,17 @@ from app.workflows import scan as wf
 from app.workflows.scan_robot import scan_lab
 from resources.errors import TwinbenchError
 from resources.text import count
+from widgets.artifact_combo import ArtifactCombo
 from widgets.pages import StatusLine, WorkflowPage, preview
 from widgets.scan_live import Live, depth_colormap, qimage
 from widgets.scan_tables import fill_calibration, fill_objects
 from widgets.scene_view import SceneView
 
 log = logging.getLogger(__name__)
+IDLE_PREVIEW = "no {} frames yet\n(press Start scan)"  # "{}": colour / depth
 PREVIEW_MIN_W = 192  # colour/depth previews shrink to this on a 1366x768 laptop
 SOURCES = (
-    ("Virtual lab (calibrate + guided wrist scan)", "lab"),
+    ("Virtual lab (calibrate + wrist scan)", "lab"),  # fits the box at 1366x768
     ("Virtual lab, quick", "lab-quick"),
     ("RealSense camera (handheld)", "realsense"),
     ("Recording (.db3 / .bag)…", "file"),
@@ -60,7 +62,7 @@ class ScanPage(WorkflowPage):
         self.source.setSizeAdjustPolicy(
             QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )
-        self.source.setMinimumContentsLength(24)
+        self.source.setMinimumContentsLength(26)  # its longest text, whole, at 1366x768
         for label, key in SOURCES:
             self.source.addItem(label, key)
         self.start_btn = QtWidgets.QPushButton("Start scan")
@@ -82,12 +84,9 @@ class ScanPage(WorkflowPage):
         layout.addLayout(bar)
         saved_row = QtWidgets.QHBoxLayout()
         saved_row.addWidget(QtWidgets.QLabel("Saved scans:"))
-        self.saved = QtWidgets.QComboBox()
-        self.saved.setSizeAdjustPolicy(
-            QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        self.saved = ArtifactCombo(
+            min_chars=30, what="Open a scan saved in this project to review or edit it"
         )
-        self.saved.setMinimumContentsLength(30)
-        self.saved.setToolTip("Open a scan saved in this project to review or edit it")
         self.saved.activated.connect(lambda _i: self.open_saved(self.saved.currentData()))
         saved_row.addWidget(self.saved, 1)
         saved_row.addWidget(QtWidgets.QLabel("Hand-held depth range:"))
@@ -123,8 +122,8 @@ class ScanPage(WorkflowPage):
             )
             lab.setStyleSheet("background: #202225; color: #9aa0a6;")
             lab.setAlignment(QtCore.Qt.AlignmentFlag.AlignCenter)
-            lab.setText(f"no {cap.lower()} frames yet\n(press Start scan)")
             ll.addWidget(lab)
+        self._placeholders(IDLE_PREVIEW)
         ll.addStretch(1)
         self.scene = SceneView()
         right = QtWidgets.QWidget()
@@ -193,18 +192,12 @@ class ScanPage(WorkflowPage):
 
     def _fill_saved(self) -> None:
         proj = self.controller.project
-        arts = list(reversed(proj.artifacts("scan"))) if proj is not None else []
-        ids = [a.id for a in arts]
-        if ids == [self.saved.itemData(i) for i in range(1, self.saved.count())]:
-            return
-        self.saved.blockSignals(True)
-        self.saved.clear()
-        self.saved.addItem(f"{count(len(arts), 'saved scan')} — choose one to open", None)
-        for a in arts:
-            self.saved.addItem(f"{a.id}  {a.summary}", a.id)
-        if self._saved_id in ids:
-            self.saved.setCurrentIndex(ids.index(self._saved_id) + 1)
-        self.saved.blockSignals(False)
+        arts = proj.artifacts("scan") if proj is not None else []
+        self.saved.set_artifacts(
+            arts, placeholder=f"{count(len(arts), 'saved scan')} — choose one to open"
+        )
+        if self._saved_id is not None:  # the saved scan shown
+            self.saved.select(self._saved_id)
 
     def open_saved(self, scan_id: str | None) -> None:
         """Show a scan saved in the project (read on a worker thread)."""
@@ -221,6 +214,7 @@ class ScanPage(WorkflowPage):
 
     def _show_saved(self, scan_id: str, result: Any) -> None:
         self.show_result(result)
+        self._placeholders("no live {} frames\n(a saved scan is shown)")
         self._saved_id, self._edited = scan_id, False
         self.accept_btn.setEnabled(False)  # already in the project; an edit enables it
         self.status.setText(f"{scan_id}: saved scan — rename, recolour or drop objects to edit")
@@ -263,6 +257,8 @@ class ScanPage(WorkflowPage):
             job = wf.scan_recording(path, opt)
         self._live, self.result = live, None
         self._saved_id, self._edited = None, False
+        self.saved.select(None)  # a new scan: no saved one is shown
+        self._placeholders("waiting for the first\n{} frame…")
         self.scene.clear()
         self._set_running(True)
         self.status.setText("starting…")
@@ -299,6 +295,7 @@ class ScanPage(WorkflowPage):
                         view.size(), QtCore.Qt.AspectRatioMode.KeepAspectRatio
                     )
                 )
+            self._framed = True
         c = partial.get("cloud")
         if c is not None:
             if c.points is not None and len(c.points):
@@ -309,10 +306,18 @@ class ScanPage(WorkflowPage):
                 self.scene.set_frame("scan/camera", c.camera, size=0.05)
             self._live.updates += 1
 
+    def _placeholders(self, text: str) -> None:
+        """Both previews show `text` ("{}": colour / depth) instead of a frame."""
+        for cap, lab in (("colour", self.color_view), ("depth", self.depth_view)):
+            lab.setText(text.format(cap))  # also drops the previous scan's picture
+        self._framed = False
+
     def _done(self, result: Any) -> None:
         self.timer.stop()
         self._tick()
         self._set_running(False)
+        if not self._framed:
+            self._placeholders("no {} preview\nfrom this scan")
         log.info(
             "scan finished: %s, %s (not saved yet: review, then Accept)",
             count(len(result.objects), "object"),
@@ -323,6 +328,8 @@ class ScanPage(WorkflowPage):
     def _failed(self, message: str) -> None:
         self.timer.stop()
         self._set_running(False)
+        if not self._framed:
+            self._placeholders(IDLE_PREVIEW)
         self.status.setText(f"failed: {message}")
 
     def _set_running(self, on: bool) -> None:

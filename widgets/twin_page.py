@@ -19,6 +19,7 @@ from scipy.spatial.transform import Rotation
 
 from app.workflows import twin as twin_flow
 from app.workflows.twin_live import LiveTwin, TwinFrame
+from widgets.artifact_combo import ArtifactCombo
 from widgets.pages import WorkflowPage, preview
 from widgets.scene_view import SceneView
 
@@ -114,12 +115,8 @@ class TwinPage(WorkflowPage):
         self._last_frame: TwinFrame | None = None
         self.frames_drawn = 0  # tests and the gui bench read it
         bar1 = QtWidgets.QHBoxLayout()
-        self.twin_combo = QtWidgets.QComboBox()
+        self.twin_combo = ArtifactCombo(min_chars=18)  # shows the open twin
         self.twin_combo.setMinimumWidth(160)
-        self.twin_combo.setSizeAdjustPolicy(
-            QtWidgets.QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
-        )
-        self.twin_combo.setMinimumContentsLength(18)
         self.twin_combo.activated.connect(lambda _i: self.open_twin(self.twin_combo.currentData()))
         self.build_btn = QtWidgets.QPushButton("Build from latest scan")
         self.build_btn.clicked.connect(lambda: self.build_twin(procedural=False))
@@ -238,16 +235,7 @@ class TwinPage(WorkflowPage):
             return
         twins = proj.artifacts("twin")
         ids = [a.id for a in twins]
-        self.twin_combo.blockSignals(True)
-        self.twin_combo.clear()
-        for a in reversed(twins):
-            self.twin_combo.addItem(f"{a.id}  {a.summary[:40]}", a.id)
-            self.twin_combo.setItemData(
-                self.twin_combo.count() - 1,
-                f"{a.id}\n{a.summary}",
-                QtCore.Qt.ItemDataRole.ToolTipRole,
-            )
-        self.twin_combo.blockSignals(False)
+        self.twin_combo.set_artifacts(twins)
         self.build_btn.setEnabled(bool(proj.artifacts("scan")))
         shown = self._loading_id or self.twin_id
         if shown in ids:
