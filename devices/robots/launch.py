@@ -177,6 +177,10 @@ def start_agent_process(
     env.setdefault("MUJOCO_GL", "egl")
     env.setdefault("PYOPENGL_PLATFORM", "egl")
     env["PYTHONUNBUFFERED"] = "1"
+    # no BLAS worker threads in the robot process: its SCHED_FIFO loop would wait for them
+    # behind every busy process (10-13 ms stalls at load 4; main.py does the same for
+    # `lab serve` / `agent serve`)
+    env.update({v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
     # stdin stays open for the lab's lifetime: if this process dies, the lab sees EOF and stops
     proc = subprocess.Popen(
         cmd,
