@@ -51,6 +51,7 @@ __all__ = [
     "BoardView",
     "CalibrationError",
     "CalibrationResult",
+    "LacksRotationError",
     "RejectedView",
     "board_image",
     "charuco_board",
@@ -69,6 +70,11 @@ __all__ = [
     "view_rms_px",
     "workspace_frame",
 ]
+
+
+class LacksRotationError(CalibrationError):
+    """Hand-eye: the robot views rotate about one axis only (a guided path can add views
+    tilted about another axis itself; a person is asked to)."""
 
 
 @dataclass
@@ -172,7 +178,7 @@ def park_martin(
             motions.append((hand_motion, camera_motion))
     eigvals, eigvecs = np.linalg.eigh(M.T @ M)
     if eigvals.min() < 1e-10:
-        raise CalibrationError(
+        raise LacksRotationError(
             "hand-eye: the robot views rotate about one axis only; add "
             "views tilted about another axis"
         )

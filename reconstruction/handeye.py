@@ -330,32 +330,71 @@ def _warn(res: CalibrationResult, opt: HandEyeOptions) -> None:
         )
 
 
+@dataclass(frozen=True)
+class RotationSpread:
+    """How the wrist rotations of a set of views spread.
+
+    The wrist rotations relative to their mean (`R_mean`, base frame), as rotation vectors
+    in the mean wrist frame, give a 3x3 covariance; `std_deg` are its square-rooted
+    eigenvalues in degrees, weakest first, `axes` the matching eigen-directions (columns, in
+    the mean wrist frame; `R_mean @ axes[:, k]` is the same direction in the base frame).
+    Hand-eye needs rotation about two or more axes: `std_deg[1]` near 0 means the views
+    rotate about one axis only."""
+
+    std_deg: NDArray[np.float64]
+    axes: NDArray[np.float64]
+    R_mean: NDArray[np.float64]
+    about_wrist_deg: tuple[float, float, float]
+
+    def axis_name(self, k: int) -> str:
+        return _axis_name(self.axes[:, k])
+
+    def axis_in_base(self, k: int) -> NDArray[np.float64]:
+        return np.asarray(self.R_mean @ self.axes[:, k], float)
+
+    def lacking_axis(self, min_deg: float) -> int | None:
+        """The axis to add wrist rotation about when the views turn about one axis only
+        (the second one spreads less than `min_deg`): 1; else None."""
+        return 1 if float(self.std_deg[1]) < min_deg else None
+
+
+def rotation_spread(T_base_hand: Sequence[NDArray[np.float64]]) -> RotationSpread:
+    """The `RotationSpread` of the wrist poses `T_base_hand` (at least one)."""
+    mean = Rotation.from_matrix([np.asarray(T)[:3, :3] for T in T_base_hand]).mean()
+    r = (
+        mean.inv() * Rotation.from_matrix([np.asarray(T)[:3, :3] for T in T_base_hand])
+    ).as_rotvec()
+    cov = r.T @ r / len(r)
+    eigvals, eigvecs = np.linalg.eigh(cov)
+    about = tuple(float(np.degrees(np.sqrt(cov[k, k]))) for k in range(3))
+    return RotationSpread(
+        std_deg=np.degrees(np.sqrt(np.maximum(eigvals, 0.0))),
+        axes=eigvecs,
+        R_mean=mean.as_matrix(),
+        about_wrist_deg=about,  # type: ignore[arg-type]
+    )
+
+
 def _pose_suggestions(
     T_base_hand: Sequence[NDArray[np.float64]],
 ) -> tuple[dict[str, float], list[str]]:
     """The views' rotation spread about the wrist axes, and which poses to add.
 
-    The wrist rotations relative to their mean, as rotation vectors in the mean wrist frame,
-    give a 3x3 spread; its weakest eigen-direction is the rotation the views lack. Hand-eye
-    needs motion about two or more axes; the less one axis is turned about, the worse
-    conditioned both the closed form and the refinement are."""
-    R_mean = Rotation.from_matrix([T[:3, :3] for T in T_base_hand]).mean()
-    r = (R_mean.inv() * Rotation.from_matrix([T[:3, :3] for T in T_base_hand])).as_rotvec()
-    cov = r.T @ r / len(r)
-    eigvals, eigvecs = np.linalg.eigh(cov)
-    std = np.degrees(np.sqrt(np.maximum(eigvals, 0.0)))
-    spread = {
-        f"about wrist {a}": float(np.degrees(np.sqrt(cov[k, k]))) for k, a in enumerate("xyz")
-    }
+    The weakest eigen-direction of the `rotation_spread` is the rotation the views lack.
+    Hand-eye needs motion about two or more axes; the less one axis is turned about, the
+    worse conditioned both the closed form and the refinement are."""
+    rs = rotation_spread(T_base_hand)
+    std = rs.std_deg
+    spread = {f"about wrist {a}": rs.about_wrist_deg[k] for k, a in enumerate("xyz")}
     spread["weakest"] = float(std[0])
     spread["strongest"] = float(std[2])
-    weak_axis = _axis_name(eigvecs[:, 0])
+    weak_axis = rs.axis_name(0)
     suggestions = []
     if std[0] < 0.5 * std[2] or std[0] < 10.0:
         suggestions.append(
             f"add 2-3 views with the wrist turned about {weak_axis} by about "
             f"±{max(15.0, float(std[2])):.0f} deg (the views now spread ±{std[0]:.1f} deg about "
-            f"it, ±{std[2]:.1f} deg about {_axis_name(eigvecs[:, 2])})"
+            f"it, ±{std[2]:.1f} deg about {rs.axis_name(2)})"
         )
     else:
         suggestions.append(

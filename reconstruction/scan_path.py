@@ -1,5 +1,6 @@
-"""Camera view planning for a wrist-camera scan: orbit targets and numeric IK over any
-forward-kinematics function (the robot's own model; nothing robot-specific here)."""
+"""Camera view planning for a wrist-camera scan: orbit targets, views tilted about a given
+axis (the rotation a hand-eye calibration lacks) and numeric IK over any forward-kinematics
+function (the robot's own model; nothing robot-specific here)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,56 @@ def orbit_targets(
     for a in np.radians(base_azimuth_deg + np.linspace(*azimuth_deg, n)):
         eye = c + distance * np.array([np.cos(el) * np.cos(a), np.cos(el) * np.sin(a), np.sin(el)])
         out.append(look_at(eye, c))
+    return out
+
+
+def tilted_views(
+    cameras: Sequence[NDArray[np.float64]],
+    axis: NDArray[np.float64] | Sequence[float],
+    centre: Sequence[float],
+    angles_deg: Sequence[float],
+    min_elevation_deg: float = 25.0,
+) -> list[tuple[int, NDArray[np.float64]]]:
+    """Camera poses (T_base_camera) turned by each of `angles_deg` about the base-frame
+    direction `axis` through `centre`, from each of `cameras` in turn (spread over the list:
+    first, last, middle, ...), every angle before the next camera; those whose eye stays
+    at least `min_elevation_deg` above `centre`'s horizon, looking down. Each comes with
+    the index of the camera it was turned from.
+
+    A camera that looked at `centre` still does, from the same distance; the wrist turns by
+    the angle about `axis`, as a hand-eye calibration lacking that rotation needs."""
+    a = np.asarray(axis, float)
+    a = a / np.linalg.norm(a)
+    c = np.asarray(centre, float)
+    order = _spread_order(len(cameras))
+    out = []
+    for i in order:
+        for ang in angles_deg:
+            R = Rotation.from_rotvec(np.radians(ang) * a).as_matrix()
+            T = np.eye(4)
+            T[:3, :3] = R @ cameras[i][:3, :3]
+            T[:3, 3] = c + R @ (cameras[i][:3, 3] - c)
+            up = T[:3, 3] - c
+            elevation = np.degrees(np.arcsin(np.clip(up[2] / max(np.linalg.norm(up), 1e-9), -1, 1)))
+            if elevation >= min_elevation_deg and T[2, 2] < 0:
+                out.append((i, T))
+    return out
+
+
+def _spread_order(n: int) -> list[int]:
+    """0..n-1 with far-apart indices first: 0, n-1, the middle, then halving the gaps."""
+    order: list[int] = []
+    for k in [0, n - 1] + [int(round(f * (n - 1))) for f in _halvings(n)]:
+        if 0 <= k < n and k not in order:
+            order.append(k)
+    return order + [k for k in range(n) if k not in order]
+
+
+def _halvings(n: int) -> list[float]:
+    out, step = [], 0.5
+    while step * (n - 1) >= 0.5:
+        out += [f * step for f in range(1, int(1 / step), 2)]
+        step /= 2
     return out
 
 

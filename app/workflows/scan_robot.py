@@ -4,7 +4,9 @@ Scan page and `bench scan`. This is the one guided scan: the lab is just another
 
 - `calibrate_robot(client, ...)`: hand-eye calibration of the wrist camera from views of a
   ChArUco board lying on the table (reconstruction/calibration.py), plus every fixed camera
-  that sees the same board (its T_base_camera).
+  that sees the same board (its T_base_camera). Views that turn the wrist about one axis
+  only (a board laid where the path cannot look at it from enough directions) get views
+  tilted about another axis added by the calibration itself, not asked of the user.
 - `scan_robot(client, options, record=..., calibration=...)`: move the arm through the
   planned view path (reconstruction/scan_path.py), wait until it settles, grab a
   wrist-camera frame over the protocol and pair it with the joint state at the frame's
@@ -15,19 +17,21 @@ Scan page and `bench scan`. This is the one guided scan: the lab is just another
   calibration set-up (board on the table), then the workspace; calibrate, then scan.
 
 The numbers of the path (workspace centre, exclusion box, board centre, calibration orbit,
-second pass) live in app/workflows/scan_plan.py only; the arm's moves and frame pairing in
-app/workflows/connected_arm.py. The robot is left stopped at the end, on error and on
-cancel (`gen.close()`).
+views added for rotation, second pass) live in app/workflows/scan_plan.py only; the arm's
+moves, frame pairing and camera waits (sized to the camera's rate and the machine's load,
+reported while they last) in app/workflows/connected_arm.py. The robot is left stopped at
+the end, on error and on cancel (`gen.close()`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from app.jobs import Job, Progress, sub_job
 from app.workflows.connected_arm import ConnectedArm, camera_poses
@@ -38,12 +42,17 @@ from app.workflows.scan_plan import (
     RobotScanError,
     RobotScanPlan,
 )
-from devices.frames import RGBDFrame
+from devices.frames import Intrinsics, RGBDFrame
 from devices.robots.client import RobotClient
 from reconstruction.pipeline import ScanSession
 from reconstruction.scan_result import ScanResult
 from reconstruction.tsdf import TSDFSettings
 from resources.errors import TwinbenchError
+
+if TYPE_CHECKING:
+    from reconstruction.board import BoardView
+    from reconstruction.calibration import CalibrationResult
+    from reconstruction.handeye import RotationSpread
 
 
 class _Recorder:
@@ -110,12 +119,12 @@ def scan_robot(
         sess = ScanSession(TSDFSettings(voxel_size=opt.voxel_size, depth_max=opt.depth_max))
         first_pass = [T for orbit in plan.orbits() for T in orbit.targets(plan.centre)]
         fixed_frames: list[RGBDFrame] = []
+        arm.prime_camera()  # the wrist camera starts while the fixed one is read
         if T_fixed is not None and plan.fixed_frames:
             yield Progress(0.0, f"fixed camera '{fixed}': {plan.fixed_frames} frames")
-            fixed_frames = [
-                replace(f, T_world_camera=T_fixed)
-                for f in arm.grab_fixed(str(fixed), plan.fixed_frames)
-            ]
+            grabbed = yield from arm.grab_fixed(str(fixed), plan.fixed_frames)
+            fixed_frames = [replace(f, T_world_camera=T_fixed) for f in grabbed]
+        yield from arm.wait_camera()
         stream: Iterator[RGBDFrame] = _chain(
             fixed_frames, camera_poses(arm, first_pass, X, plan, log)
         )
@@ -225,11 +234,12 @@ def calibrate_robot(
     the table near the plan's board centre: the lab's panda_calib scene), robot moved along
     the guided calibration path; then every fixed camera that sees the board gets its
     T_base_camera from the board's base pose ("T_base_fixed", "fixed_camera", "fixed").
-    Raises RobotScanError when no view is reachable (CalibrationError from too few boards)."""
+    Views that turn the wrist about one axis only get views tilted about another added
+    ("extra_views", see `CalibrationPlan`). Raises RobotScanError when no view is reachable
+    or the added views still lack that rotation (CalibrationError from too few boards)."""
     from reconstruction.calibration import (
         detect_board,
         fixed_camera,
-        hand_eye,
         intrinsics_check,
         refine_with_depth,
     )
@@ -245,49 +255,44 @@ def calibrate_robot(
     try:
         X0 = arm.T_mount_camera_nominal
         targets = cp.targets()
-        hands, found, missed, motion, intr = [], [], [], [], None
+        taken: list[_CalibView] = []
+        missed: list[int] = []
+        intr = None
         q = client.latest_state().joint_pos
         arm.prime_camera()
         for i, T in enumerate(targets):
-            qt = arm.solve(T, X0, q)
+            qt = arm.solve(T, X0, q, roll_free=not cp.hold_roll)
             if qt is not None:
                 q = qt
-                t_settled, _ = arm.move(qt, plan)
-                f, qf = arm.grab(t_settled)
+                f, cv, _ = yield from _calibration_view(arm, i, qt, plan)
                 intr = f.intrinsics
-                v = detect_board(f)
-                if v is None:
+                if cv is None:
                     missed.append(i)
                 else:
-                    hands.append(arm.fk(qf))
-                    found.append(v)
-                    motion.append(arm.last_motion_rad)
+                    taken.append(cv)
             yield Progress(
                 0.9 * (i + 1) / len(targets),
-                f"calibration view {i + 1}/{len(targets)}: {len(found)} boards found",
+                f"calibration view {i + 1}/{len(targets)}: {len(taken)} boards found",
             )
         if intr is None:
             raise RobotScanError(f"robot {arm.info.name}: no calibration view is reachable")
-        # views where the arm never held still (a loaded machine: the joints read at the
-        # frame's time may be off) are left out while enough steady ones remain
-        steady = [k for k, m in enumerate(motion) if m <= UNSTEADY_RAD]
-        unsteady = [k for k, m in enumerate(motion) if m > UNSTEADY_RAD]
-        if unsteady and len(steady) >= MIN_STEADY_VIEWS:
-            hands, found = [hands[k] for k in steady], [found[k] for k in steady]
-        else:
-            unsteady = []
-        he = hand_eye(hands, found, intr)
+        he, used, unsteady, extra = yield from _hand_eye_turning_enough(
+            arm, taken, missed, intr, cp, plan, first_index=len(targets)
+        )
+        found = [v.view for v in used]
         out: dict[str, Any] = {
             "T_hand_camera": he.T,
             "hand_eye": he.summary(),
             "board_missed_views": missed,
-            "unsteady_views_left_out": len(unsteady),
+            "unsteady_views_left_out": unsteady,
             "intrinsics_check": intrinsics_check(found, intr),
         }
+        if extra["rounds"]:
+            out["extra_views"] = extra
         for name in arm.fixed_cameras:
             yield Progress(0.95, f"fixed camera '{name}': looking for the board")
             fviews = []
-            frames = arm.grab_fixed(name, cp.fixed_frames)
+            frames = yield from arm.grab_fixed(name, cp.fixed_frames)
             for f in frames:
                 v = detect_board(f)
                 if v is not None:
@@ -304,6 +309,186 @@ def calibrate_robot(
         arm.stop()
 
 
+@dataclass
+class _CalibView:
+    """One calibration view with the board found: the wrist pose at the frame's time, the
+    board, how far the arm moved over the grab window, the joint target it was taken at."""
+
+    index: int
+    hand: NDArray[np.float64]
+    view: BoardView
+    motion: float
+    q: NDArray[np.float64]
+
+
+def _calibration_view(
+    arm: ConnectedArm, index: int, qt: NDArray[np.float64], plan: RobotScanPlan
+) -> Job[tuple[RGBDFrame, _CalibView | None, bool]]:
+    """Move to `qt`, grab a frame when still: (frame, the view if the board is in it,
+    whether the arm got to `qt`: every joint within `REACHED_RAD`)."""
+    from reconstruction.calibration import detect_board
+
+    t_settled, _ = arm.move(qt, plan)
+    yield from arm.wait_camera()
+    f, qf = arm.grab(t_settled)
+    reached = bool(np.max(np.abs(qf - qt)) < REACHED_RAD)
+    v = detect_board(f)
+    if v is None:
+        return f, None, reached
+    view = _CalibView(index, arm.fk(qf), v, arm.last_motion_rad, np.asarray(qt, float))
+    return f, view, reached
+
+
+def _steady(views: list[_CalibView], min_rotation_deg: float) -> tuple[list[_CalibView], int]:
+    """Views where the arm never held still (a loaded machine: the joints read at the
+    frame's time may be off) are left out while enough steady ones remain: at least
+    `MIN_STEADY_VIEWS`, and turning the wrist about two axes where all the views do.
+    Returns (views kept, how many left out)."""
+    from reconstruction.handeye import rotation_spread
+
+    steady = [v for v in views if v.motion <= UNSTEADY_RAD]
+    if len(steady) == len(views) or len(steady) < MIN_STEADY_VIEWS:
+        return list(views), 0
+
+    def lacking(vs: list[_CalibView]) -> bool:
+        return rotation_spread([v.hand for v in vs]).lacking_axis(min_rotation_deg) is not None
+
+    if lacking(steady) and not lacking(views):
+        return list(views), 0
+    return steady, len(views) - len(steady)
+
+
+def _hand_eye_turning_enough(
+    arm: ConnectedArm,
+    views: list[_CalibView],
+    missed: list[int],
+    intr: Intrinsics,
+    cp: CalibrationPlan,
+    plan: RobotScanPlan,
+    first_index: int,
+) -> Job[tuple[CalibrationResult, list[_CalibView], int, dict[str, Any]]]:
+    """Hand-eye from the steady views; while they turn the wrist about one axis only (the
+    second axis of their rotation spread under `cp.min_rotation_deg`, or the closed form
+    finds the motion degenerate), add views tilted about the lacking axis (reachable ones,
+    within the plan's bounds) and solve again. When no more can be added: the hand-eye
+    with a warning if it solves and the views turn at least `cp.fail_rotation_deg` about
+    a second axis, else RobotScanError saying what was tried. Returns
+    (result, views used, unsteady views left out, what was added)."""
+    from reconstruction.calibration import LacksRotationError, hand_eye
+    from reconstruction.handeye import rotation_spread
+    from reconstruction.scan_path import tilted_views
+
+    X0 = arm.T_mount_camera_nominal
+    extra: dict[str, Any] = {"rounds": 0, "tried": 0, "reachable": 0, "added": 0, "boards": 0}
+    tried: list[NDArray[np.float64]] = []
+    no_more = False
+    while True:
+        used, unsteady = _steady(views, cp.min_rotation_deg)
+        hands = [v.hand for v in used]
+        spread = rotation_spread(hands) if len(hands) >= 3 else None
+        lacking = spread.lacking_axis(cp.min_rotation_deg) if spread is not None else None
+        exhausted = (
+            no_more or extra["added"] >= cp.max_extra_views or extra["tried"] >= cp.max_extra_tries
+        )
+        hopeless = (
+            exhausted and spread is not None and float(spread.std_deg[1]) < cp.fail_rotation_deg
+        )
+        if (lacking is None or exhausted) and not hopeless:
+            try:
+                he = hand_eye(hands, [v.view for v in used], intr)
+            except LacksRotationError:
+                if spread is None:
+                    raise
+                lacking = 1
+            else:
+                if lacking is not None and spread is not None:
+                    he.warnings.append(
+                        f"{_turns_about_one_axis(spread, lacking)}, even after "
+                        f"{extra['added']} views added tilted about it: the calibration "
+                        "is weakly determined along that axis"
+                    )
+                return he, used, unsteady, extra
+        assert spread is not None and lacking is not None
+        axis = spread.axis_name(lacking)
+        why = _turns_about_one_axis(spread, lacking)
+        if exhausted:
+            raise RobotScanError(
+                f"robot {arm.info.name}: hand-eye calibration needs the wrist turned about "
+                f"two axes, but {why}, and the calibration could not add enough views "
+                f"tilted about it: it tried {extra['tried']} poses turned ±{cp.tilt_deg:g} "
+                f"deg about it through the board centre ({extra['reachable']} reachable, "
+                f"{extra['added']} taken, {extra.get('not_reached', 0)} not reached by the "
+                f"arm, {extra['boards']} with the board found; {unsteady} views left out "
+                "where the arm never held still). Lay the board where the arm can look at it "
+                "from more directions (nearer the robot, in front of it) and calibrate again."
+            )
+        extra["rounds"] += 1
+        extra.setdefault("why", []).append(why)
+        candidates = tilted_views(
+            [v.hand @ X0 for v in used],
+            spread.axis_in_base(lacking),
+            cp.board_centre,
+            (cp.tilt_deg, -cp.tilt_deg),
+            cp.min_elevation_deg,
+        )
+        yield Progress(0.9, f"{why}: adding views tilted ±{cp.tilt_deg:g} deg about it")
+        tried_now = got = 0
+        for i, T in candidates:
+            if (
+                got >= cp.extra_per_round
+                or extra["added"] >= cp.max_extra_views
+                or extra["tried"] >= cp.max_extra_tries
+            ):
+                break
+            if any(_same_pose(T, t) for t in tried):
+                continue
+            tried.append(T)
+            extra["tried"] += 1
+            tried_now += 1
+            qt = arm.solve(T, X0, used[i].q, roll_free=False)
+            if qt is None:
+                continue
+            extra["reachable"] += 1
+            index = first_index + extra["added"]
+            _, cv, reached = yield from _calibration_view(arm, index, qt, plan)
+            extra["added"] += 1
+            if not reached:  # stopped short (a safety limit, a stopped robot): no new turn
+                extra["not_reached"] = extra.get("not_reached", 0) + 1
+            elif cv is None:
+                missed.append(index)
+            else:
+                views.append(cv)
+                extra["boards"] += 1
+                got += 1
+            yield Progress(
+                0.9,
+                f"extra view {extra['added']} tilted about {axis}: "
+                + (
+                    "the arm did not get there"
+                    if not reached
+                    else "board found"
+                    if cv is not None
+                    else "no board"
+                ),
+            )
+        no_more = tried_now == 0
+
+
+def _turns_about_one_axis(spread: RotationSpread, k: int) -> str:
+    return (
+        f"the views turn the wrist about one axis only (±{spread.std_deg[k]:.1f} deg "
+        f"about {spread.axis_name(k)}, ±{spread.std_deg[2]:.1f} deg about "
+        f"{spread.axis_name(2)})"
+    )
+
+
+def _same_pose(a: NDArray[np.float64], b: NDArray[np.float64]) -> bool:
+    from devices.poses import rotation_angle_deg
+
+    return bool(np.linalg.norm(a[:3, 3] - b[:3, 3]) < 0.01 and rotation_angle_deg(a, b) < 2.0)
+
+
+REACHED_RAD = 0.01  # an added calibration view counts where every joint got this close
 UNSTEADY_RAD = 2e-3  # a calibration view whose joints moved more over its grab window...
 MIN_STEADY_VIEWS = 8  # ... is left out while at least this many steady views remain
 LAB_CAMERA_SIZE = "640x480"  # the lab cameras render D435-like 640x480 for scans
