@@ -12,7 +12,10 @@ from app.session import AppController
 from devices.cameras.software import DB3Writer
 from reconstruction.metrics import absolute_trajectory_error
 
-pytestmark = [pytest.mark.gui, pytest.mark.slow]
+# Run on its own (with the wall-clock tests): beside another xdist worker on 2 cores its loop
+# registrations came out different (Open3D's threaded ICP is not repeatable, docs/TRAPS.md) and
+# the path's ATE was 3.7 and 9.0 cm in two runs; alone it holds 1.2 cm (5 of 5).
+pytestmark = [pytest.mark.gui, pytest.mark.slow, pytest.mark.realtime]
 
 
 def test_loop_closure_box_reaches_the_handheld_scan(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
