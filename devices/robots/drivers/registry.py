@@ -134,6 +134,8 @@ def _lab(args: argparse.Namespace) -> Served:
     cams: dict[str, CameraFeed] = {}
     if not args.no_cameras and info.cameras:
         cams = lab_cameras(driver, args.scene, args.config, args.camera_size, args.camera_fps)
+        for name in cams:  # clients size their frame waits from it (the driver's own info)
+            info.meta[f"camera/{name}/fps"] = float(args.camera_fps)
     return Served(driver, safety, cams, label=f"lab {args.scene}")
 
 

@@ -16,11 +16,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 
 
 def test_lab_serve_robot_policy_and_camera() -> None:
-    with start_lab_process("panda_table", camera_size="424x240", camera_fps=15) as lab:
+    with start_lab_process("panda_table", camera_size="424x240", camera_fps=12) as lab:
         with RobotClient(lab.host, lab.port, lab.token) as c:
             info = c.info
             assert info is not None and info.name == "lab/panda_table"
             assert len(info.joint_names) == 7 and set(info.cameras) == {"fixed", "wrist"}
+            # each camera's rate, which clients size their frame waits from
+            assert {info.meta[f"camera/{n}/fps"] for n in info.cameras} == {12.0}
             assert not any(k in str(info.to_dict()) for k in ("mass", "friction", "damping"))
             traj = c.stream(0.5)
             assert abs(traj.meta["rate_hz"] - info.control_rate_hz) < 0.15 * info.control_rate_hz
