@@ -61,6 +61,9 @@ class CalibratePage(WorkflowPage):
 
     def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
         self.live: LiveCalibration | None = None
+        self._closing: list[LiveCalibration] = []  # closed, their workers still stopping
+        self._stale = False  # something changed while the page was out of view
+        self._pending_open: tuple[CalibrationInputs, tuple[str, tuple[str, ...]]] | None = None
         self.inputs: CalibrationInputs | None = None
         self._loading: tuple[str, tuple[str, ...]] | None = None
         self._opened_for: tuple[str, tuple[str, ...]] | None = None
@@ -203,11 +206,39 @@ class CalibratePage(WorkflowPage):
         self.plot.set_visible(self.plot.visible_series())
         self._update_buttons()
 
+    def _out_of_view(self) -> bool:
+        """The window is on screen and this page is not (another page is shown): opening
+        and drawing wait until it is, so the GUI thread is not busy with a page no one
+        sees (issue 24 part 4)."""
+        win = self.window()
+        return win is not self and win.isVisible() and not self.isVisible()
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 (Qt name)
+        super().showEvent(event)
+        if self._stale:
+            QtCore.QTimer.singleShot(0, self, self._catch_up)
+
+    def _catch_up(self) -> None:
+        """Shown again: open what changed meanwhile, draw the newest frame."""
+        if not self._stale or self._out_of_view():
+            return
+        self._stale = False
+        pending, self._pending_open = self._pending_open, None
+        if pending is not None:
+            self._opened(*pending)
+        want = (str(self.twin_combo.currentData()), tuple(self.ticked()))
+        if pending is None or want != self._opened_for:
+            self.reload()
+        self._on_frame()
+
     def reload(self) -> None:
         """Open the chosen twin with the ticked recordings (a job), unless already open."""
         proj = self.controller.project
         tid = self.twin_combo.currentData()
         if proj is None:
+            return
+        if self._out_of_view():
+            self._stale = True
             return
         if tid is None:
             self._recordings_only()
@@ -242,6 +273,9 @@ class CalibratePage(WorkflowPage):
     def _opened(self, inputs: CalibrationInputs, want: tuple[str, tuple[str, ...]]) -> None:
         if want != self._loading:
             return  # something else was asked for meanwhile
+        if self._out_of_view():  # opened when the page is shown
+            self._pending_open, self._stale = (inputs, want), True
+            return
         self._loading = None
         self._close_live()
         self.inputs = inputs
@@ -292,10 +326,18 @@ class CalibratePage(WorkflowPage):
     def _joint_units(self) -> dict[str, str]:
         return joint_units(self.inputs.spec if self.inputs is not None else None)
 
-    def _close_live(self) -> None:
+    def _close_live(self, wait: bool = False) -> None:
+        """Close the calibration world. Its worker stops its replay processes on its own
+        (half a second or more): the GUI thread does not wait for that unless `wait`."""
         if self.live is not None:
-            self.live.close()
+            self.live.close(wait=False)
+            self._closing.append(self.live)
             self.live = None
+        self._closing = [c for c in self._closing if c.alive]
+        if wait:
+            for c in self._closing:
+                c.close()
+            self._closing = []
         self._last = None
         self._opened_for = None
         self._ghost_ready = False
@@ -303,7 +345,7 @@ class CalibratePage(WorkflowPage):
         self._update_buttons()
 
     def detach(self) -> None:
-        self._close_live()
+        self._close_live(wait=True)
         if self.fit_dialog is not None:
             self.fit_dialog.close()
         super().detach()
@@ -366,6 +408,9 @@ class CalibratePage(WorkflowPage):
         build_scene(self.view, inputs.drawables)
 
     def _on_frame(self) -> None:
+        if self._out_of_view():  # drawn when shown (the frame waits in the worker)
+            self._stale = True
+            return
         live = self.live
         frame = live.take_frame() if live is not None else None
         if frame is None:

@@ -10,6 +10,7 @@ own process under Xvfb, so a crash of the window is a finding, not a crash of th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -17,6 +18,7 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,71 @@ def _percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q / 100 * len(s)))]
 
 
+class StallProbe:
+    """The event-loop monitor: a precise timer every TICK_MS whose lateness is the stall.
+
+    Lateness is recorded per section (`section(name)`; `pause()` stops recording and forgets
+    the last tick, so work outside the event loop, e.g. a test's own code, is not counted).
+    `bench gui` (through `run` below) and the GUI loop test both measure with this one.
+    """
+
+    def __init__(self, parent: Any = None, tick_ms: int = TICK_MS) -> None:
+        from PySide6 import QtCore
+
+        self.tick_ms = tick_ms
+        self.samples: dict[str, list[float]] = {}
+        self._section: str | None = None
+        self._last: float | None = None
+        self._excluded_ms = 0.0
+        self.timer = QtCore.QTimer(parent)
+        self.timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
+        self.timer.timeout.connect(self._on_tick)
+
+    def start(self) -> None:
+        self._last = None
+        self.timer.start(self.tick_ms)
+
+    def stop(self) -> None:
+        self.timer.stop()
+        self._last = None
+
+    def section(self, name: str) -> None:
+        """Record the following ticks' lateness under `name` (a new section starts afresh)."""
+        self._section = name
+        self._last = None
+        self._excluded_ms = 0.0
+        self.samples.setdefault(name, [])
+
+    def pause(self) -> None:
+        self._section = None
+        self._last = None
+
+    @contextlib.contextmanager
+    def excluded(self) -> Iterator[None]:
+        """Time spent in this block is not a stall (a test's own checks between events)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._excluded_ms += (time.perf_counter() - t0) * 1000
+
+    def _on_tick(self) -> None:
+        now = time.perf_counter()
+        if self._last is not None and self._section is not None:
+            late = (now - self._last) * 1000 - self.tick_ms - self._excluded_ms
+            self.samples[self._section].append(late)
+        self._last = now
+        self._excluded_ms = 0.0
+
+    def max_ms(self, name: str) -> float:
+        """The longest stall seen in section `name` (0 when none was recorded)."""
+        return max(self.samples.get(name, []), default=0.0)
+
+    def worst(self) -> dict[str, float]:
+        """{section: its longest stall in ms}, rounded to 0.1 ms."""
+        return {k: round(self.max_ms(k), 1) for k in self.samples}
+
+
 def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
     """Run the soak; returns the process exit code (0 when the report was written)."""
     from PySide6 import QtCore, QtWidgets
@@ -70,16 +137,10 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
     demo.start_lab(controller)
 
     report: dict[str, Any] = {"minutes_requested": minutes, "window": [width, height]}
-    ticks: list[float] = []
+    probe = StallProbe(win)
     rss: list[tuple[float, float]] = []
     t_start = time.monotonic()
-    state: dict[str, Any] = {"phase": "connect", "last_tick": None, "t_phase": t_start}
-
-    def on_tick() -> None:
-        now = time.perf_counter()
-        if state["last_tick"] is not None and state["phase"] == "soak":
-            ticks.append((now - state["last_tick"]) * 1000 - TICK_MS)
-        state["last_tick"] = now
+    state: dict[str, Any] = {"phase": "connect", "t_phase": t_start}
 
     def every_second() -> None:
         now = time.monotonic()
@@ -100,6 +161,7 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
             assert isinstance(twin, TwinPage)
             twin.play_btn.setChecked(True)
             gc.collect()
+            probe.section("soak")
             state.update(
                 phase="soak",
                 t_phase=now,
@@ -137,6 +199,7 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
         report["rss_growth_mb"] = round(
             report["rss_last_minute_mb"] - report["rss_first_minute_mb"], 1
         )
+        ticks = probe.samples.get("soak", [])
         report["gui_tick_ms_p50"] = round(_percentile(ticks, 50), 2)
         report["gui_tick_ms_p99"] = round(_percentile(ticks, 99), 2)
         report["gui_tick_ms_max"] = round(max(ticks, default=float("nan")), 1)
@@ -150,10 +213,7 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
         qapp.exit(0)
 
     soak_s = max(60.0, minutes * 60 - IDLE_MEASURE_S - 10)
-    probe = QtCore.QTimer(win)
-    probe.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
-    probe.timeout.connect(on_tick)
-    probe.start(TICK_MS)
+    probe.start()
     clock = QtCore.QTimer(win)
     clock.timeout.connect(every_second)
     clock.start(1000)

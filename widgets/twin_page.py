@@ -109,6 +109,7 @@ class TwinPage(WorkflowPage):
 
     def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
         self.live: LiveTwin | None = None
+        self._closing: list[LiveTwin] = []  # closed, their workers still stopping
         self.spec: Any = None
         self._drawables: list[Any] = []
         self._loading_id: str | None = None
@@ -244,11 +245,19 @@ class TwinPage(WorkflowPage):
             self.open_twin(twins[-1].id)
         self._update_status()
 
-    def _close_live(self) -> None:
+    def _close_live(self, wait: bool = False) -> None:
+        """Close the open twin; its worker closes the world on its own (the GUI thread
+        does not wait for that unless `wait`)."""
         self.play_btn.setChecked(False)
         if self.live is not None:
-            self.live.close()
+            self.live.close(wait=False)
+            self._closing.append(self.live)
             self.live = None
+        self._closing = [c for c in self._closing if c.alive]
+        if wait:
+            for c in self._closing:
+                c.close()
+            self._closing = []
         self._last_frame = None
         self._drawables = []
         self.view.clear()
@@ -262,7 +271,7 @@ class TwinPage(WorkflowPage):
 
     def detach(self) -> None:
         self._detached = True  # a twin opened by a job still in flight is closed on arrival
-        self._close_live()
+        self._close_live(wait=True)
         super().detach()
 
     # -- actions ---------------------------------------------------------------------------

@@ -161,9 +161,13 @@ class LiveCalibration:
         self.cursor_s = float(time_s)
         self._send(_Cmd("cursor"))
 
-    def close(self, timeout_s: float = 10.0) -> None:
+    def close(self, timeout_s: float = 10.0, wait: bool = True) -> None:
+        """Stop the worker; it closes its world and replay processes itself. `wait=False`
+        returns at once (a window's GUI thread: closing worker processes takes a while)."""
         if self._thread.is_alive():
             self._send(_Cmd("close"))
+            if not wait:
+                return
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 log.warning("calibration worker did not stop within %.0f s", timeout_s)

@@ -102,10 +102,13 @@ class LiveTwin:
         """Save the current values as a new twin artifact; the frame says the new id."""
         self._send("save", project, summary)
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        """Stop the worker (after the command it is running) and close the world."""
+    def close(self, timeout_s: float = 10.0, wait: bool = True) -> None:
+        """Stop the worker (after the command it is running) and close the world;
+        `wait=False` returns at once (the worker closes the world on its own)."""
         if self._thread.is_alive():
             self._send("close")
+            if not wait:
+                return
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 log.warning("twin worker did not stop within %.0f s", timeout_s)

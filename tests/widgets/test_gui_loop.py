@@ -7,6 +7,7 @@ user clicks; at the end the artifacts and their lineage make one chain."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,9 @@ from devices.robots.launch import start_lab_process
 
 pytestmark = [pytest.mark.gui, pytest.mark.slow, pytest.mark.realtime]
 DAMPING = "robot.joints.panda_joint2.damping"
+# Issue 24's target for the longest event-loop stall of a step is 200 ms, a benchmark figure
+# (`bench loop`); this test holds a regression bound the old code broke in every run.
+STALL_BOUND_MS = 600.0
 
 
 def _shot(window: Any, qtbot: Any, name: str) -> None:
@@ -37,7 +41,11 @@ def _shot(window: Any, qtbot: Any, name: str) -> None:
     assert grab_widget(window).save(str(Path(folder) / f"{name}.png"))
 
 
-def _latest(proj: Any, kind: str) -> Any:
+def _latest(proj: Any, kind: str, probe: Any = None) -> Any:
+    """The newest artifact of `kind`; with `probe`, the test's own read is not a stall."""
+    if probe is not None:
+        with probe.excluded():
+            return _latest(proj, kind)
     proj.refresh()
     arts = proj.artifacts(kind)
     return arts[-1] if arts else None
@@ -49,11 +57,16 @@ def test_demo_scan_twin_record_fit_train_deploy_refit(
 ) -> None:  # type: ignore[no-untyped-def]
     from widgets.fit_panel import FitDialog
     from widgets.record_panel import RecordPanel
+    from widgets.soak import StallProbe
 
     proj = controller.new_project(tmp_path / "loop")
+    # the event-loop monitor of `bench gui`: the longest stall of each step
+    probe = StallProbe(window)
+    probe.start()
 
     # 1. scan: the Scan page's quick guided scan of the virtual lab (calibration, then the
     # workspace; its own lab processes), accepted into the project
+    probe.section("scan")
     scan_page = window.show_step("scan")
     assert scan_page.start_scan("lab-quick")
     qtbot.waitUntil(lambda: scan_page.result is not None, timeout=600000)
@@ -61,20 +74,24 @@ def test_demo_scan_twin_record_fit_train_deploy_refit(
     with qtbot.waitSignal(scan_page.sig_scan_accepted, timeout=60000) as sig:
         scan_page.accept_scan()
     scan_id = sig.args[0]
+    probe.pause()
     _shot(window, qtbot, "loop-1-scan")
 
     # 2. twin: built from that scan on the Twin page
+    probe.section("twin")
     twin_page = window.show_step("twin")
     twin_page.build_twin(procedural=False)
-    qtbot.waitUntil(lambda: _latest(proj, "twin") is not None, timeout=600000)
-    twin = _latest(proj, "twin")
-    assert scan_id in twin.inputs
-    _, spec = load_twin(proj, twin.id)
-    assert {o.name for o in spec.objects} and DAMPING in spec.params
+    qtbot.waitUntil(lambda: _latest(proj, "twin", probe) is not None, timeout=600000)
+    with probe.excluded():
+        twin = _latest(proj, "twin")
+        assert scan_id in twin.inputs
+        _, spec = load_twin(proj, twin.id)
+        assert {o.name for o in spec.objects} and DAMPING in spec.params
     qtbot.waitUntil(
         lambda: twin_page.twin_id == twin.id and not twin_page._loading_id, timeout=300000
     )
     qtbot.waitUntil(lambda: not window.runner.running(), timeout=60000)
+    probe.pause()
     _shot(window, qtbot, "loop-2-twin")
 
     # the robot: the virtual lab as its own process, connected like any robot
@@ -85,6 +102,7 @@ def test_demo_scan_twin_record_fit_train_deploy_refit(
     controller.attach_robot(LabLink(lab, client, "panda_table"), detail="lab")
     try:
         # 3. record: a chirp of joints 2 and 4 from the Record panel
+        probe.section("record")
         panel = RecordPanel(controller)
         qtbot.addWidget(panel)
         panel.motion_box.setCurrentText("chirp")
@@ -96,20 +114,27 @@ def test_demo_scan_twin_record_fit_train_deploy_refit(
             panel.record_button.click()
         rec_id = sig.args[0]
         qtbot.waitUntil(lambda: not panel.runner.running(), timeout=10000)
+        probe.pause()
         _shot(panel, qtbot, "loop-3-record")
 
         # 4. fit: the Fit window on that recording, one parameter, a small budget
+        probe.section("fit")
         dlg = FitDialog(controller, twin.id, [rec_id], spec.params, [DAMPING])
         qtbot.addWidget(dlg)
         dlg.budget.setValue(8)
         dlg.start()
         qtbot.waitUntil(lambda: dlg.fit_id is not None, timeout=300000)
-        fit = proj.artifact(dlg.fit_id)
-        assert list(fit.inputs) == [twin.id, rec_id]
+        with probe.excluded():
+            fit = proj.artifact(dlg.fit_id)
+            assert list(fit.inputs) == [twin.id, rec_id]
+        qtbot.waitUntil(lambda: not window.runner.running(), timeout=30000)
+        qtbot.wait(300)  # what the finished fit draws
         assert dlg.pair.shown == [DAMPING]
+        probe.pause()
         _shot(dlg, qtbot, "loop-4-fit")
 
         # 5. train: the Policies page, CEM reach under the fit's posterior, tiny budget
+        probe.section("train")
         controller.notify_project_changed()
         pol_page = window.show_step("policies")
         setup = pol_page.setup
@@ -123,13 +148,17 @@ def test_demo_scan_twin_record_fit_train_deploy_refit(
         setup.episodes.setValue(1)
         setup.after_eval.setValue(4)
         pol_page.train_btn.click()
-        qtbot.waitUntil(lambda: _latest(proj, "policy") is not None, timeout=300000)
+        qtbot.waitUntil(lambda: _latest(proj, "policy", probe) is not None, timeout=300000)
         qtbot.waitUntil(lambda: pol_page.train_btn.isEnabled(), timeout=60000)
-        policy = _latest(proj, "policy")
-        assert list(policy.inputs) == [twin.id, fit.id]
+        qtbot.wait(300)  # what the finished training draws
+        with probe.excluded():
+            policy = _latest(proj, "policy")
+            assert list(policy.inputs) == [twin.id, fit.id]
+        probe.pause()
         _shot(window, qtbot, "loop-5-policies")
 
         # 6. deploy: predict in the twin, then run on the lab
+        probe.section("deploy")
         controller.notify_project_changed()
         dep = window.show_step("deploy")
         dep.refresh()
@@ -142,26 +171,47 @@ def test_demo_scan_twin_record_fit_train_deploy_refit(
         assert res.outcome["ended"] == "duration", res.outcome
         assert np.isfinite(res.outcome["final_error"])
         qtbot.waitUntil(lambda: not dep.runner.running(), timeout=30000)
+        qtbot.wait(300)  # what the saved run draws
         q_v = controller.robot_state().joint_vel
         assert float(np.max(np.abs(q_v))) < 0.05  # left stopped
+        probe.pause()
         _shot(window, qtbot, "loop-6-deploy")
 
         # 7. refit with the real run, then retrain from the refit
+        probe.section("refit")
         with qtbot.waitSignal(dep.sig_refit_done, timeout=600000) as sig:
             dep.refit_button.click()
-        refit = proj.artifact(sig.args[0]) if sig.args[0] in _ids(proj, "fit") else None
-        assert refit is not None and res.trajectory_id in refit.inputs
-        assert rec_id in refit.inputs  # the fit's recordings plus the new one
+        with probe.excluded():
+            refit = proj.artifact(sig.args[0]) if sig.args[0] in _ids(proj, "fit") else None
+            assert refit is not None and res.trajectory_id in refit.inputs
+            assert rec_id in refit.inputs  # the fit's recordings plus the new one
         qtbot.waitUntil(lambda: not dep.runner.running(), timeout=30000)
+        qtbot.wait(300)
+        probe.section("retrain")
         with qtbot.waitSignal(dep.sig_retrained, timeout=600000) as sig:
             dep.retrain_button.click()
-        proj.refresh()
-        policy2 = proj.artifact(sig.args[0])
-        assert list(policy2.inputs) == [twin.id, refit.id]
-        _shot(window, qtbot, "loop-7-retrained")
+        with probe.excluded():
+            proj.refresh()
+            policy2 = proj.artifact(sig.args[0])
+            assert list(policy2.inputs) == [twin.id, refit.id]
         qtbot.waitUntil(lambda: not dep.runner.running(), timeout=30000)
+        qtbot.wait(300)
+        probe.pause()
+        _shot(window, qtbot, "loop-7-retrained")
     finally:
+        probe.stop()
         controller.detach_robot()
+
+    worst = probe.worst()
+    (tmp_path / "stalls.json").write_text(json.dumps(worst, indent=1))
+    print("worst event-loop stall per step (ms):", json.dumps(worst))
+    # The GUI thread only draws (issue 24 part 4). Before, the Calibrate page closed its
+    # replay world on the GUI thread and opened and drew the twin while out of view: deploy
+    # 0.9-1.2 s, refit 0.9-1.6 s, train 0.36-0.86 s; after, on 2 cores: record 45-152,
+    # train 15-39, deploy 107-204, refit 184-198, retrain 6-87 ms. Not fixed yet: scan ~300,
+    # twin 75-396 (the Twin page's first 3D draw), fit 167-232 ms (the Fit window's plots).
+    fixed = ("record", "train", "deploy", "refit", "retrain")
+    assert all(worst[k] <= STALL_BOUND_MS for k in fixed), worst
 
     # the chain: scan -> twin -> recordings -> fit -> policy -> run -> refit -> policy
     run = proj.artifact(res.run_id)
