@@ -30,6 +30,7 @@ from devices.frames import RGBDFrame
 from devices.robots.client import RobotClient, load_per_core
 
 # --- how long to wait for a robot's camera ---------------------------------------------------
+IK_LIMIT_MARGIN = 0.05  # rad: scan and calibration poses keep this far inside the joint limits
 DEFAULT_CAMERA_FPS = 15.0  # a camera whose robot does not state its rate (camera/<name>/fps)
 CAMERA_STARTUP_S = 60.0  # the robot side starting a camera (the lab's renderer allowance)
 NEXT_FRAME_MIN_S = 15.0  # never give up on the next frame sooner (what scans always waited)
@@ -225,7 +226,11 @@ class ConnectedArm:
             info.meta[f"camera/{camera}/nominal_T_mount_camera"]
         )
         self.kin = RobotKinematics.from_description(info.description, info.joint_names)
-        self.lower, self.upper = np.asarray(info.limits.lower), np.asarray(info.limits.upper)
+        # views are solved this far inside the joint limits: a target at a limit overshoots
+        # it a little when reached, and the robot stops the arm for that (a measured-state
+        # safety stop: joint 7 at its limit for a view that held the camera's roll)
+        lo, hi = np.asarray(info.limits.lower), np.asarray(info.limits.upper)
+        self.lower, self.upper = lo + IK_LIMIT_MARGIN, hi - IK_LIMIT_MARGIN
         self._pump: _FramePump | None = None
 
     def waits(self, camera: str | None = None) -> CameraWaits:
