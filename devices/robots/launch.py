@@ -23,6 +23,7 @@ from pathlib import Path
 
 from devices.errors import DeviceError
 from devices.robots.auth import new_token, write_token_file
+from devices.robots.math_threads import single_threaded_math
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY = re.compile(r"listening on ([0-9.]+):(\d+)")
@@ -177,10 +178,7 @@ def start_agent_process(
     env.setdefault("MUJOCO_GL", "egl")
     env.setdefault("PYOPENGL_PLATFORM", "egl")
     env["PYTHONUNBUFFERED"] = "1"
-    # no BLAS worker threads in the robot process: its SCHED_FIFO loop would wait for them
-    # behind every busy process (10-13 ms stalls at load 4; main.py does the same for
-    # `lab serve` / `agent serve`)
-    env.update({v: "1" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")})
+    single_threaded_math(env)  # no BLAS workers for its SCHED_FIFO loop to wait on
     # stdin stays open for the lab's lifetime: if this process dies, the lab sees EOF and stops
     proc = subprocess.Popen(
         cmd,
