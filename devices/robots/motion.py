@@ -15,13 +15,14 @@ from numpy.typing import ArrayLike, NDArray
 
 from devices.errors import DeviceError
 from devices.robots.driver import RobotInfo
+from devices.robots.safety_config import SafetyConfig
 from devices.trajectory import Trajectory
 
 Vec = NDArray[np.float64]
 
 POSITION_MARGIN = 0.05  # rad kept clear of every joint limit
 SOFT_SPEED = 0.9  # the envelope moves position targets at most at 0.9 x the speed limit
-DEFAULT_MAX_ACCEL = 10.0  # rad/s^2: the agent envelope's default for position targets
+DEFAULT_MAX_ACCEL = SafetyConfig.max_accel  # rad/s^2: the agent envelope's default
 ACCEL_USE = 0.8  # share of max_accel a plan may use
 
 
