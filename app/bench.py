@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, str] = {
     "scan": "app.benches.scan",
     "twin": "app.benches.twin",
     "gui": "app.benches.gui",
+    "loop": "app.benches.loop",
     "safety": "app.benches.safety",
     "scan-real": "app.benches.scan_real",
     "calib-real": "app.benches.calib_real",
@@ -53,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--load",
         type=int,
         default=None,
-        help="run N CPU-bound processes beside the benchmark (safety: its targets hold at 4)",
+        help="run N CPU-bound processes beside the benchmark (safety, loop: their targets hold at 4)",
     )
     p.add_argument(
         "--posterior",

@@ -55,17 +55,21 @@ class SerialExecutor:
 
 
 class LocalExecutor:
-    """A local process pool of `workers` processes (started on first use)."""
+    """A local process pool of `workers` processes (started on first use). One worker runs
+    in this process unless `isolated`: the desktop app isolates its fits, since a replay's
+    PyBullet calls hold the GIL and stalled the window (and the robot link's heartbeat
+    thread) 0.5 s at a time."""
 
-    def __init__(self, workers: int | None = None) -> None:
+    def __init__(self, workers: int | None = None, isolated: bool = False) -> None:
         n = workers if workers is not None else (os.cpu_count() or 1)
         if n < 1:
             raise TwinError(f"executor: workers must be at least 1, not {n}")
         self.workers = int(n)
+        self.isolated = isolated
         self._pool: ProcessPoolExecutor | None = None
 
     def map(self, fn: Callable[[X], Y], items: Sequence[X]) -> Iterator[Y]:
-        if self.workers == 1:
+        if self.workers == 1 and not self.isolated:
             return (fn(x) for x in items)
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
@@ -133,14 +137,17 @@ class RayExecutor:
 
 
 def make_executor(
-    backend: str = "local", workers: int | None = None, address: str | None = None
+    backend: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    isolated: bool = False,
 ) -> Executor:
-    """The executor for a CLI/GUI choice: "local" (process pool; 1 worker = in process) or
-    "ray" (at `address`, or a local instance)."""
+    """The executor for a CLI/GUI choice: "local" (process pool; 1 worker = in process
+    unless `isolated`) or "ray" (at `address`, or a local instance)."""
     if backend == "local":
         if address:
             raise TwinError("--address is for --backend ray")
-        return LocalExecutor(workers or 1)
+        return LocalExecutor(workers or 1, isolated=isolated)
     if backend == "ray":
         return RayExecutor(address, workers)
     raise TwinError(f"backend '{backend}' is not one of {BACKENDS}")

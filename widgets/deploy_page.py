@@ -473,7 +473,9 @@ class DeployPage(WorkflowPage):
         self.retrain_button.setEnabled(False)  # only a refit that fitted is retrained from
         self.refit_id = None
         self.refit_note.setText("refitting the twin with this run…")
-        task = self.runner.start("Refit with the real run", refit_job(project, res.trajectory_id))
+        # replays in a worker process: in this one they hold the GIL and stall the window
+        job = refit_job(project, res.trajectory_id, isolated=True)
+        task = self.runner.start("Refit with the real run", job)
         self._follow(task, "refit: ")
         task.sig_finished.connect(self._refitted)
         task.sig_failed.connect(self._refit_failed)

@@ -236,7 +236,8 @@ class FitDialog(QtWidgets.QDialog):
             posterior=str(self.posterior.currentData()),
         )
         try:
-            job = fit_flow.fit_job(proj, self.twin_id, self.trajectory_ids, config)
+            # replays in a worker process: in this one they hold the GIL (window stalls)
+            job = fit_flow.fit_job(proj, self.twin_id, self.trajectory_ids, config, isolated=True)
         except Exception as exc:  # bad choice: the job raises before its first yield
             self.summary.setText(f"Cannot fit: {exc}")
             return

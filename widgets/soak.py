@@ -17,7 +17,9 @@ import logging
 import os
 import resource
 import sys
+import threading
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -59,7 +61,9 @@ class StallProbe:
     `bench gui` (through `run` below) and the GUI loop test both measure with this one.
     """
 
-    def __init__(self, parent: Any = None, tick_ms: int = TICK_MS) -> None:
+    def __init__(
+        self, parent: Any = None, tick_ms: int = TICK_MS, stacks_after_ms: float | None = None
+    ) -> None:
         from PySide6 import QtCore
 
         self.tick_ms = tick_ms
@@ -70,14 +74,59 @@ class StallProbe:
         self.timer = QtCore.QTimer(parent)
         self.timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
         self.timer.timeout.connect(self._on_tick)
+        # where the GUI thread was while it stalled: with stacks_after_ms, a sampler thread
+        # takes the GUI thread's stack once a tick is that late (it runs whenever the GUI
+        # thread lets go of the GIL, which Qt's and most native calls do)
+        self.stacks_after_ms = stacks_after_ms
+        self.stacks: dict[str, list[tuple[float, str]]] = {}
+        self._gui_ident = threading.get_ident()
+        self._tick_at = time.perf_counter()
+        self._sampled_tick = -1.0
+        self._sampler: threading.Thread | None = None
+        self._sampling = threading.Event()
 
     def start(self) -> None:
         self._last = None
         self.timer.start(self.tick_ms)
+        if self.stacks_after_ms is not None and self._sampler is None:
+            self._sampling.set()
+            self._sampler = threading.Thread(target=self._sample, name="stall-stacks", daemon=True)
+            self._sampler.start()
 
     def stop(self) -> None:
         self.timer.stop()
         self._last = None
+        self._sampling.clear()
+        if self._sampler is not None:
+            self._sampler.join(1.0)
+            self._sampler = None
+
+    def _sample(self) -> None:
+        assert self.stacks_after_ms is not None
+        after = self.stacks_after_ms / 1000
+        while self._sampling.is_set():
+            time.sleep(0.01)
+            tick, section = self._tick_at, self._section
+            late = time.perf_counter() - tick
+            if section is None or late < after or tick == self._sampled_tick:
+                continue
+            frames = sys._current_frames()
+            frame = frames.get(self._gui_ident)
+            if frame is None:
+                continue
+            self._sampled_tick = tick
+            where = "".join(traceback.format_stack(frame, limit=12))
+            # and where every other thread was: the one not waiting holds the GIL
+            names = {t.ident: t.name for t in threading.enumerate()}
+            for ident, f in frames.items():
+                if ident in (self._gui_ident, threading.get_ident()):
+                    continue
+                inner = traceback.extract_stack(f, limit=2)
+                calls = " <- ".join(
+                    f"{Path(x.filename).name}:{x.lineno} {x.name}" for x in inner[::-1]
+                )
+                where += f"  [thread {names.get(ident, ident)}] {calls}\n"
+            self.stacks.setdefault(section, []).append((round(late * 1000, 1), where))
 
     def section(self, name: str) -> None:
         """Record the following ticks' lateness under `name` (a new section starts afresh)."""
@@ -101,6 +150,7 @@ class StallProbe:
 
     def _on_tick(self) -> None:
         now = time.perf_counter()
+        self._tick_at = now
         if self._last is not None and self._section is not None:
             late = (now - self._last) * 1000 - self.tick_ms - self._excluded_ms
             self.samples[self._section].append(late)
@@ -114,6 +164,12 @@ class StallProbe:
     def worst(self) -> dict[str, float]:
         """{section: its longest stall in ms}, rounded to 0.1 ms."""
         return {k: round(self.max_ms(k), 1) for k in self.samples}
+
+    def stall_stacks(self, name: str, n: int = 3) -> list[str]:
+        """The GUI thread's stack in section `name`'s `n` longest sampled stalls (the lateness
+        when it was taken, then the stack, innermost call last)."""
+        got = sorted(self.stacks.get(name, []), key=lambda x: -x[0])[:n]
+        return [f"late {ms:g} ms when sampled:\n{where}" for ms, where in got]
 
 
 def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from app.benches.gui import _start_xvfb
+from app.benches.gui import start_xvfb
 from app.project import Project
 from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
@@ -99,7 +99,7 @@ def make_project(root: Path) -> tuple[Project, str, str]:
 
 def run(quick: bool = False) -> dict[str, Any]:
     try:
-        xvfb, display = _start_xvfb()
+        xvfb, display = start_xvfb()
         platform = "xcb"
     except TwinbenchError:
         xvfb, display, platform = None, "", "offscreen"

@@ -32,7 +32,7 @@ QUICK_MINUTES = 1.5
 SCREEN = "1366x768x24"
 
 
-def _start_xvfb() -> tuple[subprocess.Popen[bytes] | None, str]:
+def start_xvfb() -> tuple[subprocess.Popen[bytes] | None, str]:
     """(Xvfb process or None, DISPLAY to use): an existing display is used as it is."""
     if os.environ.get("DISPLAY"):
         return None, os.environ["DISPLAY"]
@@ -63,7 +63,7 @@ def run(quick: bool = False, minutes: float | None = None) -> dict[str, Any]:
     minutes = float(
         minutes if minutes is not None else (QUICK_MINUTES if quick else DEFAULT_MINUTES)
     )
-    xvfb, display = _start_xvfb()
+    xvfb, display = start_xvfb()
     tmp = Path(tempfile.mkdtemp(prefix="twinbench-bench-gui-"))
     report_path = tmp / "report.json"
     env = {

@@ -137,10 +137,12 @@ def refit_request(project: Project, trajectory_id: str) -> tuple[str, list[str],
     return twin_id, [*recs, trajectory_id], dict(fit.settings.get("config", {}))
 
 
-def refit_job(project: Project, trajectory_id: str, workers: int = 1) -> Job[str]:
+def refit_job(
+    project: Project, trajectory_id: str, workers: int = 1, isolated: bool = False
+) -> Job[str]:
     """Job: the refit of `refit_request`; returns the new fit artifact id. RefitError when
     a recording cannot be replayed or the fit's replays mostly failed; nothing is saved
-    then (see the module docstring)."""
+    then (see the module docstring). `isolated`: replays in a worker process (`fit_job`)."""
     from app.workflows.fit import fit_job
     from twins.fit import FitConfig
 
@@ -163,7 +165,7 @@ def refit_job(project: Project, trajectory_id: str, workers: int = 1) -> Job[str
         particles=int(cfg.get("particles", 64)),
     )
     gate = _FitGate(project, trajectory_id)
-    job = fit_job(cast(Project, gate), twin_id, recs, config, workers=workers)
+    job = fit_job(cast(Project, gate), twin_id, recs, config, workers=workers, isolated=isolated)
     try:
         while True:
             try:

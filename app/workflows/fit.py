@@ -121,8 +121,10 @@ def fit_job(
     workers: int = 1,
     address: str | None = None,
     resume_from: str | None = None,
+    isolated: bool = False,
 ) -> Job[str]:
-    """Job: fit the twin to the recordings; returns the fit artifact id."""
+    """Job: fit the twin to the recordings; returns the fit artifact id. `isolated`: replay
+    in worker processes even with one worker (the desktop app: replays hold the GIL)."""
     from twins.executor import make_executor
 
     tid, spec = load_twin(project, twin_id)
@@ -147,7 +149,7 @@ def fit_job(
         **({"resumed_from": resume_from} if resume_from else {}),
     }
     yield Progress(None, f"starting {backend} executor ({workers} workers)")
-    executor = make_executor(backend, workers, address)
+    executor = make_executor(backend, workers, address, isolated=isolated)
     gen = fit_steps(spec, recs, config, executor, vals, resume)
     checkpoint: Mapping[str, Any] | None = None
     finished = False

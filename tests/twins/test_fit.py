@@ -189,6 +189,26 @@ def _square(x: int) -> int:
     return x * x
 
 
+def _pid(_: int) -> int:
+    import os
+
+    return os.getpid()
+
+
+def test_one_isolated_worker_replays_in_another_process() -> None:
+    """The desktop app's fits: one worker, but not in the app's process (a replay's PyBullet
+    calls hold the GIL and stalled the window and the robot link's heartbeat 0.5 s)."""
+    import os
+
+    with LocalExecutor(1, isolated=True) as ex:
+        pids = set(ex.map(_pid, list(range(3))))
+    assert len(pids) == 1 and os.getpid() not in pids
+    with LocalExecutor(1) as ex:  # the CLI's default: in this process
+        assert set(ex.map(_pid, [0])) == {os.getpid()}
+    made = make_executor("local", 1, isolated=True)
+    assert isinstance(made, LocalExecutor) and made.isolated
+
+
 def test_local_executor_keeps_the_order() -> None:
     with LocalExecutor(2) as ex:
         assert list(ex.map(_square, list(range(7)))) == [x * x for x in range(7)]

@@ -1,0 +1,95 @@
+"""bench loop: the whole GUI loop on a busy laptop.
+
+Runs `python -m widgets.loop_run --inject` (the real window at 1366x768 under Xvfb, started
+here when there is no display: scan -> twin -> record -> fit -> train -> deploy -> refit ->
+retrain on the virtual lab, clicked through as tests/widgets/test_gui_loop.py does) in its
+own process while `--load` CPU-bound processes (default 4) keep the machine busy, and reports
+what it measured: the steps that reached their end, each step's wall time and longest
+event-loop stall (the `bench gui` monitor), robot-link drops and whether each came back, and
+how the two injected failures (a deploy run with a NaN command tail, and one whose recording
+was cut short on disk, both sent to Real2Sim) were reported. With $TWINBENCH_LOOP_SHOTS set
+to a folder, each page is saved there as a PNG after its step.
+
+Targets (issue 24): steps_completed = steps_total, link_drops_unrecovered = 0,
+failures_reported_as_success = 0, gui_stall_ms_max <= 200.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from app.benches.gui import start_xvfb
+from app.benches.safety_attacks import busy_processes
+
+DESCRIPTION = "the whole GUI loop beside busy processes, with two failures injected"
+DEFAULT_LOAD = 4
+TIMEOUT_S = 3600.0
+STALL_TARGET_MS = 200.0
+
+
+def run(quick: bool = False, load: int | None = None) -> dict[str, Any]:
+    load = DEFAULT_LOAD if load is None else int(load)
+    xvfb, display = start_xvfb()
+    tmp = Path(tempfile.mkdtemp(prefix="twinbench-bench-loop-"))
+    report_path = tmp / "report.json"
+    env = {
+        **os.environ,
+        "DISPLAY": display,
+        "QT_QPA_PLATFORM": "xcb",
+        "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"),
+        "TWINBENCH_DATA_DIR": str(tmp / "data"),
+        "TWINBENCH_CONFIG_DIR": str(tmp / "config"),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "widgets.loop_run",
+        "--project",
+        str(tmp / "loop"),
+        "--out",
+        str(report_path),
+        "--inject",
+    ]
+    if os.environ.get("TWINBENCH_LOOP_SHOTS"):  # each page after its step, as PNGs
+        cmd += ["--shots", os.environ["TWINBENCH_LOOP_SHOTS"]]
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        with busy_processes(load):
+            proc = subprocess.run(
+                cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+            )
+        rc, err = proc.returncode, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc, err = -9, f"the loop did not finish in {TIMEOUT_S:g} s: {exc}"
+    finally:
+        if xvfb is not None:
+            xvfb.terminate()
+            xvfb.wait(10)
+    out: dict[str, Any] = {"load": load, "display": display}
+    if report_path.is_file():
+        out.update(json.loads(report_path.read_text()))
+    crashed = rc != 0 or not report_path.is_file()
+    out["crashed"] = int(crashed)
+    out["exit_code"] = rc
+    if crashed:
+        out["stderr_tail"] = err[-1500:]
+    shutil.rmtree(tmp, ignore_errors=True)
+    stall = out.get("gui_stall_ms_max")
+    out["targets_met"] = bool(
+        not crashed
+        and out.get("steps_completed") == out.get("steps_total")
+        and out.get("link_drops_unrecovered") == 0
+        and out.get("failures_reported_as_success") == 0
+        and out.get("failures_not_reported") == 0
+        and len(out.get("injected", [])) == 2
+        and stall is not None
+        and stall <= STALL_TARGET_MS
+    )
+    return out
