@@ -57,6 +57,10 @@ from devices.trajectory import COMMAND_DELAY, Trajectory
 log = logging.getLogger(__name__)
 
 DEFAULT_HEARTBEAT_TIMEOUT_S = 0.25  # the agent's default heartbeat deadline
+# How often the heartbeat thread sends: a gap the robot sees is this plus however long the
+# thread was kept from running (the GIL held by the workbench's own work, 0.2-0.6 s at load
+# 4 in `bench loop`); 50 ms left 200 ms of the 250 ms deadline and scans were stopped at 251-253.
+HEARTBEAT_PERIOD_S = 0.02
 MIN_NO_DATA_S = 3.0  # never call a link lost on less silence than this
 MAX_NO_DATA_S = 10.0  # the server's idle timeout: a link silent that long is gone anyway
 MAX_LOAD_STRETCH = 3.0
@@ -102,7 +106,7 @@ class RobotClient:
         connect_timeout_s: float = 3.0,
         request_timeout_s: float = 10.0,
         heartbeat: bool = True,
-        heartbeat_period_s: float = 0.05,
+        heartbeat_period_s: float = HEARTBEAT_PERIOD_S,
         stale_timeout_s: float | None = None,
         subscribe_state: bool = True,
         version: int = P.PROTOCOL_VERSION,
