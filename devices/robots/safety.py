@@ -40,7 +40,6 @@ SOFT_SPEED = 0.88  # governors on the measured state aim at this fraction of the
 DAMPING_BAND = 1.0  # torque falls from full to zero over this fraction of the speed limit
 BRAKE_MARGIN = 0.02  # rad: velocity and torque motion brakes to a stop this far inside a limit
 LEAD_FULL, LEAD_ZERO = 0.9, 1.02  # position lead tapers to 0 between these speed fractions
-DRAG_FULL, DRAG_FLOOR = 0.85, 0.3
 LEAD_BRAKE = 3.0  # x max_accel: how hard the lead governor may decelerate a position target
 TARGET_MARGIN = 0.005  # rad: position targets stay this far inside the limits (tracking overshoot)
 LIMIT_PULLBACK = 4.0  # target correction (rad per rad, or rad/s per rad) past a limit
@@ -289,14 +288,8 @@ class SafetyEnvelope:
         if (boxed := self._box_step(prev, step, state)) is not None:
             acted.append("workspace")
             step = boxed
-        # joints drag each other: while any joint nears its speed limit, every target changes
-        # speed more gently (a dragged wrist at full braking torque is flung by its
-        # neighbours' accelerations, either way), even if that takes it past its goal
-        ratio = float(np.max(np.abs(self._vp) / self.vmax))
-        gentle = float(np.clip((LEAD_ZERO - ratio) / (LEAD_ZERO - DRAG_FULL), DRAG_FLOOR, 1.0))
-        step = np.clip(step, self._last_step - gentle * dstep, self._last_step + gentle * dstep)
-        if gentle >= 1.0:
-            step = np.where(want >= 0, np.minimum(step, want), np.maximum(step, want))
+        step = np.clip(step, self._last_step - dstep, self._last_step + dstep)
+        step = np.where(want >= 0, np.minimum(step, want), np.maximum(step, want))
         if np.any(step != out - prev):
             acted.append("max_step" if self.step_is_config else "velocity")
             out = prev + step

@@ -36,7 +36,7 @@ class SafetyConfig:
     measured_effort_factor: float | None = 1.5  # stop when |measured effort| > factor * limit
     # -- limits on the measured state --
     brake_decel: float = 5.0  # rad/s^2 the envelope counts on to stop a joint before a limit
-    max_accel: float = 7.0  # rad/s^2 a position target may accelerate (or reverse) at
+    max_accel: float = 10.0  # rad/s^2 a position target may accelerate (or reverse) at
     lead_s: float = 0.08  # a position target leads the measured joint by <= velocity * lead_s
     measured_velocity_factor: float = 1.1  # stop when |measured velocity| > factor * limit
     limit_tolerance: float = 0.002  # rad (joints) and m (box) of measured overshoot tolerated

@@ -236,7 +236,9 @@ def test_deploy_progress_and_prediction_texts_are_never_stale(
     # a refit after a run: its bar starts from 0 (not the run's 100 %) and follows the fit
     go = threading.Event()
 
-    def refit_job(project: Any, trajectory_id: str, workers: int = 1) -> Job[str]:
+    def refit_job(
+        project: Any, trajectory_id: str, workers: int = 1, isolated: bool = False
+    ) -> Job[str]:
         yield Progress(0.25, "replaying 4 windows")
         assert go.wait(10), "the test never let the refit finish"
         yield Progress(0.75, "least squares")
