@@ -22,9 +22,7 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -36,6 +34,7 @@ import numpy as np
 # the panels the loop opens, imported with this module as the app imports its pages: their
 # first import (under load, 0.1-0.5 s) is not one of the steps' stalls
 from widgets.fit_panel import FitDialog
+from widgets.loop_watch import LinkWatch, ThreadProbe, nan_tailed_copy, truncated_copy
 from widgets.record_panel import RecordPanel
 from widgets.soak import StallProbe
 
@@ -44,73 +43,10 @@ log = logging.getLogger(__name__)
 DAMPING = "robot.joints.panda_joint2.damping"
 STEPS = ("scan", "twin", "record", "fit", "train", "deploy", "refit", "retrain")
 STACKS_AFTER_MS = 120.0  # a stall this long gets the GUI thread's stack in the report
-NAN_TAIL = 15  # samples without a command the old deploy recorder left at a run's end
 
 
 class StepFailed(Exception):
     """A loop step did not reach its end (the message says where it stopped)."""
-
-
-class LinkWatch:
-    """Counts the robot link's drops from the controller's device rows: a "reconnecting"
-    row is a drop, a later "connected" its recovery, an "error" row a loss."""
-
-    def __init__(self, controller: Any) -> None:
-        self._lock = threading.Lock()
-        self.drops = self.recovered = self.lost = 0
-        self.events: list[str] = []
-        self._down = False
-        controller.devices_changed.connect(self._on_devices)
-
-    def _on_devices(self, devices: Any) -> None:
-        row = devices.get("robot") if isinstance(devices, dict) else None
-        if row is None:
-            return
-        with self._lock:
-            if row.state == "reconnecting" and not self._down:
-                self._down = True
-                self.drops += 1
-                self.events.append(f"{time.strftime('%H:%M:%S')} dropped: {row.detail}")
-            elif row.state == "connected" and self._down:
-                self._down = False
-                self.recovered += 1
-                self.events.append(f"{time.strftime('%H:%M:%S')} back")
-            elif row.state == "error":
-                self.lost += 1
-                self.events.append(f"{time.strftime('%H:%M:%S')} lost: {row.detail}")
-
-    def unrecovered(self) -> int:
-        with self._lock:
-            return self.drops - self.recovered
-
-
-class ThreadProbe:
-    """What any Python thread of this process meets (the robot link's heartbeat thread
-    among them): a thread that sleeps 10 ms, its lateness recorded per section of `probe`.
-    Late here but not on the GUI thread: the GIL or the CPU was held elsewhere."""
-
-    def __init__(self, probe: StallProbe) -> None:
-        self.probe = probe
-        self.worst: dict[str, float] = {}
-        self._on = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="thread-probe", daemon=True)
-
-    def start(self) -> None:
-        self._on.set()
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._on.clear()
-        self._thread.join(1.0)
-
-    def _run(self) -> None:
-        while self._on.is_set():
-            t = time.perf_counter()
-            time.sleep(0.01)
-            late = (time.perf_counter() - t - 0.01) * 1000
-            section = self.probe._section
-            if section is not None and late > self.worst.get(section, 0.0):
-                self.worst[section] = round(late, 1)
 
 
 class GuiLoop:
@@ -447,56 +383,13 @@ class GuiLoop:
         self.shot(self.window, "loop-7-retrained")
 
     # -- injected failures -------------------------------------------------------------------
-    def _copy_run(self, label: str, edit: Callable[[Path], None]) -> Any:
-        """A copy of the real deploy run (trajectory and run artifacts, same lineage) whose
-        trajectory folder `edit` changes; returns its DeployResult."""
-        from app.workflows.deploy import DeployResult
-
-        with self.probe.excluded():
-            self.proj.refresh()
-            res = self.result
-            src_t = self.proj.artifact(res.trajectory_id)
-            src_r = self.proj.artifact(res.run_id)
-            with self.proj.new_artifact(
-                "trajectory", inputs=src_t.inputs, settings=src_t.settings, summary=label
-            ) as f:
-                shutil.copytree(self.proj.path_of(src_t.id), f, dirs_exist_ok=True)
-                edit(Path(f))
-            tid = self.latest("trajectory").id
-            with self.proj.new_artifact(
-                "run",
-                inputs=[src_r.inputs[0], tid],
-                settings=src_r.settings,
-                summary=label,
-            ) as f:
-                shutil.copytree(self.proj.path_of(src_r.id), f, dirs_exist_ok=True)
-            rid = self.latest("run").id
-        return DeployResult(tid, rid, dict(res.outcome))
-
     def _nan_tailed_run(self) -> Any:
-        from devices.trajectory import Trajectory
-
-        def add_tail(folder: Path) -> None:
-            tr = Trajectory.load(folder)
-            dt = float(np.median(np.diff(tr.t)))
-            t = np.concatenate([tr.t, tr.t[-1] + dt * np.arange(1, NAN_TAIL + 1)])
-            channels = {}
-            for name, v in tr.channels.items():
-                tail = np.repeat(v[-1:], NAN_TAIL, axis=0)
-                if name == "robot/command":
-                    tail = np.full_like(tail, np.nan)
-                channels[name] = np.concatenate([v, tail])
-            Trajectory(t, channels, dict(tr.units), tr.source, dict(tr.meta)).save(folder)
-
-        return self._copy_run("deploy run with a NaN command tail (injected)", add_tail)
+        with self.probe.excluded():
+            return nan_tailed_copy(self.proj, self.result)
 
     def _truncated_run(self) -> Any:
-        def cut(folder: Path) -> None:
-            data = folder / "data.parquet"
-            raw = data.read_bytes()
-            data.write_bytes(raw[: len(raw) // 2])
-
-        return self._copy_run("deploy run with its recording cut short (injected)", cut)
+        with self.probe.excluded():
+            return truncated_copy(self.proj, self.result)
 
     def _send_failing(self, label: str, res: Any) -> None:
         """Send `res` to Real2Sim on the Deploy page: it must be reported as a failure."""

@@ -14,6 +14,7 @@ of thousands per minute).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,6 +22,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +62,18 @@ def start_xvfb() -> tuple[subprocess.Popen[bytes] | None, str]:
     raise TwinbenchError("bench gui: could not start Xvfb on displays :90-:129")
 
 
-def run(quick: bool = False, minutes: float | None = None) -> dict[str, Any]:
-    minutes = float(
-        minutes if minutes is not None else (QUICK_MINUTES if quick else DEFAULT_MINUTES)
-    )
+def run_in_window(
+    module: str,
+    args: Callable[[Path], list[str]],
+    timeout_s: float,
+    beside: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> dict[str, Any]:
+    """Run `python -m MODULE ARGS --out REPORT` (ARGS from `args(tmp folder)`) under Xvfb
+    (or the display there is), with its own config and data folders, while `beside()` is
+    entered (e.g. busy processes); returns its JSON report plus `display`, `crashed`,
+    `exit_code` and, when it crashed, the end of its stderr."""
     xvfb, display = start_xvfb()
-    tmp = Path(tempfile.mkdtemp(prefix="twinbench-bench-gui-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"twinbench-{module.split('.')[-1]}-"))
     report_path = tmp / "report.json"
     env = {
         **os.environ,
@@ -74,32 +83,21 @@ def run(quick: bool = False, minutes: float | None = None) -> dict[str, Any]:
         "TWINBENCH_DATA_DIR": str(tmp / "data"),
         "TWINBENCH_CONFIG_DIR": str(tmp / "config"),
     }
+    cmd = [sys.executable, "-m", module, *args(tmp), "--out", str(report_path)]
     repo = Path(__file__).resolve().parents[2]
     try:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "widgets.soak",
-                "--minutes",
-                str(minutes),
-                "--out",
-                str(report_path),
-            ],
-            cwd=repo,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=minutes * 60 + 300,
-        )
+        with beside():
+            proc = subprocess.run(
+                cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout_s
+            )
         rc, err = proc.returncode, proc.stderr
     except subprocess.TimeoutExpired as exc:
-        rc, err = -9, f"soak did not finish: {exc}"
+        rc, err = -9, f"{module} did not finish in {timeout_s:g} s: {exc}"
     finally:
         if xvfb is not None:
             xvfb.terminate()
             xvfb.wait(10)
-    out: dict[str, Any] = {"minutes_requested": minutes, "display": display}
+    out: dict[str, Any] = {"display": display}
     if report_path.is_file():
         out.update(json.loads(report_path.read_text()))
     crashed = rc != 0 or not report_path.is_file()
@@ -108,8 +106,21 @@ def run(quick: bool = False, minutes: float | None = None) -> dict[str, Any]:
     if crashed:
         out["stderr_tail"] = err[-1500:]
     shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def run(quick: bool = False, minutes: float | None = None) -> dict[str, Any]:
+    minutes = float(
+        minutes if minutes is not None else (QUICK_MINUTES if quick else DEFAULT_MINUTES)
+    )
+    out: dict[str, Any] = {"minutes_requested": minutes}
+    out.update(
+        run_in_window(
+            "widgets.soak", lambda _: ["--minutes", str(minutes)], timeout_s=minutes * 60 + 300
+        )
+    )
     out["targets_met"] = bool(
-        not crashed
+        not out["crashed"]
         and out.get("rss_growth_mb", 1e9) <= 50
         and out.get("idle_cpu_pct", 1e9) <= 10
         and out.get("gui_tick_ms_p99", 1e9) <= 50

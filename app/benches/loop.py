@@ -16,16 +16,11 @@ failures_reported_as_success = 0, gui_stall_ms_max <= 200.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from app.benches.gui import start_xvfb
+from app.benches.gui import run_in_window
 from app.benches.safety_attacks import busy_processes
 
 DESCRIPTION = "the whole GUI loop beside busy processes, with two failures injected"
@@ -36,54 +31,18 @@ STALL_TARGET_MS = 200.0
 
 def run(quick: bool = False, load: int | None = None) -> dict[str, Any]:
     load = DEFAULT_LOAD if load is None else int(load)
-    xvfb, display = start_xvfb()
-    tmp = Path(tempfile.mkdtemp(prefix="twinbench-bench-loop-"))
-    report_path = tmp / "report.json"
-    env = {
-        **os.environ,
-        "DISPLAY": display,
-        "QT_QPA_PLATFORM": "xcb",
-        "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"),
-        "TWINBENCH_DATA_DIR": str(tmp / "data"),
-        "TWINBENCH_CONFIG_DIR": str(tmp / "config"),
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "widgets.loop_run",
-        "--project",
-        str(tmp / "loop"),
-        "--out",
-        str(report_path),
-        "--inject",
-    ]
-    if os.environ.get("TWINBENCH_LOOP_SHOTS"):  # each page after its step, as PNGs
-        cmd += ["--shots", os.environ["TWINBENCH_LOOP_SHOTS"]]
-    repo = Path(__file__).resolve().parents[2]
-    try:
-        with busy_processes(load):
-            proc = subprocess.run(
-                cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
-            )
-        rc, err = proc.returncode, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, err = -9, f"the loop did not finish in {TIMEOUT_S:g} s: {exc}"
-    finally:
-        if xvfb is not None:
-            xvfb.terminate()
-            xvfb.wait(10)
-    out: dict[str, Any] = {"load": load, "display": display}
-    if report_path.is_file():
-        out.update(json.loads(report_path.read_text()))
-    crashed = rc != 0 or not report_path.is_file()
-    out["crashed"] = int(crashed)
-    out["exit_code"] = rc
-    if crashed:
-        out["stderr_tail"] = err[-1500:]
-    shutil.rmtree(tmp, ignore_errors=True)
+
+    def args(tmp: Path) -> list[str]:
+        shots = os.environ.get("TWINBENCH_LOOP_SHOTS")  # each page after its step, as PNGs
+        return ["--project", str(tmp / "loop"), "--inject", *(["--shots", shots] if shots else [])]
+
+    out: dict[str, Any] = {"load": load}
+    out.update(
+        run_in_window("widgets.loop_run", args, TIMEOUT_S, beside=lambda: busy_processes(load))
+    )
     stall = out.get("gui_stall_ms_max")
     out["targets_met"] = bool(
-        not crashed
+        not out["crashed"]
         and out.get("steps_completed") == out.get("steps_total")
         and out.get("link_drops_unrecovered") == 0
         and out.get("failures_reported_as_success") == 0

@@ -122,7 +122,7 @@ def test_lab_limits_hold_on_the_measured_state() -> None:
             assert wait_for(at_twisted, 30.0, every_s=0.02)  # generous: a loaded CI host
             target = twisted.copy()
             target[4] = lo[4] - 1.0
-            end = time.monotonic() + 4.0  # 5.1 rad at <= 0.88x the limit, 7 rad/s^2
+            end = time.monotonic() + 4.0  # 5.1 rad at <= 0.88x the limit: generous on a loaded host
             while time.monotonic() < end:
                 c.command_position(target)
                 time.sleep(0.005)
