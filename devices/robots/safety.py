@@ -40,6 +40,14 @@ SOFT_SPEED = 0.88  # governors on the measured state aim at this fraction of the
 DAMPING_BAND = 1.0  # torque falls from full to zero over this fraction of the speed limit
 BRAKE_MARGIN = 0.02  # rad: velocity and torque motion brakes to a stop this far inside a limit
 LEAD_FULL, LEAD_ZERO = 0.9, 1.02  # position lead tapers to 0 between these speed fractions
+# joints drag each other (position mode): while any joint nears its speed limit (predicted
+# speed from DRAG_FULL x the limit) or brakes with more than SAT_FROM x its effort limit
+# (at SAT_FULL its actuator is as good as saturated: the lab's wrist tops out at 11 of 12
+# N*m), every target's speed changes at no more than down to DRAG_FLOOR x max_accel and
+# drifts towards what its joint is doing (coasting): the big joints stop pulling on a wrist
+# that can no longer brake itself
+DRAG_FULL, DRAG_FLOOR = 0.85, 0.3
+SAT_FROM, SAT_FULL = 0.6, 0.8
 LEAD_BRAKE = 3.0  # x max_accel: how hard the lead governor may decelerate a position target
 TARGET_MARGIN = 0.005  # rad: position targets stay this far inside the limits (tracking overshoot)
 LIMIT_PULLBACK = 4.0  # target correction (rad per rad, or rad/s per rad) past a limit
@@ -99,7 +107,8 @@ class SafetyEnvelope:
                 "leaves no room between the joint limits"
             )
         self.vmax = np.asarray(lim.velocity, float) * config.velocity_scale
-        self.effmax = np.asarray(lim.effort, float) * config.effort_scale
+        self.eff_hw = np.asarray(lim.effort, float)  # the actuators' own (saturation)
+        self.effmax = self.eff_hw * config.effort_scale
         self.step_pos = self.vmax * self.dt
         self.step_vel = np.minimum(
             self.vmax * self.dt / max(config.velocity_ramp_s, self.dt), config.max_accel * self.dt
@@ -288,8 +297,25 @@ class SafetyEnvelope:
         if (boxed := self._box_step(prev, step, state)) is not None:
             acted.append("workspace")
             step = boxed
-        step = np.clip(step, self._last_step - dstep, self._last_step + dstep)
-        step = np.where(want >= 0, np.minimum(step, want), np.maximum(step, want))
+        # joints drag each other: while any joint nears its speed limit or brakes at nearly
+        # full torque, every target changes speed more gently and coasts with its joint (a
+        # dragged wrist at full braking torque is flung by its neighbours' accelerations,
+        # either way: bench safety's random streams reached 1.10x), even past its goal
+        ratio = float(np.max(np.abs(self._vp) / self.vmax))
+        gentle = float(np.clip((LEAD_ZERO - ratio) / (LEAD_ZERO - DRAG_FULL), DRAG_FLOOR, 1.0))
+        eff = state.joint_effort
+        braking = (eff * v < 0) & (np.abs(v) > DRAG_MIN_SPEED)
+        sat = float(np.max(np.where(braking, np.abs(eff) / self.eff_hw, 0.0)))
+        gentle = min(gentle, float(np.interp(sat, [SAT_FROM, SAT_FULL], [1.0, DRAG_FLOOR])))
+        # (the fast or straining joints themselves do not coast: their targets slow down)
+        own = (np.abs(self._vp) > DRAG_FULL * self.vmax) | (
+            braking & (np.abs(eff) > SAT_FROM * self.eff_hw)
+        )
+        coast = np.where(own, 0.0, 1.0 - gentle)
+        centre = self._last_step + coast * (v * self.dt - self._last_step)
+        step = np.clip(step, centre - gentle * dstep, centre + gentle * dstep)
+        if gentle >= 1.0:
+            step = np.where(want >= 0, np.minimum(step, want), np.maximum(step, want))
         if np.any(step != out - prev):
             acted.append("max_step" if self.step_is_config else "velocity")
             out = prev + step
