@@ -180,7 +180,11 @@ class JobRunner(QtCore.QObject):
 
 
 class JobProgressWidget(QtWidgets.QWidget):
-    """Status-bar widget: title + message, progress bar, Cancel button of the newest job."""
+    """Status-bar widget: title + message, progress bar, Cancel button of the newest job.
+    A finished job's outcome ("Fit twin: done at 14:02") stays for `OUTCOME_SHOWN_MS`,
+    then the label clears: an old "done" beside a page's new state reads as its outcome."""
+
+    OUTCOME_SHOWN_MS = 15000
 
     def __init__(self, runner: JobRunner, parent: QtWidgets.QWidget | None = None) -> None:
         super().__init__(parent)
@@ -197,6 +201,9 @@ class JobProgressWidget(QtWidgets.QWidget):
         self.cancel_button.clicked.connect(self._cancel)
         for w in (self.label, self.bar, self.cancel_button):
             lay.addWidget(w)
+        self._clear = QtCore.QTimer(self)
+        self._clear.setSingleShot(True)
+        self._clear.timeout.connect(self._clear_outcome)
         runner.sig_job_started.connect(self._track)
         runner.sig_job_done.connect(self._untrack)
         self._show(False)
@@ -208,6 +215,7 @@ class JobProgressWidget(QtWidgets.QWidget):
 
     def _track(self, task: JobTask) -> None:
         self.task = task
+        self._clear.stop()
         task.sig_progress.connect(self._on_progress)
         self.label.setText(f"{task.title}: starting…")
         self.bar.setRange(0, 0)
@@ -238,12 +246,19 @@ class JobProgressWidget(QtWidgets.QWidget):
         if task is not self.task:
             return
         outcome = {"finished": "done", "failed": "failed", "cancelled": "cancelled"}
-        self.label.setText(f"{task.title}: {outcome.get(task.state, task.state)}")
+        when = time.strftime("%H:%M")
+        self.label.setText(f"{task.title}: {outcome.get(task.state, task.state)} at {when}")
         others = self.runner.running()
         self.task = None
         if others:
             self._track(others[-1])
         else:
+            self._show(False)
+            self._clear.start(self.OUTCOME_SHOWN_MS)
+
+    def _clear_outcome(self) -> None:
+        if self.task is None:
+            self.label.setText("")
             self._show(False)
 
 

@@ -100,8 +100,31 @@ def test_cancel_button_in_progress_widget(runner, qtbot) -> None:
     assert 0 < w.bar.value() <= 1000
     with qtbot.waitSignal(task.sig_cancelled, timeout=5000):
         qtbot.mouseClick(w.cancel_button, QtCore.Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: w.label.text() == "Fit twin: cancelled")
+    qtbot.waitUntil(lambda: w.label.text().startswith("Fit twin: cancelled at "))
     assert not w.bar.isVisible()
+
+
+def test_a_finished_jobs_outcome_clears_and_a_new_job_replaces_it(runner, qtbot) -> None:
+    """'Train policy: done' stayed in the status bar for good, beside pages that had moved
+    on: the outcome (with its time) clears after OUTCOME_SHOWN_MS."""
+    from widgets.jobs import JobProgressWidget
+
+    w = JobProgressWidget(runner)
+    w.OUTCOME_SHOWN_MS = 300
+    qtbot.addWidget(w)
+    w.show()
+    task = runner.start("Train policy", steps_job(3, 0.01, []))
+    qtbot.waitUntil(lambda: task.done, timeout=5000)
+    qtbot.waitUntil(lambda: w.label.text().startswith("Train policy: done at "), timeout=2000)
+    assert w.label.isVisible() and not w.bar.isVisible()
+    qtbot.waitUntil(lambda: w.label.text() == "" and not w.label.isVisible(), timeout=2000)
+    # a job started while an outcome shows takes the label; its timer does not clear it
+    runner.start("Fit twin", steps_job(3, 0.01, []))
+    qtbot.waitUntil(lambda: w.label.text().startswith("Fit twin: done at "), timeout=5000)
+    task = runner.start("Build twin", steps_job(200, 0.01, []))
+    qtbot.wait(400)
+    assert w.label.text().startswith("Build twin: "), w.label.text()
+    task.cancel()
 
 
 def test_twinbench_error_shown_as_is(runner, qtbot) -> None:
