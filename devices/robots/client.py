@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import itertools
 import logging
 import os
@@ -65,6 +66,33 @@ MIN_NO_DATA_S = 3.0  # never call a link lost on less silence than this
 MAX_NO_DATA_S = 10.0  # the server's idle timeout: a link silent that long is gone anyway
 MAX_LOAD_STRETCH = 3.0
 RECONNECT_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)  # then every 5 s
+
+
+_gc_lock = threading.Lock()
+_gc_holds = [0, False]  # recordings running, whether the collector was on before the first
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector waits while the block runs (nested and from several
+    threads: it resumes when the last block ends, if it was on before the first). A full
+    collection walks the whole heap of a workbench that has loaded Open3D, PyBullet and Qt
+    (~0.1 s per 200k objects, more on a slow machine) with the GIL held, and the heartbeat
+    thread waits with it: a recording on a CI machine was stopped by the robot's 250 ms
+    watchdog at 253 ms. A stream's own garbage (state dicts, arrays) is freed by reference
+    counting; what cycles it leaves are collected when the collector resumes."""
+    with _gc_lock:
+        if _gc_holds[0] == 0:
+            _gc_holds[1] = gc.isenabled()
+            gc.disable()
+        _gc_holds[0] += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_holds[0] -= 1
+            if _gc_holds[0] == 0 and _gc_holds[1]:
+                gc.enable()
 
 
 def load_per_core() -> float:
@@ -578,11 +606,14 @@ class RobotClient:
     @contextlib.contextmanager
     def recording(self) -> Iterator[list[dict[str, Any]]]:
         """Collect every state message while the block runs (for `states_to_trajectory`);
-        lets a caller command the robot while its state is recorded."""
+        lets a caller command the robot while its state is recorded. The garbage collector
+        waits meanwhile (`collector_paused`): a recording streams to a robot whose watchdog
+        counts the gaps between heartbeats."""
         rec: list[dict[str, Any]] = []
         self._recorders.append(rec)
         try:
-            yield rec
+            with collector_paused():
+                yield rec
         finally:
             self._recorders.remove(rec)
 

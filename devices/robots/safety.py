@@ -316,6 +316,11 @@ class SafetyEnvelope:
         step = np.clip(step, centre - gentle * dstep, centre + gentle * dstep)
         if gentle >= 1.0:
             step = np.where(want >= 0, np.minimum(step, want), np.maximum(step, want))
+        else:  # coasting never outruns the braking before a limit or a face of the box
+            step = np.clip(step, -step_lo, step_hi)
+            if (boxed := self._box_step(prev, step, state)) is not None:
+                acted.append("workspace")
+                step = boxed
         if np.any(step != out - prev):
             acted.append("max_step" if self.step_is_config else "velocity")
             out = prev + step

@@ -102,3 +102,28 @@ def test_log_status_and_camera_frames(rig: Rig) -> None:
         with pytest.raises(DeviceError, match="no camera 'nope'"):
             next(c.camera_frames("nope"))
         assert c.connected
+
+
+def test_the_collector_waits_while_any_recording_runs_and_resumes_after_the_last() -> None:
+    """Recordings overlap (a camera capture beside a motion, two threads): the collector
+    stays off until the last one ends, and is left off when it was off before."""
+    import gc
+
+    from devices.robots.client import collector_paused
+
+    assert gc.isenabled()
+    first, second = collector_paused(), collector_paused()
+    first.__enter__()
+    assert not gc.isenabled()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert not gc.isenabled()  # the second recording still runs
+    second.__exit__(None, None, None)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # off before: not switched on behind the caller's back
+    finally:
+        gc.enable()
