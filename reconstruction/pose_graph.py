@@ -72,6 +72,17 @@ def optimise(
     n = len(keyframes)
     if n < 3 or not loop_edges:
         return {"keyframes": n, "loop_edges": len(loop_edges), "optimised": False}
+    off = _loop_offset_m(keyframes, loop_edges)
+    if off is not None and off < s.loop_min_offset_m:
+        return {
+            "keyframes": n,
+            "loop_edges": len(loop_edges),
+            "optimised": False,
+            "loop_offset_m": round(off, 4),
+            "rejected": f"the loops close within {off * 1000:.0f} mm of the tracked path (median), "
+            f"inside their own noise ({s.loop_min_offset_m * 1000:.0f} mm): no drift to correct "
+            "(the path is kept as tracked)",
+        }
     pg = _legacy.PoseGraph()
     for kf in keyframes:
         pg.nodes.append(_legacy.PoseGraphNode(kf.pose.copy()))
@@ -127,6 +138,17 @@ def optimise(
         "max_correction_m": round(moved_m, 4),
         "max_correction_deg": round(moved_deg, 3),
     }
+
+
+def _loop_offset_m(keyframes: list[Keyframe], loop_edges: list[LoopEdge]) -> float | None:
+    """Median distance between where the loop edges that close a loop (10 or more keyframes
+    apart) put a keyframe and where the tracked path has it; None without such edges."""
+    offs = [
+        float(np.linalg.norm(T[:3, 3] - (invert(keyframes[t].pose) @ keyframes[s_].pose)[:3, 3]))
+        for s_, t, T, _ in loop_edges
+        if s_ - t >= 10
+    ]
+    return float(np.median(offs)) if offs else None
 
 
 def _consistency(

@@ -63,6 +63,10 @@ class TrackingSettings:
     # runs, moved keyframes 2.3-3.1 cm and once made the path 9 cm off on a CI machine: 0.02
     # was too close to the noise
     loop_min_gain: float = 0.03
+    # and only if the loops say the tracked path is off: the median offset of the edges that
+    # close a loop (10+ keyframes apart) from the tracked chain. Lab out and back: 53 mm with
+    # 8.8 cm of drift put on, 1.6 mm on exact poses, 4-6 mm tracked (live or played back)
+    loop_min_offset_m: float = 0.01
     # the video fast path's model view at 1/raycast_down of the frame's resolution (the
     # view keeps ~20k points either way: at full resolution every 2nd pixel of the lab's
     # 424x240). Half costs less than half (lab: 18 vs 40 ms CPU) and renders within 0.01
