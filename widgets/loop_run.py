@@ -34,7 +34,7 @@ import numpy as np
 # the panels the loop opens, imported with this module as the app imports its pages: their
 # first import (under load, 0.1-0.5 s) is not one of the steps' stalls
 from widgets.fit_panel import FitDialog
-from widgets.loop_watch import LinkWatch, ThreadProbe, nan_tailed_copy, truncated_copy
+from widgets.loop_watch import GcWatch, LinkWatch, ThreadProbe, nan_tailed_copy, truncated_copy
 from widgets.record_panel import RecordPanel
 from widgets.soak import StallProbe
 
@@ -66,6 +66,7 @@ class GuiLoop:
         self.probe = StallProbe(window, stacks_after_ms=STACKS_AFTER_MS)
         self.link = LinkWatch(controller)
         self.threads = ThreadProbe(self.probe)
+        self.gc = GcWatch(self.probe)
         self.ids: dict[str, Any] = {}
         self.steps: dict[str, dict[str, Any]] = {}
         self.injected: list[dict[str, Any]] = []
@@ -137,6 +138,7 @@ class GuiLoop:
         self.controller.new_project(self.root)
         self.probe.start()
         self.threads.start()
+        self.gc.start()
         failed: str | None = None
         try:
             for name in STEPS:
@@ -151,6 +153,7 @@ class GuiLoop:
         finally:
             self.probe.stop()
             self.threads.stop()
+            self.gc.stop()
             self.controller.detach_robot()
         done = [n for n in STEPS if self.steps[n]["status"] == "ok"]
         return {
@@ -160,6 +163,8 @@ class GuiLoop:
             "step_wall_s": {n: self.steps[n].get("wall_s") for n in STEPS},
             "gui_stall_ms": {n: self.steps[n].get("stall_ms") for n in STEPS},
             "thread_late_ms": {n: self.threads.worst.get(n) for n in STEPS},
+            "gc_pause_ms": {n: self.gc.worst.get(n) for n in STEPS},
+            "gc_full_collections": {n: self.gc.full.get(n, 0) for n in STEPS},
             "gui_stall_ms_max": max(
                 (s["stall_ms"] for s in self.steps.values() if "stall_ms" in s), default=None
             ),

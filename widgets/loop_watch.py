@@ -1,10 +1,11 @@
 """What `widgets/loop_run.py` watches and injects besides the window: the robot link's drops
 (`LinkWatch`), how late any Python thread of the app's process runs (`ThreadProbe`: what the
-link's heartbeat thread meets), and the failing deploy runs sent to Real2Sim
+link's heartbeat thread meets), how long the garbage collector held it (`GcWatch`), and the failing deploy runs sent to Real2Sim
 (`nan_tailed_copy`, `truncated_copy`: copies of a real run with the same lineage)."""
 
 from __future__ import annotations
 
+import gc
 import shutil
 import threading
 import time
@@ -79,6 +80,38 @@ class ThreadProbe:
             section = self.probe._section
             if section is not None and late > self.worst.get(section, 0.0):
                 self.worst[section] = round(late, 1)
+
+
+class GcWatch:
+    """How long Python's cyclic garbage collector held the GIL, per section of `probe`
+    (`gc.callbacks`): a full collection walks the whole heap with every thread waiting,
+    wherever the allocation that set it off happened to be (a stall's stack does not show it)."""
+
+    def __init__(self, probe: StallProbe) -> None:
+        self.probe = probe
+        self.worst: dict[str, float] = {}
+        self.full: dict[str, int] = {}  # full (generation 2) collections per section
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        gc.callbacks.append(self._on_gc)
+
+    def stop(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        ms = (time.perf_counter() - self._t0) * 1000
+        section = self.probe._section
+        if section is None:
+            return
+        if ms > self.worst.get(section, 0.0):
+            self.worst[section] = round(ms, 1)
+        if info.get("generation") == 2:
+            self.full[section] = self.full.get(section, 0) + 1
 
 
 def _copy_run(proj: Any, res: Any, label: str, edit: Callable[[Path], None]) -> Any:

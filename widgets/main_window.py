@@ -4,6 +4,7 @@ menu; status bar with the running job.
 
 from __future__ import annotations
 
+import gc
 import html
 import logging
 from collections.abc import Callable
@@ -39,6 +40,17 @@ PAGE_CLASSES: dict[str, Callable[[AppController], QtWidgets.QWidget]] = {
     "policies": PoliciesPage,
     "deploy": DeployPage,
 }
+
+
+def settle_heap() -> None:
+    """Move every object alive now out of the garbage collector's reach (`gc.freeze`): they
+    are still freed when no longer referenced, but full collections stop walking them. The
+    window's heap (Qt, Open3D, PyBullet, torch and their modules: ~180k objects at start)
+    took 330-380 ms per full collection with the GIL held on a loaded machine, a freeze of
+    the window and of every thread that wanted the GIL (the robot link's heartbeats among
+    them). Called once the window is built and after each job, which may have imported
+    more; what cyclic garbage is alive at that moment is kept for good (a job's worth)."""
+    gc.freeze()
 
 
 class MainWindow(QtWidgets.QMainWindow):
@@ -122,6 +134,8 @@ class MainWindow(QtWidgets.QMainWindow):
         controller.recent_changed.connect(self._recent_from_model)
         self._on_project(controller.project)
         self.steps.setCurrentRow(0)
+        self.runner.sig_job_done.connect(lambda _task: settle_heap())
+        settle_heap()
 
     # -- construction --------------------------------------------------------------------
     def _fit_to_screen(self) -> None:

@@ -89,6 +89,21 @@ def frame_points(
     return (p @ T[:3, :3].T + T[:3, 3]).astype(np.float32)
 
 
+PREVIEW_POINTS = 40_000  # the Scan page's 3D view draws at most this many fused points
+
+
+def preview_subset(
+    points: NDArray[np.float32] | None, colors: NDArray[np.uint8] | None
+) -> tuple[NDArray[np.float32] | None, NDArray[np.uint8] | None]:
+    """Every k-th fused point (and colour), at most `PREVIEW_POINTS`: the window draws the
+    cloud on the GUI thread, and a whole workspace's surface (100k+ points) took a software
+    renderer hundreds of milliseconds per repaint while a scan ran."""
+    if points is None or len(points) <= PREVIEW_POINTS:
+        return points, colors
+    k = -(-len(points) // PREVIEW_POINTS)
+    return points[::k], None if colors is None else colors[::k]
+
+
 class _Throttle:
     def __init__(self, hz: float) -> None:
         self.dt, self.last = 1.0 / hz if hz > 0 else 0.0, -1e9
@@ -148,7 +163,7 @@ def reconstruct_frames(
             now = time.perf_counter()
             if now - last_fused >= 5 * fused_cost:  # fused surface: <= 20 % of the time
                 pv = sess.preview()
-                pts, cols = pv.points, pv.colors
+                pts, cols = preview_subset(pv.points, pv.colors)
                 fused_cost, last_fused = time.perf_counter() - now, time.perf_counter()
             frac = None if not total else min(n / total, 1.0) * 0.9
             yield Progress(
