@@ -271,7 +271,14 @@ class TwinWorld:
         path = self.spec.resolve(r.urdf)
         loadable, notes = loadable_urdf(path)
         self.notes += [n for n in notes if n not in r.notes] + list(r.notes)
-        flags = pb.URDF_USE_INERTIA_FROM_FILE | pb.URDF_MAINTAIN_LINK_ORDER
+        # No visual meshes: nothing reads PyBullet's visual shapes (the 3D views draw the
+        # URDF's meshes themselves, twins/view.py), and parsing a Panda's took 50-180 ms of a
+        # build (10-16 without) with the GIL held, the window waiting on a deploy prediction.
+        flags = (
+            pb.URDF_USE_INERTIA_FROM_FILE
+            | pb.URDF_MAINTAIN_LINK_ORDER
+            | pb.URDF_IGNORE_VISUAL_SHAPES
+        )
         try:
             rid = pb.loadURDF(
                 str(loadable),

@@ -49,10 +49,12 @@ class RobotKinematics:
         self.urdf = Path(urdf)
         self.cid = connect_direct()
         try:
+            # no visual meshes: only the chain is read, and parsing a Panda's meshes took
+            # 50-180 ms of 60 (10-16 without), with the GIL held (the window waited)
             self.body = pb.loadURDF(
                 str(self.urdf),
                 useFixedBase=True,
-                flags=pb.URDF_USE_INERTIA_FROM_FILE,
+                flags=pb.URDF_USE_INERTIA_FROM_FILE | pb.URDF_IGNORE_VISUAL_SHAPES,
                 physicsClientId=self.cid,
             )
         except pb.error as exc:

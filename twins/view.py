@@ -1,6 +1,6 @@
 """What a 3D view needs from a twin: meshes in their body frames and the current poses.
 
-Robot links come from PyBullet's visual shape data (URDF visual meshes or primitives);
+Robot links come from the URDF's visual elements (parsed here: the twin loads none into PyBullet);
 objects from the twin's visual mesh; collision geometry (primitives or convex hulls) is
 returned separately so a view can toggle it. Plain numpy/trimesh values, no PyBullet types.
 """
