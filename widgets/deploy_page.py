@@ -28,7 +28,7 @@ from app.jobs import Job, Progress
 from resources.errors import TwinbenchError
 from widgets.artifact_combo import ArtifactCombo
 from widgets.file_field import FileField
-from widgets.jobs import JobRunner, JobTask
+from widgets.jobs import JobRunner, JobTask, Throttled
 from widgets.pages import StatusLine, WorkflowPage, preview, spin_box
 from widgets.record_panel import PALETTE
 
@@ -55,6 +55,7 @@ class DeployPage(WorkflowPage):
         self.result: Any = None  # DeployResult of the last run
         self._task: JobTask | None = None  # the run on the robot, while it runs
         self._bar_task: JobTask | None = None  # the job the progress bar shows: the newest
+        self._show_progress = Throttled(self._progress_shown, parent=self)
         self._stop = threading.Event()
         self._live: dict[str, list[Any]] | None = None
         self._curves: dict[str, Any] = {}
@@ -247,20 +248,26 @@ class DeployPage(WorkflowPage):
         task.sig_cancelled.connect(lambda t=task: self._bar_done(t, False))
 
     def _on_progress(self, task: JobTask, p: Progress, prefix: str = "") -> None:
+        if isinstance(p.partial, dict) and "measured" in p.partial:
+            self._live = p.partial  # drawn by the page's own timer
+        self._show_progress(task, p, prefix)
+
+    def _progress_shown(self, task: JobTask, p: Progress, prefix: str) -> None:
+        if task.done:  # its outcome is shown already: no older progress after it
+            return
         if task is self._bar_task:
             if p.fraction is None:
                 self.progress.setRange(0, 0)  # busy, no fraction known
             else:
                 self.progress.setRange(0, 1000)
                 self.progress.setValue(int(1000 * min(max(p.fraction, 0.0), 1.0)))
-        if isinstance(p.partial, dict) and "measured" in p.partial:
-            self._live = p.partial
         if p.message:
             self._say(prefix + p.message)
 
     def _bar_done(self, task: JobTask, finished: bool) -> None:
         if task is not self._bar_task:
             return
+        self._show_progress.cancel()
         busy = self.progress.maximum() == 0
         self.progress.setRange(0, 1000)
         if finished:

@@ -184,3 +184,24 @@ def test_window_close_cancels_running_job(window, controller, qtbot) -> None:
     window.close()
     assert log[-1] == "cleanup"
     assert window.runner.pool.activeThreadCount() == 0
+
+
+def test_throttled_shows_the_first_at_once_and_the_newest_after_the_interval(qtbot) -> None:
+    """20 progress reports in a burst repaint twice, not 20 times: the first at once, the
+    newest at the end of the interval; a cancelled one never comes after the outcome."""
+    from widgets.jobs import Throttled
+
+    shown: list[int] = []
+    th = Throttled(shown.append, interval_ms=200)
+    for i in range(20):
+        th(i)
+    assert shown == [0]
+    qtbot.waitUntil(lambda: len(shown) == 2, timeout=2000)
+    assert shown == [0, 19]
+    qtbot.wait(300)
+    assert shown == [0, 19]  # nothing more pending
+    th(20)  # the interval has passed: at once
+    th(21)
+    th.cancel()
+    qtbot.wait(300)
+    assert shown == [0, 19, 20]
