@@ -52,7 +52,7 @@ from devices.frames import RGBDFrame
 from devices.robots import protocol as P
 from devices.robots.auth import client_proof, new_nonce, proof_matches, server_proof
 from devices.robots.driver import RobotInfo, RobotState
-from devices.robots.tls import check_pinned, client_context
+from devices.robots.tls import SerialTLS, check_pinned, client_context
 from devices.trajectory import COMMAND_DELAY, Trajectory
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,15 @@ def no_data_timeout(heartbeat_timeout_s: float | None, load: float | None = None
     return float(min(base * stretch, MAX_NO_DATA_S))
 
 
+def _close_after_use(sock: P.Stream, send_lock: threading.Lock) -> None:
+    """Close `sock` once no thread reads or writes it: its reader has left (the caller saw
+    to that) and no send is in flight (`send_lock`). A descriptor closed under a TLS read
+    is reused by the next connection, which the old read then consumes (another client's
+    handshake fails, or its stream is cut: 1 in 100 TLS connections in one process)."""
+    with send_lock, contextlib.suppress(OSError):
+        sock.close()
+
+
 UNITS = {
     "robot/joint_pos": "rad",
     "robot/joint_vel": "rad/s",
@@ -165,7 +174,7 @@ class RobotClient:
         self.session = ""
         self.cameras: list[Any] = []
         self.events: collections.deque[dict[str, Any]] = collections.deque(maxlen=500)
-        self._sock: socket.socket | None = None
+        self._sock: P.Stream | None = None
         self._send_lock = threading.Lock()
         self._cv = threading.Condition()
         self._replies: dict[int, dict[str, Any]] = {}
@@ -185,7 +194,7 @@ class RobotClient:
         self.reconnects = 0
         self._reconnecting = False
         self._need_acquire = False  # after a reconnect, until take_control()
-        self._pending: socket.socket | None = None  # a reconnect's socket, mid-handshake
+        self._pending: P.Stream | None = None  # a reconnect's socket, mid-handshake
         self._state_at: float | None = None  # monotonic arrival of the newest state
         self._frame_at: dict[str, float] = {}  # per subscribed camera: newest frame (or since)
 
@@ -207,19 +216,20 @@ class RobotClient:
         self._after_connect()
         self.link_state = "connected"
 
-    def _open(self) -> tuple[socket.socket, dict[str, Any]]:
+    def _open(self) -> tuple[P.Stream, dict[str, Any]]:
         """A socket past the handshake and its welcome message; raises DeviceError."""
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
+            raw = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
         except OSError as exc:
             raise self._err(f"cannot connect ({exc}); is the robot agent / lab running?") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock: P.Stream = raw
         self._pending = sock
         deadline = time.monotonic() + self.connect_timeout_s
         nonce = cnonce = b""
         try:
             if self.tls:
-                sock = self._wrap_tls(sock)
+                sock = self._wrap_tls(raw)
                 self._pending = sock
             msg = P.recv_message(sock, P.MAX_HELLO_BYTES, deadline)
             if msg["type"] == "challenge" and isinstance(msg.get("nonce"), bytes):
@@ -256,7 +266,7 @@ class RobotClient:
             raise self._err("the server did not prove it holds the token; not a robot of ours")
         return sock, msg
 
-    def _start_session(self, sock: socket.socket, msg: dict[str, Any]) -> None:
+    def _start_session(self, sock: P.Stream, msg: dict[str, Any]) -> None:
         """Make `sock` (past its handshake) the connection: robot info, reader, heartbeat."""
         info = RobotInfo.from_dict(msg["info"])
         if self.info is not None and tuple(info.joint_names) != tuple(self.info.joint_names):
@@ -308,7 +318,7 @@ class RobotClient:
                 with contextlib.suppress(OSError):
                     sock.settimeout(self.stale_timeout_s)
 
-    def _wrap_tls(self, sock: socket.socket) -> socket.socket:
+    def _wrap_tls(self, sock: socket.socket) -> SerialTLS:
         try:
             tls_sock = client_context().wrap_socket(sock)
         except (OSError, ssl.SSLError) as exc:
@@ -323,7 +333,7 @@ class RobotClient:
         except DeviceError:
             tls_sock.close()
             raise
-        return tls_sock
+        return SerialTLS(tls_sock)
 
     def close(self) -> None:
         """Say goodbye and disconnect (the robot stops anything this client controlled)."""
@@ -336,20 +346,20 @@ class RobotClient:
         if pending is not None:  # a reconnect mid-handshake: cut it short
             with contextlib.suppress(OSError):
                 pending.shutdown(socket.SHUT_RDWR)
-        if self._sock is not None:
+        sock = self._sock
+        if sock is not None:
             try:
                 with self._send_lock:
-                    self._sock.sendall(P.pack({"type": "bye"}))
+                    sock.sendall(P.pack({"type": "bye"}))
             except OSError:
                 pass
-            try:
-                self._sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._sock.close()
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the reader
         for t in list(self._threads):
             if t is not threading.current_thread():
                 t.join(timeout=2.0)
+        if sock is not None:
+            _close_after_use(sock, self._send_lock)
         self._set_lost(self._err("connection closed by this client"))
         self.link_state = "closed"
 
@@ -401,7 +411,7 @@ class RobotClient:
             log.exception("robot link observer failed")
 
     # -- threads ------------------------------------------------------------------------
-    def _read_loop(self, sock: socket.socket, epoch: int) -> None:
+    def _read_loop(self, sock: P.Stream, epoch: int) -> None:
         try:
             while True:
                 self._handle(P.recv_message(sock))
@@ -413,7 +423,7 @@ class RobotClient:
         except (DeviceError, OSError) as exc:
             self._link_down(sock, epoch, f"connection lost ({exc})")
 
-    def _link_down(self, sock: socket.socket, epoch: int, why: str, text: str = "") -> None:
+    def _link_down(self, sock: P.Stream, epoch: int, why: str, text: str = "") -> None:
         """The session `epoch` ended (`why`): report it and, with `reconnect`, dial again
         on this thread (the old session's reader)."""
         with self._cv:
@@ -434,8 +444,7 @@ class RobotClient:
                 self._reconnecting = True
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            sock.close()
+        _close_after_use(sock, self._send_lock)  # this is the reader: only a send can be in use
         if not self.reconnect:
             self.link_state, self.link_detail = "lost", str(self._lost)
             return

@@ -9,13 +9,12 @@ travel as lists of floats (joint vectors) or as raw little-endian bytes with dty
 from __future__ import annotations
 
 import math
-import socket
 import struct
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 import numpy as np
@@ -251,8 +250,23 @@ class ByteBudget:
             self.used -= n
 
 
+class Stream(Protocol):
+    """What the link reads and writes: a connected socket, or a TLS connection
+    (devices/robots/tls.SerialTLS)."""
+
+    def recv(self, bufsize: int, /) -> bytes: ...
+
+    def sendall(self, data: bytes, /) -> None: ...
+
+    def settimeout(self, timeout: float | None, /) -> None: ...
+
+    def shutdown(self, how: int, /) -> None: ...
+
+    def close(self) -> None: ...
+
+
 def _recv_exact(
-    sock: socket.socket,
+    sock: Stream,
     n: int,
     deadline: float | None = None,
     budget: ByteBudget | None = None,
@@ -305,7 +319,7 @@ def _recv_exact(
 
 
 def recv_message(
-    sock: socket.socket,
+    sock: Stream,
     max_bytes: int = MAX_MESSAGE_BYTES,
     deadline: float | None = None,
     body_rate: float | None = None,

@@ -23,6 +23,7 @@ from devices.errors import DeviceError
 from devices.robots import protocol as P
 from devices.robots.auth import client_proof, new_nonce, proof_matches, server_proof
 from devices.robots.object_feed import ObjectPoseError
+from devices.robots.tls import SerialTLS
 
 if TYPE_CHECKING:
     from devices.robots.server import RobotServer
@@ -62,7 +63,9 @@ class Session:
     """Reader (this object's thread) + writer thread for one peer."""
 
     def __init__(self, server: RobotServer, sock: socket.socket, addr: Any, sid: str) -> None:
-        self.server, self.sock, self.sid = server, sock, sid
+        self.server, self.sid = server, sid
+        self.sock: P.Stream = sock  # a SerialTLS once a TLS server's handshake is done
+        self._raw = sock
         self.peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
         self.name = f"{sid} ({self.peer})"
         self.authenticated = False
@@ -75,6 +78,11 @@ class Session:
         self._cv = threading.Condition()
         self._closing = False
         self._send_lock = threading.Lock()
+        # The reader and writer threads: the last of them to leave closes the socket. Closing
+        # it under a thread still in a (TLS) read or write frees its descriptor number for
+        # the next connection, which that thread would then read or write (seen as other
+        # clients' handshakes failing and streams cut, 1 in 100 TLS connections).
+        self._socket_users = 2
         self.guard = FloodGuard(server.flood_rate_hz, server.flood_burst)
         self._upload_lock = threading.Lock()
         self._upload: threading.Thread | None = None  # the policy_upload being handled
@@ -106,6 +114,12 @@ class Session:
         self.enqueue("other", P.pack(msg))
 
     def _write_loop(self) -> None:
+        try:
+            self._write_until_closed()
+        finally:
+            self._leave_socket()
+
+    def _write_until_closed(self) -> None:
         while True:
             with self._cv:
                 while not self._out and not self._closing:
@@ -139,15 +153,28 @@ class Session:
                 return
             self._closing = True
             self._cv.notify_all()
-        try:
+        try:  # wakes the reader and writer; the last of them closes the socket
             self.sock.shutdown(socket.SHUT_RDWR)
         except (OSError, ValueError):
             pass
-        self.sock.close()
         self.server.session_closed(self)
+
+    def _leave_socket(self) -> None:
+        with self._cv:
+            self._socket_users -= 1
+            last = self._socket_users == 0
+        if last:
+            self.sock.close()
 
     # -- incoming ---------------------------------------------------------------------
     def _read_loop(self) -> None:
+        try:
+            self._read_until_closed()
+        finally:
+            self.close()
+            self._leave_socket()
+
+    def _read_until_closed(self) -> None:
         srv = self.server
         try:
             # One deadline for the whole handshake (TLS, challenge, hello), not one per read:
@@ -194,14 +221,14 @@ class Session:
 
     def _tls_handshake(self, deadline: float) -> None:
         assert self.server.tls is not None
-        raw = self.sock
+        raw = self._raw
         raw.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             tls = self.server.tls.wrap_socket(raw, server_side=True)
         except ssl.SSLError as exc:
             raise P.ConnectionClosed(f"TLS handshake failed ({exc})") from None
         with self._send_lock:
-            self.sock = tls
+            self.sock = SerialTLS(tls)
         self._plain_ok = True
 
     def _handshake(self, msg: dict[str, Any], nonce: bytes) -> None:

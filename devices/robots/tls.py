@@ -13,12 +13,19 @@ with the `openssl` command line tool (Python's `ssl` cannot create one).
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import math
 import os
+import select
 import shutil
+import socket
 import ssl
 import subprocess
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 from devices.errors import DeviceError
 
@@ -138,3 +145,81 @@ def check_pinned(
     with path.open("a", encoding="utf-8") as f:
         f.write(f"{address} {got}\n")
     return got
+
+
+class SerialTLS:
+    """An established TLS connection that one thread may read while another writes.
+
+    OpenSSL forbids using one SSL object from two threads at once, and the robot link does
+    exactly that (a reader thread, and a writer or heartbeat thread). The failure is quiet:
+    a read that found no data while a write finished reports a clean end of stream (both
+    sides then see the other hang up), or a write reports "EOF occurred in violation of
+    protocol" — about 2 in 100 TLS connections in one process. Here every SSL call runs
+    non-blocking under one lock, and waiting for the socket happens outside it, so a read
+    that waits for data never holds up a write.
+
+    It offers what the link uses of a socket: recv, sendall, settimeout/gettimeout,
+    getpeercert, shutdown, close (a timeout raises TimeoutError, as a socket's does).
+    """
+
+    def __init__(self, tls: ssl.SSLSocket) -> None:
+        self._tls, self._lock = tls, threading.Lock()
+        self._timeout = tls.gettimeout()
+        tls.setblocking(False)
+
+    def settimeout(self, timeout: float | None, /) -> None:
+        self._timeout = timeout
+
+    def gettimeout(self) -> float | None:
+        return self._timeout
+
+    def getpeercert(self, binary_form: bool = False) -> Any:
+        return self._tls.getpeercert(binary_form)
+
+    def recv(self, bufsize: int, /) -> bytes:
+        deadline = self._deadline()
+        while True:
+            with self._lock:
+                try:
+                    return self._tls.recv(bufsize)
+                except ssl.SSLWantReadError:
+                    events = select.POLLIN
+                except ssl.SSLWantWriteError:
+                    events = select.POLLOUT
+            self._wait(events, deadline, "read")
+
+    def sendall(self, data: bytes | bytearray | memoryview, /) -> None:
+        view, deadline = memoryview(data).cast("B"), self._deadline()
+        while len(view):
+            with self._lock:
+                try:
+                    view = view[self._tls.send(view) :]
+                    continue
+                except ssl.SSLWantWriteError:
+                    events = select.POLLOUT
+                except ssl.SSLWantReadError:
+                    events = select.POLLIN
+            self._wait(events, deadline, "write")
+
+    def shutdown(self, how: int, /) -> None:
+        # the TCP connection only (no TLS close_notify): wakes a thread waiting in _wait
+        socket.socket.shutdown(self._tls, how)
+
+    def close(self) -> None:
+        with self._lock:
+            self._tls.close()
+
+    def _deadline(self) -> float | None:
+        return None if self._timeout is None else time.monotonic() + self._timeout
+
+    def _wait(self, events: int, deadline: float | None, what: str) -> None:
+        fd = self._tls.fileno()
+        if fd < 0:
+            raise OSError(errno.EBADF, "TLS socket is closed")
+        poller = select.poll()
+        poller.register(fd, events)
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise TimeoutError(f"the {what} operation timed out")
+        if not poller.poll(None if left is None else max(1, math.ceil(left * 1000))):
+            raise TimeoutError(f"the {what} operation timed out")

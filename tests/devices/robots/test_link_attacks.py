@@ -270,6 +270,42 @@ def test_tls_with_pinned_and_first_use_fingerprints(tmp_path: Path) -> None:
         agent.close()
 
 
+def test_tls_links_carry_requests_while_the_state_streams(tmp_path: Path) -> None:
+    """Four TLS clients in one process, each subscribed to the 250 Hz state stream and
+    sending 1000 requests: every one answered. With the SSL object read by one thread
+    while another wrote, 2-3 of the 4 links ended early in every run ("connection closed
+    by the robot", "EOF occurred in violation of protocol")."""
+    cert, key = ensure_certificate(tmp_path / "tls")
+    agent = Agent(IdealDriver())
+    agent.start()
+    token, errors, answered = new_token(), [], []
+    try:
+        with RobotServer(agent, token, tls=server_context(cert, key)) as srv:
+
+            def client() -> None:
+                try:
+                    with RobotClient(
+                        "127.0.0.1", srv.port, token, tls_fingerprint=fingerprint(cert)
+                    ) as c:
+                        for _ in range(1000):
+                            assert c.request("get_info")["name"] == agent.info.name
+                            answered.append(1)
+                            time.sleep(0.002)  # under the flood guard's 1000 messages/s
+                        assert c.latest_state() is not None
+                except DeviceError as exc:
+                    errors.append(str(exc))
+
+            threads = [threading.Thread(target=client) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+            assert not srv.notes, srv.notes
+    finally:
+        agent.close()
+    assert errors == [] and len(answered) == 4000
+
+
 def test_only_the_operator_clears_an_estop(rig: Rig) -> None:
     with (
         RobotClient("127.0.0.1", rig.port, rig.token, name="operator") as a,
