@@ -115,9 +115,8 @@ def no_data_timeout(heartbeat_timeout_s: float | None, load: float | None = None
 
 def _close_after_use(sock: P.Stream, send_lock: threading.Lock) -> None:
     """Close `sock` once no thread reads or writes it: its reader has left (the caller saw
-    to that) and no send is in flight (`send_lock`). A descriptor closed under a TLS read
-    is reused by the next connection, which the old read then consumes (another client's
-    handshake fails, or its stream is cut: 1 in 100 TLS connections in one process)."""
+    to that) and no send is in flight (`send_lock`). A descriptor closed under a read can
+    be handed to the next connection, which the old read would then consume."""
     with send_lock, contextlib.suppress(OSError):
         sock.close()
 
