@@ -20,7 +20,10 @@ yield's `partial["checkpoint"]` lets `fit_steps(..., resume=checkpoint)` continu
   polish (scipy `least_squares`, trust region, in rounds so the job can yield), with a
   central-difference Jacobian computed in parallel through the executor.
 - **Failed simulations** (TwinError such as an exploded twin, any exception, NaN) count
-  as failed samples with a penalty loss; the fit goes on and reports how many failed.
+  as failed samples with a penalty loss; the fit goes on and reports how many failed
+  (each CMA-ES generation's `partial` carries the last failure's message, `last_error`).
+  Whether a fit whose replays mostly failed is a fit at all is the caller's judgement
+  (app/workflows/fit.py: it is not, and is not saved).
 - **Validation**: recordings (or, with one recording, every `1/validation`-th window) the
   optimiser never sees; RMSE per channel before and after is reported.
 - **Posterior**: Laplace approximation at the optimum (twins/posterior.py; its curvature
@@ -329,7 +332,7 @@ def fit_steps(
             yield (
                 fraction(),
                 f"CMA-ES gen {gen}: loss {best_loss:.4g} ({counters['failed']} failed)",
-                {**rec, "checkpoint": checkpoint},
+                {**rec, "checkpoint": checkpoint, "last_error": last_error[0][:300]},
             )
             bests.append(best_loss)
             k_ago = config.stall_generations

@@ -12,20 +12,19 @@ Deploy page runs it as a subprocess job; `train --retrain POLICY [--fit F]` on t
 A refit is honest about failing: recordings with samples the twin cannot replay (a command
 that is NaN: an old deploy recording's tail after the policy stopped) are refused before
 anything runs, and a fit whose replays mostly failed (more than half of its simulations,
-or a final loss at the failure penalty) ends as a RefitError naming why ("12 of 12 replays
-failed: DataFileError: …") and is not saved: no fit artifact, so nothing retrains from it."""
+or a final loss at the failure penalty, or every replay of a CMA-ES generation: the same
+judgement as every fit, app.workflows.fit.fit_failure) ends as a RefitError naming why
+("12 of 12 replays failed: DataFileError: …") and is not saved: no fit artifact, so
+nothing retrains from it."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator, Mapping
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from app.jobs import Job, Progress
+from app.jobs import Job
 from app.project import Project, ProjectError
 from app.workflows.train import fits_of_twin, load_policy, policy_overview
 from devices.trajectory import COMMAND_DELAY
@@ -33,8 +32,6 @@ from policies.errors import PolicyError
 from resources.errors import TwinbenchError
 
 REPLAY_SHARE = 0.3  # share of training episodes that start from a failed real run
-FAILED_SHARE = 0.5  # a refit whose replays failed more often than this is not a fit
-FAILED_LOSS = 1e6  # twins.objective.PENALTY: the loss of a failed simulation
 # channels every windowed replay reads (twins/objective.py): a NaN in one fails the window
 REPLAYED = ("robot/command", COMMAND_DELAY, "robot/joint_pos", "robot/joint_vel")
 
@@ -143,7 +140,7 @@ def refit_job(
     """Job: the refit of `refit_request`; returns the new fit artifact id. RefitError when
     a recording cannot be replayed or the fit's replays mostly failed; nothing is saved
     then (see the module docstring). `isolated`: replays in a worker process (`fit_job`)."""
-    from app.workflows.fit import fit_job
+    from app.workflows.fit import FitFailedError, fit_job
     from twins.fit import FitConfig
 
     twin_id, recs, cfg = refit_request(project, trajectory_id)
@@ -164,25 +161,13 @@ def refit_job(
         posterior=str(cfg.get("posterior", "laplace")),
         particles=int(cfg.get("particles", 64)),
     )
-    gate = _FitGate(project, trajectory_id)
-    job = fit_job(cast(Project, gate), twin_id, recs, config, workers=workers, isolated=isolated)
     try:
-        while True:
-            try:
-                p = next(job)
-            except StopIteration as stop:
-                return str(stop.value)
-            yield p
-            hopeless = _hopeless(p)
-            if hopeless is not None:  # every replay so far failed: do not spend the budget
-                gate.discard = True
-                raise RefitError(
-                    f"refit of {trajectory_id}: {hopeless[0]} of {hopeless[1]} replays failed: "
-                    f"{_replay_error(project, twin_id, recs, config)}; stopped, nothing saved"
-                )
-    finally:
-        with contextlib.suppress(_Discarded):
-            job.close()
+        fit_id = yield from fit_job(
+            project, twin_id, recs, config, workers=workers, isolated=isolated
+        )
+    except FitFailedError as exc:  # fit_job's own judgement (app/workflows/fit.py)
+        raise RefitError(f"refit of {trajectory_id}: {exc.why}; nothing saved") from None
+    return fit_id
 
 
 def check_replayable(project: Project, trajectory_ids: list[str]) -> None:
@@ -219,87 +204,3 @@ def _why(channel: str) -> str:
     if channel == "robot/command":
         return ": no command was sent there (before the policy started or after it stopped)"
     return ""
-
-
-class _Discarded(Exception):
-    """Raised into fit_job's own save when the refit has already failed."""
-
-
-class _FitGate:
-    """The project as fit_job sees it, except that a fit artifact is committed only when
-    the fit really fitted: `fit.json` is read before the commit, and a fit whose replays
-    mostly failed raises RefitError instead (the artifact's temp folder is discarded)."""
-
-    def __init__(self, project: Project, trajectory_id: str) -> None:
-        self._project, self._trajectory = project, trajectory_id
-        self.discard = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._project, name)
-
-    @contextlib.contextmanager
-    def new_artifact(self, kind: str, *args: Any, **kwargs: Any) -> Iterator[Path]:
-        if kind == "fit" and self.discard:
-            raise _Discarded()
-        with self._project.new_artifact(kind, *args, **kwargs) as folder:
-            yield folder
-            if kind == "fit":
-                problem = fit_failure(folder / "fit.json")
-                if problem is not None:
-                    raise RefitError(f"refit of {self._trajectory}: {problem}; nothing saved")
-
-
-def fit_failure(fit_json: Path) -> str | None:
-    """Why a finished fit (its fit.json) is no fit, or None: "12 of 12 replays failed:
-    <error>" when more than `FAILED_SHARE` of its simulations failed or its final loss is
-    the failure penalty. A cancelled fit's checkpoint is not judged."""
-    try:
-        d = json.loads(fit_json.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(d, dict) or d.get("status", "done") != "done":
-        return None
-    failed, evals = int(d.get("failed") or 0), int(d.get("evaluations") or 0)
-    loss = d.get("loss_after")
-    bad_loss = isinstance(loss, (int, float)) and not float(loss) < FAILED_LOSS  # NaN too
-    if not (evals and failed > FAILED_SHARE * evals) and not bad_loss:
-        return None
-    last = ""
-    for note in d.get("notes") or ():
-        if "(last: " in str(note):
-            last = str(note).split("(last: ", 1)[1].rstrip(")")
-    what = f"{failed} of {evals} replays failed" if evals else "the fit's replays failed"
-    if not (evals and failed > FAILED_SHARE * evals):
-        what = f"the final loss is the failure penalty ({loss}); {failed} of {evals} failed"
-    return f"{what}: {last or 'no replay error recorded'}"
-
-
-def _hopeless(p: Progress) -> tuple[int, int] | None:
-    """(failed, evaluations) when a CMA-ES generation has passed and every replay failed."""
-    part = p.partial
-    if not isinstance(part, Mapping) or part.get("stage") != "cmaes":
-        return None
-    failed, evals = int(part.get("failed") or 0), int(part.get("evals") or 0)
-    return (failed, evals) if evals > 0 and failed >= evals else None
-
-
-def _replay_error(project: Project, twin_id: str, recs: list[str], config: Any) -> str:
-    """The error of one replay of the recordings in the twin at its values (the fit's
-    start), to name why a refit's replays fail."""
-    from app.workflows.fit import load_recording
-    from app.workflows.twin import load_twin
-    from twins.objective import Problem, Space, evaluate, windows
-
-    try:
-        _, spec = load_twin(project, twin_id)
-        vals = spec.params.nominal()
-        lead = max([v for n, v in vals.items() if n.endswith(".latency")] + [0.0]) + 0.01
-        ws = tuple(
-            w for r in recs for w in windows(load_recording(project, r), config.window_s, lead)
-        )
-        nothing = Space((), np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool))
-        chans = tuple((c, 1.0, 1.0) for c in config.channels)
-        out = evaluate((Problem(spec, nothing, ws, chans), np.zeros(0)))
-    except Exception as exc:  # naming the failure must not hide it
-        return f"{type(exc).__name__}: {exc}"
-    return out.error or "the replays at the twin's values pass; the fit's candidates failed"

@@ -8,7 +8,12 @@
   around `twins.fit.fit_steps`, writing a `fit` artifact (fit.json with estimate,
   intervals, history, validation error; samples.npz) whose inputs are the twin and the
   recordings. Cancelled (closed) after its first generation, it writes a `fit` artifact
-  with status "cancelled" and a checkpoint; `resume_from=` that id continues it.
+  with status "cancelled" and a checkpoint; `resume_from=` that id continues it. A fit
+  whose replays mostly failed is no fit (`fit_failure`: more than half of its simulations
+  failed, or its final loss is the failure penalty; or every replay of a whole CMA-ES
+  generation failed, which stops it early): FitFailedError naming how many failed and the
+  last error, and nothing is saved (no fit artifact, so `--apply` makes no twin). The
+  refit of a deployed run (app/workflows/close_loop.py) ends the same way.
 - `apply_fit(project, fit_id)`: a new twin version at the fitted values whose parent is the
   fitted twin and whose inputs add the recordings.
 - `compare_twins(project, twin_ids, trajectory_ids)`: twin versions side by side on
@@ -35,6 +40,53 @@ from twins.errors import TwinError
 from twins.fit import FitConfig, FitResult, check_recording, fit_steps
 
 RIGS = ("qube_servo2", "simple_pendulum")
+FAILED_SHARE = 0.5  # a fit whose replays failed more often than this is not a fit
+
+
+class FitFailedError(TwinError):
+    """A fit that did not fit: its replays (mostly) failed. `why` says how many and the
+    last replay error ("12 of 12 replays failed: TwinError: ..."); nothing was saved."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+
+def fit_failure(d: Mapping[str, Any]) -> str | None:
+    """Why a finished fit (its fit.json as a dict) is no fit, or None: "12 of 12 replays
+    failed: <error>" when more than `FAILED_SHARE` of its simulations failed or its final
+    loss is the failure penalty. A cancelled fit's checkpoint is not judged."""
+    from twins.objective import PENALTY
+
+    if d.get("status", "done") != "done":
+        return None
+    failed, evals = int(d.get("failed") or 0), int(d.get("evaluations") or 0)
+    loss = d.get("loss_after")
+    bad_loss = isinstance(loss, (int, float)) and not float(loss) < PENALTY  # NaN too
+    mostly = evals > 0 and failed > FAILED_SHARE * evals
+    if not mostly and not bad_loss:
+        return None
+    last = ""
+    for note in d.get("notes") or ():
+        if "(last: " in str(note):
+            last = str(note).split("(last: ", 1)[1].rstrip(")")
+    what = f"{failed} of {evals} replays failed" if evals else "the fit's replays failed"
+    if not mostly:
+        what = f"the final loss is the failure penalty ({loss}); {failed} of {evals} failed"
+    return f"{what}: {last or 'no replay error recorded'}"
+
+
+def _hopeless(partial: Any) -> str | None:
+    """Why to stop now, or None: a CMA-ES generation has passed and every replay so far
+    failed (the rest of the budget would fail the same way)."""
+    if not isinstance(partial, Mapping) or partial.get("stage") != "cmaes":
+        return None
+    failed, evals = int(partial.get("failed") or 0), int(partial.get("evals") or 0)
+    if not (evals > 0 and failed >= evals):
+        return None
+    last = str(partial.get("last_error") or "no replay error recorded")
+    gen = partial.get("generation")
+    return f"{failed} of {evals} replays failed: {last}; stopped after CMA-ES generation {gen}"
 
 
 def import_rig_twin(project: Project, rig: str, urdf: Path | None = None) -> str:
@@ -152,7 +204,8 @@ def fit_job(
     executor = make_executor(backend, workers, address, isolated=isolated)
     gen = fit_steps(spec, recs, config, executor, vals, resume)
     checkpoint: Mapping[str, Any] | None = None
-    finished = False
+    finished = failed = False
+    what = f"fit of twin {tid} on {', '.join(trajectory_ids)}"
     try:
         while True:
             try:
@@ -162,21 +215,28 @@ def fit_job(
                 break
             if isinstance(partial, Mapping) and "checkpoint" in partial:
                 checkpoint = partial["checkpoint"]
+            hopeless = _hopeless(partial)
+            if hopeless is not None:  # not a cancel: no checkpoint is kept
+                failed = True
+                raise FitFailedError(f"{what}: {hopeless}; nothing saved", hopeless)
             yield Progress(frac, msg, partial)
         finished = True
     finally:
         gen.close()
         executor.close()
-        if not finished and checkpoint is not None:
+        if not finished and not failed and checkpoint is not None:
             _save_cancelled(project, inputs, settings, checkpoint)
+    d = result.to_json()
+    d.update({"status": "done", "twin": tid, "trajectories": list(trajectory_ids)})
+    problem = fit_failure(d)
+    if problem is not None:  # judged before anything is written
+        raise FitFailedError(f"{what}: {problem}; nothing saved", problem)
     with project.new_artifact(
         "fit",
         inputs=inputs,
         settings=settings,
         summary=_summary(result),
     ) as folder:
-        d = result.to_json()
-        d.update({"status": "done", "twin": tid, "trajectories": list(trajectory_ids)})
         atomic.write_json(folder / "fit.json", d)
         result.posterior.save_samples(folder)
     return project.artifacts("fit")[-1].id

@@ -5,6 +5,7 @@ with a message naming the file."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -236,3 +237,81 @@ def test_a_cancelled_fit_is_saved_and_resumes(
     d = fit_summary(p, done)
     assert d["status"] == "done" and d["evaluations"] >= 18
     assert d["estimate"]["robot.actuators.arm.resistance"] == pytest.approx(TRUE_R, rel=0.05)
+
+
+def _qube_project(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, str, str]:
+    """A project with the Qube rig twin and one imported 0.6 s chirp: (folder, twin, rec)."""
+    proj = tmp_path / "proj"
+    main(["project", "new", str(proj)])
+    main(["import", "--project", str(proj), "--rig", "qube_servo2"])
+    twin = _ids(capsys.readouterr().out, "twin")[0]
+    mapping = tmp_path / "lab.json"
+    mapping.write_text(json.dumps(MAPPING))
+    csv = _qube_csv(tmp_path, "r.csv", 0.6, 0)
+    assert main(["import", "--project", str(proj), str(csv), "--mapping", str(mapping)]) == 0
+    return proj, twin, _ids(capsys.readouterr().out, "trajectory")[0]
+
+
+def _fit_argv(proj: Path, twin: str, rec: str) -> list[str]:
+    return [
+        "fit", "--project", str(proj), "--twin", twin, "--trajectories", rec,
+        "--params", "robot.actuators.arm.resistance", "--window", "0", "--budget", "12",
+        "--polish", "1", "--apply", "--quiet",
+    ]  # fmt: skip
+
+
+def test_a_fit_whose_replays_all_fail_exits_non_zero_and_applies_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every replay fails: the fit is an error naming how many failed and why; no fit
+    artifact (not even a cancelled checkpoint) and, despite --apply, no new twin."""
+    import twins.objective as objective
+    from twins.errors import TwinError
+
+    proj, twin, rec = _qube_project(tmp_path, capsys)
+
+    def explode(*_: object, **__: object) -> object:
+        raise TwinError("the twin exploded in the replay")
+
+    monkeypatch.setattr(objective, "_replay_window", explode)
+    rc = main(_fit_argv(proj, twin, rec))
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    failed, of = err.split(" replays failed")[0].split(": ")[-1].split(" of ")
+    assert int(failed) == int(of) > 0, err
+    assert "TwinError: the twin exploded in the replay" in err and "nothing saved" in err
+    p = Project.open(proj)
+    assert p.artifacts("fit") == []
+    assert [a.id for a in p.artifacts("twin")] == [twin]
+
+
+def test_a_fit_whose_replays_mostly_fail_exits_non_zero_and_applies_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start replays, every later candidate fails: the fit runs to its end and is
+    judged before it is saved (more than half of its replays failed): exit 2, no fit, no
+    twin. Without the failures the same fit is saved and applied."""
+    import twins.objective as objective
+    from twins.errors import TwinError
+
+    proj, twin, rec = _qube_project(tmp_path, capsys)
+    real = objective._replay_window
+    calls = {"n": 0}
+
+    def flaky(worlds: object, values: object, w: object) -> object:
+        calls["n"] += 1
+        if calls["n"] > 1:  # the start's one window replays, nothing after it
+            raise TwinError(f"unstable contact at candidate {calls['n']}")
+        return real(worlds, values, w)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(objective, "_replay_window", flaky)
+    rc = main(_fit_argv(proj, twin, rec))
+    out, err = capsys.readouterr()
+    assert rc == 2, (out, err)
+    assert re.search(r"\d+ of \d+ replays failed: TwinError: unstable contact", err), err
+    p = Project.open(proj)
+    assert p.artifacts("fit") == [] and [a.id for a in p.artifacts("twin")] == [twin]
+    monkeypatch.setattr(objective, "_replay_window", real)
+    assert main(_fit_argv(proj, twin, rec)) == 0, capsys.readouterr()
+    p.refresh()
+    assert len(p.artifacts("fit")) == 1 and len(p.artifacts("twin")) == 2
