@@ -18,9 +18,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from devices.trajectory import Trajectory
-from twins.errors import TwinError
+from twins.errors import RecordingMismatch, TwinError
 from twins.object_motion import lost_rows, with_initial_object_state
-from twins.spec import TwinSpec
+from twins.spec import COMMAND_UNITS, TwinSpec
 
 POSE_UNIT = "xyz_m+quat_xyzw"
 PENALTY = 1e6  # loss of a failed simulation (normalised losses are O(1))
@@ -120,13 +120,36 @@ class Space:
 
 
 # -- recordings: checks and windows -------------------------------------------------------------
-def check_recording(spec: TwinSpec, traj: Trajectory, label: str = "") -> None:
-    """TwinError when `traj` is from another robot than the twin (joint names or count)."""
+# what each actuator model is, and what a command unit is, in words for refusals
+_MODEL_WORDS = {
+    "servo": "position servos",
+    "pd": "position PD controllers",
+    "torque": "torque (effort) inputs",
+    "dc_motor": "DC motors driven by voltage",
+}
+_UNIT_WORDS = {
+    "rad": "positions",
+    "m": "positions",
+    "N*m": "torques",
+    "N": "forces",
+    "V": "voltages",
+    "rad/s": "velocities",
+    "m/s": "velocities",
+}
+
+
+def check_recording(spec: TwinSpec, traj: Trajectory, label: str = "", twin: str = "") -> None:
+    """RecordingMismatch (a TwinError) naming the recording (`label`, else its meta name),
+    the twin (`twin`, e.g. its artifact id, else its name) and what does not fit: another
+    robot's joints (names or count), commands for joints the twin does not actuate, or
+    commands in a unit its actuators cannot take (a torque recording in a position-servo
+    twin: every replay would fail). Checked before anything is imported or fitted."""
     name = label or str(traj.meta.get("name", "recording"))
+    tw = twin or spec.name
     if spec.robot is None:
         if any(c.startswith("robot/") for c in traj.channels):
-            raise TwinError(
-                f"recording '{name}' has robot channels but twin '{spec.name}' has no robot"
+            raise RecordingMismatch(
+                f"recording '{name}' has robot channels but twin '{tw}' has no robot"
             )
         return
     twin_joints = [j.name for j in spec.robot.joints]
@@ -134,24 +157,66 @@ def check_recording(spec: TwinSpec, traj: Trajectory, label: str = "") -> None:
     if names is not None:
         other = [str(j) for j in names if str(j) not in twin_joints]
         if other:
-            raise TwinError(
-                f"recording '{name}' is from another robot than twin '{spec.name}': its joints "
+            raise RecordingMismatch(
+                f"recording '{name}' is from another robot than twin '{tw}': its joints "
                 f"{list(names)} are not the twin's {twin_joints} (unknown: {other})"
             )
     if "robot/joint_pos" in traj.channels:
         n = traj["robot/joint_pos"].shape[1]
         if n > len(twin_joints) or (names is not None and n != len(names)):
-            raise TwinError(
-                f"recording '{name}' is from another robot than twin '{spec.name}': it has "
+            raise RecordingMismatch(
+                f"recording '{name}' is from another robot than twin '{tw}': it has "
                 f"{n} joint columns, the twin {len(twin_joints)} joints {twin_joints}"
             )
+    acted = [a.joint for a in spec.robot.actuators]
     for cmd in traj.meta.get("command_joints", []) or []:
-        acted = [a.joint for a in spec.robot.actuators]
         if str(cmd) not in acted:
-            raise TwinError(
-                f"recording '{name}' commands joint '{cmd}', which twin '{spec.name}' does "
+            raise RecordingMismatch(
+                f"recording '{name}' commands joint '{cmd}', which twin '{tw}' does "
                 f"not actuate (actuated: {acted})"
             )
+    if "robot/command" in traj.channels:
+        _check_command_units(spec, traj, name, tw)
+
+
+def _check_command_units(spec: TwinSpec, traj: Trajectory, name: str, tw: str) -> None:
+    """The recording's command unit against what each commanded joint's actuator takes
+    (twins/spec.py COMMAND_UNITS; the replay refuses the same, twins/actuators.py)."""
+    from twins.simulate import command_joints
+
+    assert spec.robot is not None
+    try:
+        joints = command_joints(spec, traj)
+    except TwinError as exc:
+        raise RecordingMismatch(f"recording '{name}' against twin '{tw}': {exc}") from None
+    unit = str(traj.units.get("robot/command", "") or "")
+    mode = traj.meta.get("command_mode")
+    how = f", command mode '{mode}'" if mode else ""
+    if not unit:
+        raise RecordingMismatch(
+            f"recording '{name}': its robot/command channel has no unit{how}, so twin "
+            f"'{tw}' cannot tell positions from torques; give the unit in the mapping"
+        )
+    models: dict[str, list[str]] = {}
+    for j in joints:
+        a = spec.robot.actuator(j)
+        if a is not None and unit not in COMMAND_UNITS[a.model]:
+            models.setdefault(a.model, []).append(j)
+    if not models:
+        return
+    what = _UNIT_WORDS.get(unit, "commands")
+    parts = [
+        f"{', '.join(js)} with {_MODEL_WORDS.get(m, m)} ('{m}' actuators take "
+        f"{' or '.join(COMMAND_UNITS[m])})"
+        for m, js in models.items()
+    ]
+    fit_in = [repr(m) for m, units in COMMAND_UNITS.items() if unit in units]
+    raise RecordingMismatch(
+        f"recording '{name}' commands {what} ({unit}{how}) but twin '{tw}' drives joints "
+        f"{'; '.join(parts)}: every replay of it would fail. Match it with a twin whose "
+        f"joints take {unit} (actuator model {' or '.join(fit_in) or 'none'}), or record "
+        "the robot in the command mode its twin models"
+    )
 
 
 def windows(traj: Trajectory, window_s: float | None, lead_s: float = 0.0) -> list[Trajectory]:

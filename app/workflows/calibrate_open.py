@@ -46,7 +46,7 @@ def open_job(project: Any, twin_id: str | None, trajectory_ids: Sequence[str]) -
         yield Progress(i / max(len(trajectory_ids), 1), f"loading recording {rid}")
         try:
             traj = load_recording(project, rid)
-            check_recording(spec, traj, rid)
+            check_recording(spec, traj, rid, twin=tid)
             if "robot/command" in traj.channels and not np.all(np.isfinite(traj["robot/command"])):
                 raise TwinbenchError(
                     f"recording '{rid}' has no complete commands to replay (robot/command is "

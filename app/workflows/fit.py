@@ -1,8 +1,10 @@
 """Import, export and fit workflows (Qt-free; the CLI and the GUI share them).
 
 - `import_recording(project, file, mapping, twin_id=None)`: a CSV/Parquet/NPZ log through a
-  column-mapping file into a `trajectory` artifact; with a twin, a recording from another
-  robot is refused before anything is written.
+  column-mapping file into a `trajectory` artifact; with a twin, a recording that does not
+  fit it (another robot, joints it lacks, commands its actuators cannot take: a torque
+  recording for a position-servo twin) is refused before anything is written
+  (twins.objective.check_recording: RecordingMismatch naming the file, twin and mismatch).
 - `export_recording(project, trajectory_id, out)`: LeRobot-style Parquet.
 - `fit_job(project, twin_id, trajectory_ids, config, ...)`: a job (generator of `Progress`)
   around `twins.fit.fit_steps`, writing a `fit` artifact (fit.json with estimate,
@@ -123,9 +125,9 @@ def import_recording(
     traj = import_table(Path(file), m, name)
     inputs: list[str] = []
     if twin_id is not None:
-        _, spec = load_twin(project, twin_id)
-        check_recording(spec, traj, f"{Path(file).name}")
-        inputs.append(twin_id)
+        tid, spec = load_twin(project, twin_id)
+        check_recording(spec, traj, f"{Path(file).name}", twin=tid)
+        inputs.append(tid)
     with project.new_artifact(
         "trajectory",
         inputs=inputs,
@@ -184,6 +186,8 @@ def fit_job(
         raise TwinError("fit: choose at least one trajectory (--trajectories ID ...)")
     recs = [load_recording(project, i) for i in trajectory_ids]
     vals = [load_recording(project, i) for i in validation_ids]
+    for rid, r in zip([*trajectory_ids, *validation_ids], [*recs, *vals], strict=True):
+        check_recording(spec, r, rid, twin=tid)  # refused before anything runs
     resume = None
     if resume_from is not None:
         old = _load_fit(project, resume_from)

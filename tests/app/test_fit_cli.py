@@ -315,3 +315,36 @@ def test_a_fit_whose_replays_mostly_fail_exits_non_zero_and_applies_nothing(
     assert main(_fit_argv(proj, twin, rec)) == 0, capsys.readouterr()
     p.refresh()
     assert len(p.artifacts("fit")) == 1 and len(p.artifacts("twin")) == 2
+
+
+def test_import_refuses_commands_the_twin_cannot_take_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recording of torque commands matched to a twin whose arm is driven by voltage (the
+    Qube's DC motor; a position-servo arm is refused the same way, tests/twins/test_fit.py)
+    is refused at import, naming the file, the twin and both sides; nothing is written.
+    A fit of such a recording imported without a twin is refused before any replay."""
+    proj = tmp_path / "proj"
+    main(["project", "new", str(proj)])
+    main(["import", "--project", str(proj), "--rig", "qube_servo2"])
+    twin = _ids(capsys.readouterr().out, "twin")[0]
+    torque = json.loads(json.dumps(MAPPING))
+    torque["channels"]["robot/command"]["unit"] = "N*m"
+    torque["meta"] = {"command_mode": "torque"}
+    mapping = tmp_path / "torque.json"
+    mapping.write_text(json.dumps(torque))
+    f = _qube_csv(tmp_path, "torque_run.csv", 0.3, 0)
+    args = ["import", "--project", str(proj), str(f), "--mapping", str(mapping)]
+    rc = main([*args, "--twin", twin])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "recording 'torque_run.csv' commands torques (N*m" in err and f"twin '{twin}'" in err
+    assert "DC motors" in err and "'dc_motor' actuators take V" in err
+    assert Project.open(proj).artifacts("trajectory") == []
+    assert main(args) == 0  # without a twin: imported as it is
+    tid = _ids(capsys.readouterr().out, "trajectory")[0]
+    rc = main(["fit", "--project", str(proj), "--trajectories", tid, "--params",
+               "robot.actuators.arm.resistance", "--quiet"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 2 and f"recording '{tid}' commands torques" in err and twin in err
+    assert Project.open(proj).artifacts("fit") == []

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from devices.trajectory import Trajectory
-from twins.errors import TwinError
+from twins.errors import RecordingMismatch, TwinError
 from twins.executor import LocalExecutor, RayExecutor, SerialExecutor, make_executor
 from twins.fit import FitConfig, Space, check_recording, fit, fit_steps, windows
 from twins.rigs import qube_twin
 from twins.simulate import replay
+from twins.spec import TwinSpec
 
 TRUTH = {
     "robot.actuators.arm.resistance": 11.0,  # nominal 8.4 ohm
@@ -149,6 +150,45 @@ def test_recordings_from_another_robot_are_refused() -> None:
         check_recording(spec, seven)
     with pytest.raises(TwinError, match="twin has no parameter 'robot.joints.arm.stiffness'"):
         fit(spec, [_recording(TRUTH, 0.2)], FitConfig(params=("robot.joints.arm.stiffness",)))
+
+
+def _torque_run(joints: list[str], name: str = "franka_torque_run") -> Trajectory:
+    """A recording of an arm driven by joint torques (a Franka in torque mode)."""
+    t = np.arange(0, 0.5, 0.004)
+    n = len(joints)
+    return Trajectory(
+        t,
+        {"robot/joint_pos": np.zeros((len(t), n)), "robot/command": np.ones((len(t), n))},
+        {"robot/joint_pos": "rad", "robot/command": "N*m"},
+        "real",
+        {"joint_names": joints, "command_joints": joints, "command_mode": "torque", "name": name},
+    )
+
+
+def test_a_torque_recording_is_refused_by_a_position_servo_twin(demo_twin: TwinSpec) -> None:
+    """Before: accepted, and every replay failed at the fit ('command unit N*m does not fit
+    joint ...'). Now refused when matched, naming the recording, the twin and the mismatch;
+    the fit refuses it before any simulation."""
+    assert demo_twin.robot is not None
+    arm = [j.name for j in demo_twin.robot.joints][:7]
+    rec = _torque_run(arm)
+    with pytest.raises(RecordingMismatch) as err:
+        check_recording(demo_twin, rec)
+    msg = str(err.value)
+    assert "'franka_torque_run'" in msg and f"'{demo_twin.name}'" in msg
+    assert "N*m" in msg and "torque" in msg and "position servo" in msg and "panda_joint1" in msg
+    with pytest.raises(RecordingMismatch, match="franka_torque_run"):
+        fit(demo_twin, [rec], FitConfig(params=("robot.joints.panda_joint1.damping",)))
+    # a command without a unit cannot be replayed either: named
+    bare = Trajectory(rec.t, dict(rec.channels), {"robot/joint_pos": "rad"}, "real", rec.meta)
+    with pytest.raises(RecordingMismatch, match="no unit"):
+        check_recording(demo_twin, bare, "bare.csv")
+    # joints the twin does not have: named with the recording and the twin
+    other = _torque_run(["shoulder", "elbow"], "ur_run")
+    with pytest.raises(RecordingMismatch, match=r"'ur_run'.*unknown: \['shoulder', 'elbow'\]"):
+        check_recording(demo_twin, other, twin="twin-42")
+    with pytest.raises(RecordingMismatch, match="twin 'twin-42'"):
+        check_recording(demo_twin, other, twin="twin-42")
 
 
 def test_parameter_space_is_log_where_the_prior_is() -> None:
