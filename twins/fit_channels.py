@@ -46,9 +46,9 @@ def channel_scales(
     for name, weight in channels.items():
         if weight <= 0:
             continue
-        missing = [str(w.meta.get("name", "?")) for w in windows_ if name not in w.channels]
+        missing = [w for w in windows_ if name not in w.channels]
         if missing:
-            raise TwinError(f"fit: channel '{name}' is missing from recording {missing[0]}")
+            raise TwinError(_missing(name, missing[0], windows_))
         data = np.vstack([w[name] for w in windows_])
         pose = windows_[0].units.get(name) == POSE_UNIT and data.shape[1] == 7
         if pose:
@@ -65,3 +65,29 @@ def channel_scales(
     if not out:
         raise TwinError("fit: no channel with a positive weight")
     return tuple(out)
+
+
+FITTABLE = ("robot/joint_pos", "robot/joint_vel", "robot/joint_effort")  # + objects/<n>/pose
+
+
+def _missing(name: str, window: Trajectory, windows_: Sequence[Trajectory]) -> str:
+    """The refusal of a channel a recording lacks, with the channels to pass instead: the
+    ones a replay simulates that every recording has (an object-only recording, from
+    `track --camera-file`, has only its objects' poses, and the default channel is
+    robot/joint_pos)."""
+    rec = str(window.meta.get("name", "?"))
+    common = [
+        c
+        for c in window.channels
+        if (c in FITTABLE or (c.startswith("objects/") and c.endswith("/pose")))
+        and all(c in w.channels for w in windows_)
+    ]
+    msg = f"fit: channel '{name}' is missing from recording {rec}"
+    if not common:
+        return f"{msg}, which has no channel a twin simulates ({', '.join(window.channels)})"
+    what = "only object poses" if all(c.startswith("objects/") for c in common) else "channels"
+    return (
+        f"{msg}, which has {what} to fit: pass them with --channels "
+        f"{' '.join(f'{c}=1' for c in common)} (NAME=WEIGHT; the default is "
+        "robot/joint_pos=1)"
+    )

@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--channels",
         nargs="+",
         default=["robot/joint_pos=1"],
-        help="channels and weights, NAME=W (default robot/joint_pos=1)",
+        help="channels and weights, NAME=W (default robot/joint_pos=1; an object-only "
+        "recording: objects/NAME/pose=1 per tracked object)",
     )
     p.add_argument(
         "--bounds",

@@ -348,3 +348,43 @@ def test_import_refuses_commands_the_twin_cannot_take_naming_both(
     err = capsys.readouterr().err
     assert rc == 2 and f"recording '{tid}' commands torques" in err and twin in err
     assert Project.open(proj).artifacts("fit") == []
+
+
+def test_an_object_only_fit_without_channels_says_which_to_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An object-only recording (no robot channels) fitted with the default channel
+    (robot/joint_pos): the error names the recording and says to pass --channels with its
+    object pose channels; nothing is saved. With them, the fit runs."""
+    from devices.poses import POSE_UNIT
+    from twins.make import assemble, primitive_object
+
+    proj = tmp_path / "proj"
+    main(["project", "new", str(proj)])
+    p = Project.open(proj)
+    rest = {"box": (0.3, -0.2, 0.025, 0, 0, 0, 1), "ball": (0.3, 0.3, 0.03, 0, 0, 0, 1)}
+    box = primitive_object("box", "box", (0.04, 0.025, 0.025), rest["box"], mass=0.25)
+    ball = primitive_object("ball", "sphere", (0.03,), rest["ball"], mass=0.1)
+    with p.new_artifact("twin", summary="two objects") as folder:
+        assemble("tabletop", objects=[box, ball]).save(folder)
+    twin = p.artifacts("twin")[-1].id
+    t = np.arange(0, 0.3, 1 / 60)
+    chans = {
+        f"objects/{n}/pose": np.tile(np.asarray(v, float), (len(t), 1)) for n, v in rest.items()
+    }
+    chans["objects/box/track_quality"] = np.ones((len(t), 1))
+    units = {k: POSE_UNIT for k in chans} | {"objects/box/track_quality": "1"}
+    with p.new_artifact("trajectory", summary="objects at rest") as folder:
+        Trajectory(t, chans, units, "real").save(folder)
+    rec = p.artifacts("trajectory")[-1].id
+    argv = ["fit", "--project", str(proj), "--twin", twin, "--trajectories", rec,
+            "--params", "objects.box.friction", "--window", "0", "--budget", "6", "--polish",
+            "0", "--quiet"]  # fmt: skip
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and f"recording {rec}" in err and "robot/joint_pos" in err
+    assert "--channels objects/box/pose=1 objects/ball/pose=1" in err, err
+    assert "track_quality" not in err.split("--channels")[1]
+    p.refresh()
+    assert p.artifacts("fit") == []
+    assert main([*argv, "--channels", "objects/box/pose=1", "objects/ball/pose=1"]) == 0
