@@ -64,6 +64,7 @@ from twins.objective import (
     Space,
     check_recording,
     evaluate,
+    limit_excursions,
     replay_rmse,
     residual_blocks,
     residual_size,
@@ -229,8 +230,10 @@ def fit_steps(
         raise TwinError("fit: choose at least one recording")
     if config.posterior not in ("laplace", "smc"):
         raise TwinError(f"fit: posterior '{config.posterior}' is not one of laplace, smc")
+    notes: list[str] = []
     for r in (*recordings, *validation):
         check_recording(spec, r)
+        notes += limit_excursions(spec, r)  # warned, then fitted as asked
     space = Space.of(spec, config.params, config.bounds, config.tie)
     # the longest delay any candidate can have: windows carry that much command history
     lead = max(
@@ -242,7 +245,6 @@ def fit_steps(
     chans = _channels(train_w + val_w, config)
     train = Problem(spec, space, tuple(train_w), chans)
     val = Problem(spec, space, tuple(val_w), chans) if val_w else None
-    notes: list[str] = []
     if not any(n.endswith(".latency") for n in space.names):
         notes.append("latency not fitted (add robot.actuators.<joint>.latency to fit it)")
     u0 = space.to_u(np.array([spec.params[n].nominal for n in space.names]))
@@ -515,6 +517,7 @@ __all__ = [
     "evaluate",
     "fit",
     "fit_steps",
+    "limit_excursions",
     "noise_level",
     "replay_rmse",
     "rmse",

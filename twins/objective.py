@@ -179,6 +179,48 @@ def check_recording(spec: TwinSpec, traj: Trajectory, label: str = "", twin: str
         _check_command_units(spec, traj, name, tw)
 
 
+LIMIT_TOL = 1e-3  # rad (or m): encoder noise of a joint resting on its stop is not a warning
+
+
+def limit_excursions(
+    spec: TwinSpec, traj: Trajectory, label: str = "", twin: str = ""
+) -> list[str]:
+    """Warnings, one per joint, where the recorded joint positions leave the twin's joint
+    limits by more than `LIMIT_TOL`: the joint, how far past which limit, when and for how
+    many samples, and the recording. The twin's joint stops at its limit (PyBullet enforces
+    the URDF's), so a fit would read the difference as dynamics: wrong limits in the URDF,
+    another robot's calibration or an encoder offset. [] when the recording stays inside."""
+    if spec.robot is None or "robot/joint_pos" not in traj.channels or len(traj) == 0:
+        return []
+    name = label or str(traj.meta.get("name", "recording"))
+    tw = twin or spec.name
+    q = np.asarray(traj["robot/joint_pos"], dtype=float)
+    joints = {j.name: j for j in spec.robot.joints}
+    names = [str(j) for j in traj.meta.get("joint_names") or list(joints)[: q.shape[1]]]
+    out = []
+    for col, jn in enumerate(names[: q.shape[1]]):
+        js = joints.get(jn)
+        if js is None or js.lower is None or js.upper is None:
+            continue
+        unit = "m" if js.kind == "prismatic" else "rad"
+        x = q[:, col]
+        over, under = x - js.upper, js.lower - x
+        past = np.maximum(over, under)
+        bad = np.flatnonzero(past > LIMIT_TOL)
+        if bad.size == 0:
+            continue
+        k = int(bad[np.argmax(past[bad])])
+        side, lim = ("upper", js.upper) if over[k] >= under[k] else ("lower", js.lower)
+        out.append(
+            f"recording '{name}': joint '{jn}' goes {past[k]:.4g} {unit} past its {side} "
+            f"limit in twin '{tw}' ({lim:.4g} {unit}; at {x[k]:.4g} {unit}, t = "
+            f"{float(traj.t[k] - traj.t[0]):.3f} s; {bad.size} of {len(x)} samples outside): "
+            "the twin's joint stops at its limit, so a fit reads the difference as dynamics; "
+            "check the twin's URDF limits and the recording's joint calibration"
+        )
+    return out
+
+
 def _check_command_units(spec: TwinSpec, traj: Trajectory, name: str, tw: str) -> None:
     """The recording's command unit against what each commanded joint's actuator takes
     (twins/spec.py COMMAND_UNITS; the replay refuses the same, twins/actuators.py)."""

@@ -8,6 +8,7 @@ their stem (`--mapping simple_pendulum`); see devices/mapping.py for the format.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 HELP = (
@@ -54,5 +55,8 @@ def run(args: argparse.Namespace) -> int:
     mapping = mapping_path(args.mapping)
     for f in args.files:
         tid = import_recording(project, f, mapping, args.twin, args.name)
-        print(f"trajectory {tid}: {project.artifact(tid).summary}")
+        art = project.artifact(tid)
+        print(f"trajectory {tid}: {art.summary}")
+        for w in art.settings.get("warnings") or ():
+            print(f"warning: {w}", file=sys.stderr)
     return 0

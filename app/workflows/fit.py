@@ -4,7 +4,9 @@
   column-mapping file into a `trajectory` artifact; with a twin, a recording that does not
   fit it (another robot, joints it lacks, commands its actuators cannot take: a torque
   recording for a position-servo twin) is refused before anything is written
-  (twins.objective.check_recording: RecordingMismatch naming the file, twin and mismatch).
+  (twins.objective.check_recording: RecordingMismatch naming the file, twin and mismatch);
+  joint positions outside the twin's limits are imported with warnings (the artifact's
+  `settings["warnings"]`, printed by the CLI; a fit notes them too).
 - `export_recording(project, trajectory_id, out)`: LeRobot-style Parquet.
 - `fit_job(project, twin_id, trajectory_ids, config, ...)`: a job (generator of `Progress`)
   around `twins.fit.fit_steps`, writing a `fit` artifact (fit.json with estimate,
@@ -39,7 +41,7 @@ from devices.trajectory import Trajectory
 from resources import atomic
 from resources.errors import TwinbenchError
 from twins.errors import TwinError
-from twins.fit import FitConfig, FitResult, check_recording, fit_steps
+from twins.fit import FitConfig, FitResult, check_recording, fit_steps, limit_excursions
 
 RIGS = ("qube_servo2", "simple_pendulum")
 FAILED_SHARE = 0.5  # a fit whose replays failed more often than this is not a fit
@@ -124,15 +126,21 @@ def import_recording(
     m = load_mapping(Path(mapping))
     traj = import_table(Path(file), m, name)
     inputs: list[str] = []
+    warnings: list[str] = []
     if twin_id is not None:
         tid, spec = load_twin(project, twin_id)
         check_recording(spec, traj, f"{Path(file).name}", twin=tid)
+        warnings = limit_excursions(spec, traj, f"{Path(file).name}", twin=tid)
         inputs.append(tid)
+    settings: dict[str, Any] = {"file": Path(file).name, "mapping": Path(mapping).name}
+    if warnings:
+        settings["warnings"] = warnings
+    more = f"; {len(warnings)} joint(s) outside the twin's limits" if warnings else ""
     with project.new_artifact(
         "trajectory",
         inputs=inputs,
-        settings={"file": Path(file).name, "mapping": Path(mapping).name},
-        summary=f"imported {Path(file).name} ({len(traj)} samples, {traj.duration:.2f} s)",
+        settings=settings,
+        summary=f"imported {Path(file).name} ({len(traj)} samples, {traj.duration:.2f} s{more})",
     ) as folder:
         traj.save(folder)
     return project.artifacts("trajectory")[-1].id

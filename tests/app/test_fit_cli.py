@@ -388,3 +388,65 @@ def test_an_object_only_fit_without_channels_says_which_to_pass(
     p.refresh()
     assert p.artifacts("fit") == []
     assert main([*argv, "--channels", "objects/box/pose=1", "objects/ball/pose=1"]) == 0
+
+
+ONE_JOINT = """<?xml version="1.0"?>
+<robot name="one">
+  <link name="base"><inertial><mass value="2"/>
+    <inertia ixx="1e-2" ixy="0" ixz="0" iyy="1e-2" iyz="0" izz="1e-2"/></inertial></link>
+  <link name="arm"><inertial><origin xyz="0.1 0 0"/><mass value="0.5"/>
+    <inertia ixx="1e-3" ixy="0" ixz="0" iyy="1e-3" iyz="0" izz="1e-3"/></inertial></link>
+  <joint name="j1" type="revolute"><parent link="base"/><child link="arm"/>
+    <axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="5" velocity="3"/></joint>
+</robot>
+"""
+
+
+def _one_joint_project(tmp_path: Path) -> tuple[Path, str]:
+    """A project with the twin of a one-joint arm (a position servo, limits +-1 rad)."""
+    from twins.from_scan import robot_into
+    from twins.make import assemble
+
+    proj = tmp_path / "proj"
+    main(["project", "new", str(proj)])
+    urdf = tmp_path / "one.urdf"
+    urdf.write_text(ONE_JOINT)
+    p = Project.open(proj)
+    with p.new_artifact("twin", summary="one joint") as folder:
+        robot, params, _ = robot_into(folder, str(urdf))
+        assemble("one", (robot, params), ground=False, base_dir=folder).save(folder)
+    return proj, p.artifacts("twin")[-1].id
+
+
+def test_import_and_fit_warn_of_joint_positions_outside_the_twins_limits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recording that takes j1 to 1.3 rad (limit 1 rad): imported, with a warning naming
+    the joint, how far and the file; the fit notes the same and still runs."""
+    proj, twin = _one_joint_project(tmp_path)
+    t = np.arange(0, 0.6, 0.01)
+    q = 1.3 * np.sin(np.pi * t / 0.6)
+    f = tmp_path / "wide.csv"
+    f.write_text(
+        "t,q,cmd\n" + "".join(f"{a:.3f},{b:.6f},{b:.6f}\n" for a, b in zip(t, q, strict=True))
+    )
+    mapping = tmp_path / "one.json"
+    mapping.write_text(json.dumps({
+        "format": "twinbench-mapping", "time": {"column": "t", "unit": "s"},
+        "joint_names": ["j1"], "command_joints": ["j1"],
+        "channels": {"robot/joint_pos": {"columns": ["q"], "unit": "rad"},
+                     "robot/command": {"columns": ["cmd"], "unit": "rad"}},
+    }))  # fmt: skip
+    rc = main(["import", "--project", str(proj), str(f), "--mapping", str(mapping), "--twin", twin])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "warning: recording 'wide.csv': joint 'j1' goes 0.3 rad past its upper limit" in err
+    assert f"twin '{twin}'" in err and "outside the twin's limits" in out
+    rec = _ids(out, "trajectory")[0]
+    rc = main(["fit", "--project", str(proj), "--twin", twin, "--trajectories", rec,
+               "--params", "robot.actuators.j1.bandwidth", "--window", "0", "--budget", "6",
+               "--polish", "0", "--quiet"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    # the recording by its own name (the file's stem), as the fit's other notes name it
+    assert "note: recording 'wide': joint 'j1' goes 0.3 rad past its upper limit" in out

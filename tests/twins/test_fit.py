@@ -11,7 +11,15 @@ import pytest
 from devices.trajectory import Trajectory
 from twins.errors import RecordingMismatch, TwinError
 from twins.executor import LocalExecutor, RayExecutor, SerialExecutor, make_executor
-from twins.fit import FitConfig, Space, check_recording, fit, fit_steps, windows
+from twins.fit import (
+    FitConfig,
+    Space,
+    check_recording,
+    fit,
+    fit_steps,
+    limit_excursions,
+    windows,
+)
 from twins.rigs import qube_twin
 from twins.simulate import replay
 from twins.spec import TwinSpec
@@ -189,6 +197,32 @@ def test_a_torque_recording_is_refused_by_a_position_servo_twin(demo_twin: TwinS
         check_recording(demo_twin, other, twin="twin-42")
     with pytest.raises(RecordingMismatch, match="twin 'twin-42'"):
         check_recording(demo_twin, other, twin="twin-42")
+
+
+def test_joint_positions_outside_the_twins_limits_are_warned_naming_joint_and_distance(
+    demo_twin: TwinSpec,
+) -> None:
+    """The twin Panda's joint 4 stays below 0 rad (its URDF limit); a recording at +0.1 rad
+    is warned about (joint, how far, which limit, the recording), not refused; one inside
+    is not."""
+    assert demo_twin.robot is not None
+    names = [j.name for j in demo_twin.robot.joints][:7]
+    t = np.arange(0, 0.3, 0.01)
+    q = np.tile([0.0, -0.5, 0.0, -2.0, 0.0, 1.5, 0.5], (len(t), 1))
+    inside = Trajectory(t, {"robot/joint_pos": q}, {"robot/joint_pos": "rad"}, "real",
+                        {"joint_names": names, "name": "inside"})  # fmt: skip
+    assert limit_excursions(demo_twin, inside) == []
+    q2 = q.copy()
+    q2[10:20, 3] = 0.1  # 0.1 rad past the upper limit, 10 samples
+    q2[:, 4] = -2.9671 - 0.0005  # within the 1 mrad tolerance: a joint resting on its stop
+    out = Trajectory(t, {"robot/joint_pos": q2}, {"robot/joint_pos": "rad"}, "real",
+                     {"joint_names": names, "name": "past_the_stop"})  # fmt: skip
+    check_recording(demo_twin, out)  # not refused
+    warns = limit_excursions(demo_twin, out, twin="twin-7")
+    assert len(warns) == 1, warns
+    w = warns[0]
+    assert w.startswith("recording 'past_the_stop': joint 'panda_joint4' goes 0.1 rad past")
+    assert "upper limit in twin 'twin-7' (0 rad" in w and "10 of 30 samples" in w
 
 
 def test_parameter_space_is_log_where_the_prior_is() -> None:
