@@ -22,11 +22,12 @@ from devices.frames import RGBDFrame
 from reconstruction.errors import ReconstructionError, clean_message
 from reconstruction.objects import extract_object, vertex_colors
 from reconstruction.scan_result import CameraPath, ScannedObject, ScanResult
-from reconstruction.segment import Plane, cluster_objects, fit_table_plane
+from reconstruction.segment import Cluster, Plane, cluster_objects, fit_table_plane
 from reconstruction.stream import DeferredFusion
 from reconstruction.tsdf import TSDFIntegrator, TSDFSettings
 
 Box = tuple[NDArray[np.float64], NDArray[np.float64]]
+PREVIEW_POINTS = 40_000  # a live preview holds at most this many fused points
 
 
 @dataclass
@@ -41,6 +42,18 @@ class SegmentSettings:
     # handheld scans: "auto" (reconstruction/support.py rule), "none", a candidate number
     # ("2") or an explicit plane "a,b,c,d" (n.p + d = 0, world frame = first camera)
     support_plane: str = "auto"
+
+
+def preview_subset(
+    points: NDArray[np.float32], colors: NDArray[np.uint8], max_points: int = PREVIEW_POINTS
+) -> tuple[NDArray[np.float32], NDArray[np.uint8]]:
+    """Every k-th point (and colour), at most `max_points`: a window draws the cloud on its
+    GUI thread, and a whole workspace's surface (100k+ points) took a software renderer
+    hundreds of milliseconds per repaint while a scan ran."""
+    if len(points) <= max_points:
+        return points, colors
+    k = -(-len(points) // max_points)
+    return points[::k], colors[::k]
 
 
 @dataclass
@@ -313,13 +326,26 @@ class ScanSession:
         )
         return CameraPath.from_tracks(tr.tracks)
 
-    def preview(self, max_points: int = 60000) -> Preview:
+    @property
+    def frames_integrated(self) -> int:
+        return self.tsdf.frames_integrated
+
+    def preview(self, max_points: int = PREVIEW_POINTS) -> Preview:
+        """The fused surface so far, at most `max_points` of it (`preview_subset`)."""
         self._fusion.wait()
-        p, c = self.tsdf.points()
-        if len(p) > max_points:
-            idx = np.random.default_rng(0).choice(len(p), max_points, replace=False)
-            p, c = p[idx], c[idx]
+        p, c = preview_subset(*self.tsdf.points(), max_points)
         return Preview(p, c, self.tsdf.frames_integrated)
+
+    def table_objects(
+        self, seed: int = 0, exclude: list[Box] | None = None
+    ) -> tuple[Plane, list[Cluster]]:
+        """The table plane (facing +z) and the object clusters on it, from the fused points
+        so far (a guided scan's second pass plans its views around them). Raises a
+        TwinbenchError when there is no table."""
+        self._fusion.wait()
+        pts, cols = self.tsdf.points()
+        plane, _ = fit_table_plane(pts, seed=seed, up=np.array([0.0, 0, 1]))
+        return plane, cluster_objects(pts, cols, plane, exclude=list(exclude or []))  # type: ignore[arg-type]
 
     def finish(
         self,

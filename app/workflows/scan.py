@@ -28,6 +28,7 @@ from app.project import Project
 from devices.errors import DataFileError
 from devices.frames import RGBDFrame
 from reconstruction.pipeline import ScanSession, SegmentSettings
+from reconstruction.scan_process import ScanProcess
 from reconstruction.scan_result import ScanResult
 from reconstruction.tsdf import TSDFSettings
 from resources.text import count
@@ -89,21 +90,6 @@ def frame_points(
     return (p @ T[:3, :3].T + T[:3, 3]).astype(np.float32)
 
 
-PREVIEW_POINTS = 40_000  # the Scan page's 3D view draws at most this many fused points
-
-
-def preview_subset(
-    points: NDArray[np.float32] | None, colors: NDArray[np.uint8] | None
-) -> tuple[NDArray[np.float32] | None, NDArray[np.uint8] | None]:
-    """Every k-th fused point (and colour), at most `PREVIEW_POINTS`: the window draws the
-    cloud on the GUI thread, and a whole workspace's surface (100k+ points) took a software
-    renderer hundreds of milliseconds per repaint while a scan ran."""
-    if points is None or len(points) <= PREVIEW_POINTS:
-        return points, colors
-    k = -(-len(points) // PREVIEW_POINTS)
-    return points[::k], None if colors is None else colors[::k]
-
-
 class _Throttle:
     def __init__(self, hz: float) -> None:
         self.dt, self.last = 1.0 / hz if hz > 0 else 0.0, -1e9
@@ -121,7 +107,7 @@ def reconstruct_frames(
     pose_of: PoseFn | None = None,
     options: ScanOptions | None = None,
     track: bool = False,
-    session: ScanSession | None = None,
+    session: ScanSession | ScanProcess | None = None,
     finish: bool = True,
     T_base_camera: NDArray[np.float64] | None = None,
     calibration: dict[str, Any] | None = None,
@@ -132,12 +118,72 @@ def reconstruct_frames(
     """Integrate a frame stream; a stream that breaks (truncated file) keeps what it had.
     Live previews at `options.preview_hz` (0: none); `progress_every` N > 0 also reports
     progress text every N frames (for a terminal). `segment` overrides how the result is
-    segmented (default: up is +z unless tracking, the options' budget and exclusions)."""
+    segmented (default: up is +z unless tracking, the options' budget and exclusions).
+    Without a `session`, a posed scan fuses in a worker process (reconstruction/scan_process.py:
+    Open3D holds the GIL through each call) and a handheld one in this process."""
     opt = options or ScanOptions()
+    if session is not None:
+        return (
+            yield from _reconstruct(
+                frames,
+                pose_of,
+                opt,
+                session,
+                finish,
+                T_base_camera,
+                calibration,
+                total,
+                segment,
+                progress_every,
+            )
+        )
+    settings = TSDFSettings(voxel_size=opt.voxel_size, depth_max=opt.depth_max)
+    if track:
+        return (
+            yield from _reconstruct(
+                frames,
+                pose_of,
+                opt,
+                ScanSession(settings, track=True),
+                finish,
+                T_base_camera,
+                calibration,
+                total,
+                segment,
+                progress_every,
+            )
+        )
+    with ScanProcess(settings) as sess:
+        return (
+            yield from _reconstruct(
+                frames,
+                pose_of,
+                opt,
+                sess,
+                finish,
+                T_base_camera,
+                calibration,
+                total,
+                segment,
+                progress_every,
+            )
+        )
+
+
+def _reconstruct(
+    frames: Iterable[RGBDFrame],
+    pose_of: PoseFn | None,
+    opt: ScanOptions,
+    sess: ScanSession | ScanProcess,
+    finish: bool,
+    T_base_camera: NDArray[np.float64] | None,
+    calibration: dict[str, Any] | None,
+    total: int | None,
+    segment: SegmentSettings | None,
+    progress_every: int,
+) -> Job[ScanResult | None]:
     t0 = time.perf_counter()
-    sess = session or ScanSession(
-        TSDFSettings(voxel_size=opt.voxel_size, depth_max=opt.depth_max), track=track
-    )
+    track = sess.track
     thr = _Throttle(opt.preview_hz)
     fused_cost, last_fused = 0.0, -1e9
     warnings: list[str] = []
@@ -163,7 +209,7 @@ def reconstruct_frames(
             now = time.perf_counter()
             if now - last_fused >= 5 * fused_cost:  # fused surface: <= 20 % of the time
                 pv = sess.preview()
-                pts, cols = preview_subset(pv.points, pv.colors)
+                pts, cols = pv.points, pv.colors
                 fused_cost, last_fused = time.perf_counter() - now, time.perf_counter()
             frac = None if not total else min(n / total, 1.0) * 0.9
             yield Progress(
@@ -174,7 +220,7 @@ def reconstruct_frames(
                     "cloud": CloudPreview(
                         pts,
                         cols,
-                        sess.tsdf.frames_integrated,
+                        sess.frames_integrated,
                         sess.last_pose,
                         frame_points(f, sess.last_pose),
                     ),
@@ -205,16 +251,16 @@ def reconstruct_frames(
     return res
 
 
-def _progress_text(sess: ScanSession, index: int, n: int, t0: float) -> str:
+def _progress_text(sess: ScanSession | ScanProcess, index: int, n: int, t0: float) -> str:
     fps = n / max(time.perf_counter() - t0, 1e-9)
-    if sess.track:
+    if isinstance(sess, ScanSession) and sess.track:
         tr = sess.tracker
         return (
             f"frame {index}: {tr.tracked_ratio():.0%} tracked, {len(tr.keyframes)} keyframes, "
             f"{len(tr.loop_edges)} loop edges, {fps:.1f} fps"
         )
     return (
-        f"frame {index}: {sess.tsdf.frames_integrated} integrated, "
+        f"frame {index}: {sess.frames_integrated} integrated, "
         f"{len(sess.skipped)} skipped, {fps:.1f} fps"
     )
 

@@ -44,7 +44,7 @@ from app.workflows.scan_plan import (
 )
 from devices.frames import Intrinsics, RGBDFrame
 from devices.robots.client import RobotClient
-from reconstruction.pipeline import ScanSession
+from reconstruction.scan_process import ScanProcess
 from reconstruction.scan_result import ScanResult
 from reconstruction.tsdf import TSDFSettings
 from resources.errors import TwinbenchError
@@ -95,8 +95,6 @@ def scan_robot(
     """Guided wrist scan of the connected robot. `calibration` ({"T_hand_camera": 4x4, and
     "T_base_fixed" + "fixed_camera" when a fixed camera was calibrated} from
     `calibrate_robot`), or else the robot's NOMINAL camera mount pose."""
-    from reconstruction.segment import cluster_objects, fit_table_plane
-
     opt = options or ScanOptions()
     plan = plan or RobotScanPlan()
     opt.exclude = opt.exclude or [
@@ -104,6 +102,7 @@ def scan_robot(
     ]
     arm = ConnectedArm(client, plan.camera)
     rec: _Recorder | None = None
+    sess: ScanProcess | None = None
     try:
         X = np.asarray((calibration or {}).get("T_hand_camera", arm.T_mount_camera_nominal))
         calib = _jsonable(calibration or {})
@@ -116,7 +115,7 @@ def scan_robot(
             0.0,
             f"scanning with {arm.info.name} camera '{arm.camera}' ({calib['hand_camera_source']})",
         )
-        sess = ScanSession(TSDFSettings(voxel_size=opt.voxel_size, depth_max=opt.depth_max))
+        sess = ScanProcess(TSDFSettings(voxel_size=opt.voxel_size, depth_max=opt.depth_max))
         first_pass = [T for orbit in plan.orbits() for T in orbit.targets(plan.centre)]
         fixed_frames: list[RGBDFrame] = []
         arm.prime_camera()  # the wrist camera starts while the fixed one is read
@@ -161,10 +160,8 @@ def scan_robot(
             "orbit: ",
         )
         if plan.object_views and plan.object_elevations_deg and not _stopped(opt):
-            pts, cols = sess.tsdf.points()
             try:
-                plane, _ = fit_table_plane(pts, seed=opt.seed, up=np.array([0.0, 0, 1]))
-                clusters = cluster_objects(pts, cols, plane, exclude=list(opt.exclude))  # type: ignore[arg-type]
+                plane, clusters = sess.table_objects(opt.seed, list(opt.exclude))
             except TwinbenchError as exc:
                 clusters = []
                 yield Progress(None, f"no objects for a second pass ({exc})")
@@ -215,6 +212,8 @@ def scan_robot(
     finally:
         if rec is not None:
             rec.close()
+        if sess is not None:
+            sess.close()
         arm.stop()
 
 

@@ -129,7 +129,7 @@ def test_recording_without_depth_is_an_error_not_an_empty_scan(tmp_path: Path) -
 def test_the_live_preview_draws_a_spread_subset_of_a_large_fused_surface() -> None:
     """A workspace's fused surface is decimated for the Scan page's 3D view: at most
     PREVIEW_POINTS, colours still matching their points, the whole extent still covered."""
-    from app.workflows.scan import PREVIEW_POINTS, preview_subset
+    from reconstruction.pipeline import PREVIEW_POINTS, preview_subset
 
     rng = np.random.default_rng(0)
     pts = rng.uniform(-1, 1, (250_000, 3)).astype(np.float32)
@@ -140,4 +140,4 @@ def test_the_live_preview_draws_a_spread_subset_of_a_large_fused_surface() -> No
     assert np.array_equal(c, (np.abs(p) * 255).astype(np.uint8))
     assert np.all(p.min(0) < -0.99) and np.all(p.max(0) > 0.99)
     small = pts[:1000]
-    assert preview_subset(small, None)[0] is small  # a small cloud is drawn whole
+    assert preview_subset(small, cols[:1000])[0] is small  # a small cloud is drawn whole
