@@ -193,7 +193,9 @@ def _with_robot_limits(urdf: str, names: tuple[str, ...], limits: dict[str, Any]
             if robot is None or not np.isfinite(robot):
                 continue
             own = lim.get(key)
-            value = tighter(float(own), robot) if own is not None else robot
+            # effort="0" / velocity="0" is a CAD exporter's "none given", not a limit of 0
+            given = own is not None and (key in ("lower", "upper") or float(own) > 0)
+            value = robot if own is None or not given else tighter(float(own), robot)
             if own is None or value != float(own):
                 lim.set(key, repr(value))
                 changed = True

@@ -68,7 +68,7 @@ def robot_into(
         notes=notes,
         time_step=time_step,
     )
-    return robot, params, notes
+    return robot, params, list(robot.notes)  # the loader's notes and the spec's own
 
 
 def support_in_object(

@@ -28,6 +28,14 @@ from twins.spec import (
 from twins.urdf import read_urdf
 
 DEFAULT_TIME_STEP = 1.0 / 240.0
+# The effort limit an actuator starts at when the URDF gives none (N*m, or N for a prismatic
+# joint). A missing `effort` and `effort="0"` both mean "none given": CAD exporters (the
+# SolidWorks URDF exporter, Onshape's) write effort="0" velocity="0" on every joint, and
+# makers put it on passive and fixed joints, where no motor limits anything; a motor that
+# could give no torque at all would be a joint without an actuator, which the twin models
+# as such (`actuated`). PyBullet reads it the same way (twins/urdf.py's loadable copy drops
+# a limit <= 0). The assumed value is said in the twin's build notes, never silently.
+DEFAULT_EFFORT = 100.0
 
 
 def sim_params(
@@ -93,7 +101,7 @@ def actuator_params(
     DC motor: a small servo (the Qube: 8.4 ohm, 0.042 V*s/rad)."""
     pre = f"robot.actuators.{joint}"
     unit_t = "N" if kind == "prismatic" else "N*m"
-    effort = float(effort) if effort and effort > 0 else 100.0
+    effort = float(effort) if effort and effort > 0 else DEFAULT_EFFORT
     lat = param(f"{pre}.latency", "s", 0.0, 0.0, 0.1, doc="command delay")
     if model == "servo":
         return [
@@ -216,6 +224,8 @@ def robot_from_urdf(
         ]
         if j.name in acted:
             params += actuator_params(j.name, actuator, j.effort, kind)
+            if not (j.effort and j.effort > 0):
+                notes = [*notes, _no_effort_note(j.name, u)]
     if actuator == "pd":
         inertias = joint_inertias(
             path, fixed_base, [j.name for j in movable], initial_joint_pos or [0.0] * len(movable)
@@ -247,6 +257,16 @@ def robot_from_urdf(
         notes=tuple(notes),
     )
     return spec, params
+
+
+def _no_effort_note(joint: str, unit: str) -> str:
+    what = "force" if unit == "N" else "torque"
+    return (
+        f"joint '{joint}': no effort limit in the URDF (effort missing or 0); "
+        f"robot.actuators.{joint}.effort_limit starts at {DEFAULT_EFFORT:g} {unit} (range "
+        f"{0.01 * DEFAULT_EFFORT:g}-{3 * DEFAULT_EFFORT:g}): set it to the motor's rated "
+        f"{what}, or fit it"
+    )
 
 
 def joint_inertias(

@@ -111,3 +111,35 @@ def test_missing_mesh_falls_back_without_touching_the_original(tmp_path: Path) -
     (tmp_path / "meshes").mkdir()
     shutil.copyfile(DATA / "cube.obj", tmp_path / "meshes" / "gone.stl.obj")
     assert read_urdf(out).name == "r"
+
+
+def test_an_effort_of_zero_is_no_limit_given_and_the_build_says_so(tmp_path: Path) -> None:
+    """URDF makers write effort="0" where they give no limit (CAD exporters on every joint,
+    fixed and passive joints too). It used to become a silent 100 N*m; now the twin's
+    build notes name the joint and the value assumed (the default a missing effort gets),
+    an actuated joint with a real effort keeps it and says nothing, and a fixed joint's
+    effort="0" is not mentioned (nothing drives it)."""
+    body = (
+        LINK.format(n="a", m=1, extra="")
+        + LINK.format(n="b", m=1, extra="")
+        + LINK.format(n="c", m=1, extra="")
+        + LINK.format(n="d", m=1, extra="")
+        + '<joint name="j1" type="revolute"><parent link="a"/><child link="b"/>'
+        '<axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="0" velocity="0"/></joint>'
+        '<joint name="j2" type="revolute"><parent link="b"/><child link="c"/>'
+        '<axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="7" velocity="1"/></joint>'
+        '<joint name="tool" type="fixed"><parent link="c"/><child link="d"/>'
+        '<limit effort="0" velocity="0"/></joint>'
+    )
+    robot, params, notes = robot_into(tmp_path, str(_urdf(tmp_path, body, "cad.urdf")))
+    by_name = {p.name: p for p in params}
+    assert by_name["robot.actuators.j1.effort_limit"].nominal == 100.0
+    assert by_name["robot.actuators.j2.effort_limit"].nominal == 7.0
+    said = [n for n in notes if n.startswith("joint ")]
+    assert len(said) == 1, notes
+    assert said[0].startswith("joint 'j1': no effort limit in the URDF (effort missing or 0)")
+    assert "robot.actuators.j1.effort_limit" in said[0] and "100 N*m" in said[0]
+    assert said[0] in robot.notes  # kept with the twin, shown with its build notes
+    spec = assemble("cad", (robot, params), ground=False, base_dir=tmp_path)
+    with TwinWorld(spec) as w:
+        assert said[0] in w.notes

@@ -41,3 +41,22 @@ def test_servo_arm_bundle_builds_a_twin_robot(tmp_path: Path) -> None:
             kin.link_pose("link6", [0.3, -0.4, 0.5, 0.2, 0.1, 0.0])[:3, 3],
             atol=1e-5,
         )
+
+
+def test_a_cad_urdfs_zero_effort_and_speed_take_the_robots_limits(tmp_path: Path) -> None:
+    """A CAD-exported URDF gives effort="0" velocity="0" (none given): the saved bundle
+    takes the limits the agent enforces instead of keeping 0 as the 'tighter' of the two
+    (a twin would then have assumed its default effort instead of the robot's)."""
+    import re
+
+    from devices.robots.drivers.arm_description import servo_arm_urdf
+
+    cal = default_calibration("feetech")
+    cad = re.sub(r'(effort|velocity)="[^"]*"', r'\1="0"', servo_arm_urdf(cal))
+    src = tmp_path / "cad.urdf"
+    src.write_text(cad)
+    info = make_driver("/dev/null", cal, urdf=src).info()
+    urdf = save_bundle(info, tmp_path / "robot")
+    movable = read_urdf(urdf).movable
+    np.testing.assert_allclose([j.effort for j in movable], info.limits.effort)
+    np.testing.assert_allclose([j.velocity for j in movable], info.limits.velocity)
