@@ -3,7 +3,7 @@ the parameter ranges Twinbench uses by default (design calls, documented per par
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,7 @@ from twins.spec import (
     TwinSpec,
     param,
 )
-from twins.urdf import read_urdf
+from twins.urdf import UrdfJoint, read_urdf
 
 DEFAULT_TIME_STEP = 1.0 / 240.0
 # The effort limit an actuator starts at when the URDF gives none (N*m, or N for a prismatic
@@ -236,12 +236,12 @@ def robot_from_urdf(
                 params += actuator_params(
                     j.name, actuator, j.effort, j.kind, inertias[j.name], time_step
                 )
-    children = {j.child for j in info.joints}
     # a fixed base does not move: PyBullet gives it mass 0, and a mass written there breaks
-    # the arm's dynamics, so it gets no parameter
-    links = tuple(
-        ln for ln, m in info.link_masses.items() if m > 0 and (ln in children or not fixed_base)
-    )
+    # the arm's dynamics, so it gets no parameter; nor do links welded to it by fixed joints.
+    # A URDF rooted at `world` (ROS / Gazebo descriptions) is the robot fixed to the world
+    # frame: its base is welded to that root, and the twin is the same as the robot alone's.
+    still = _welded_to_root(info.joints, info.link_masses) if fixed_base else set()
+    links = tuple(ln for ln, m in info.link_masses.items() if m > 0 and ln not in still)
     for ln in links:
         m = info.link_masses[ln]
         params.append(param(f"robot.links.{ln}.mass", "kg", m, 0.2 * m, 5 * m, "lognormal"))
@@ -257,6 +257,18 @@ def robot_from_urdf(
         notes=tuple(notes),
     )
     return spec, params
+
+
+def _welded_to_root(joints: Sequence[UrdfJoint], links: Mapping[str, float]) -> set[str]:
+    """The root link(s) of a URDF and every link fixed to them through fixed joints only."""
+    children = {j.child for j in joints}
+    out = {ln for ln in links if ln not in children}
+    grew = True
+    while grew:
+        new = {j.child for j in joints if j.kind == "fixed" and j.parent in out} - out
+        out |= new
+        grew = bool(new)
+    return out
 
 
 def _no_effort_note(joint: str, unit: str) -> str:

@@ -143,3 +143,51 @@ def test_an_effort_of_zero_is_no_limit_given_and_the_build_says_so(tmp_path: Pat
     spec = assemble("cad", (robot, params), ground=False, base_dir=tmp_path)
     with TwinWorld(spec) as w:
         assert said[0] in w.notes
+
+
+ARM = (
+    '<link name="base"><inertial><mass value="2"/><inertia ixx="1e-2" ixy="0" ixz="0" '
+    'iyy="1e-2" iyz="0" izz="1e-2"/></inertial></link>'
+    '<link name="upper"><inertial><origin xyz="0 0 0.1"/><mass value="1"/><inertia ixx="1e-3" '
+    'ixy="0" ixz="0" iyy="1e-3" iyz="0" izz="1e-3"/></inertial></link>'
+    '<joint name="shoulder" type="revolute"><parent link="base"/><child link="upper"/>'
+    '<origin xyz="0 0 0.05"/><axis xyz="0 1 0"/>'
+    '<limit lower="-2" upper="2" effort="20" velocity="2"/></joint>'
+)
+WORLD = (
+    '<link name="world"/><joint name="world_to_base" type="fixed"><parent link="world"/>'
+    '<child link="base"/></joint>'
+)
+
+
+def test_a_urdf_rooted_at_world_is_the_same_robot_fixed_to_it(tmp_path: Path) -> None:
+    """A URDF whose root link is `world` (ROS / Gazebo descriptions: the fixed world frame,
+    the robot's base welded to it) is accepted and makes the same twin as the robot alone:
+    the same joints and parameters (the base welded to the world does not move, so it gets
+    no mass parameter, like a fixed base), the same motion under the same commands, and
+    link poses in the base frame."""
+    specs = {}
+    for name, body in (("plain", ARM), ("rooted", WORLD + ARM)):
+        folder = tmp_path / name
+        folder.mkdir()
+        robot, params, _ = robot_into(folder, str(_urdf(tmp_path, body, f"{name}.urdf")))
+        specs[name] = assemble(name, (robot, params), ground=False, base_dir=folder)
+    plain, rooted = specs["plain"], specs["rooted"]
+    assert rooted.robot is not None and plain.robot is not None
+    assert [j.name for j in rooted.robot.joints] == ["shoulder"]
+    assert sorted(rooted.params) == sorted(plain.params)
+    assert not any(n.startswith(("robot.links.base.", "robot.links.world.")) for n in rooted.params)
+    t = np.arange(0, 1.0001, 0.01)
+    cmd = Trajectory(
+        t, {"robot/command": 0.5 * np.sin(np.pi * t)[:, None]}, {"robot/command": "rad"}
+    )
+    q = {}
+    for name, spec in specs.items():
+        with TwinWorld(spec) as w:
+            q[name] = replay_in(w, cmd)["robot/joint_pos"]
+    np.testing.assert_allclose(q["rooted"], q["plain"], atol=1e-9)
+    assert np.abs(q["rooted"][:, 0] - cmd["robot/command"][:, 0]).max() < 0.1
+    from twins.kinematics import RobotKinematics
+
+    with RobotKinematics(rooted.resolve(rooted.robot.urdf), ["shoulder"]) as kin:
+        np.testing.assert_allclose(kin.link_pose("upper", [0.0])[:3, 3], [0, 0, 0.05], atol=1e-9)
