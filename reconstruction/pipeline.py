@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from devices.frames import RGBDFrame
 from reconstruction.errors import ReconstructionError, clean_message
 from reconstruction.objects import extract_object, vertex_colors
-from reconstruction.scan_result import CameraPath, ScannedObject, ScanResult
+from reconstruction.scan_result import CameraPath, ScannedObject, ScanResult, display_copy
 from reconstruction.segment import Cluster, Plane, cluster_objects, fit_table_plane
 from reconstruction.stream import DeferredFusion
 from reconstruction.tsdf import TSDFIntegrator, TSDFSettings
@@ -399,6 +399,7 @@ class ScanSession:
                 tuple(warnings),
                 self.capture,
                 path,
+                display_copy(mesh),
             )
 
         if len(mesh.faces) == 0:

@@ -196,7 +196,7 @@ class GuiLoop:
         status["wall_s"] = round(time.monotonic() - t, 1)
         status["stall_ms"] = round(self.probe.max_ms(name), 1)
         if status["stall_ms"] > STACKS_AFTER_MS:
-            status["stall_stacks"] = self.probe.stall_stacks(name, 2)
+            status["stall_stacks"] = self.probe.stall_stacks(name, 4)
         self.steps[name] = status
         return status["status"] == "ok"
 

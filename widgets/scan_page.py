@@ -347,8 +347,9 @@ class ScanPage(WorkflowPage):
         self.scene.remove("scan/cloud")
         self.scene.remove("scan/live")
         m = result.scene_mesh
-        if len(m.faces):
-            self.scene.set_mesh("scan/scene", m.vertices, m.faces, color=(0.62, 0.6, 0.56, 0.35))
+        d = result.display_mesh if result.display_mesh is not None else m  # drawn: <= 30k faces
+        if len(d.faces):
+            self.scene.set_mesh("scan/scene", d.vertices, d.faces, color=(0.62, 0.6, 0.56, 0.35))
         for name in [n for n in self.scene.items() if n.startswith("scan/object/")]:
             self.scene.remove(name)
         for o in result.objects:

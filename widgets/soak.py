@@ -75,13 +75,14 @@ class StallProbe:
         self.timer.setTimerType(QtCore.Qt.TimerType.PreciseTimer)
         self.timer.timeout.connect(self._on_tick)
         # where the GUI thread was while it stalled: with stacks_after_ms, a sampler thread
-        # takes the GUI thread's stack once a tick is that late (it runs whenever the GUI
+        # takes the GUI thread's stack each time a tick is that much later (it runs whenever the GUI
         # thread lets go of the GIL, which Qt's and most native calls do)
         self.stacks_after_ms = stacks_after_ms
         self.stacks: dict[str, list[tuple[float, str]]] = {}
         self._gui_ident = threading.get_ident()
         self._tick_at = time.perf_counter()
         self._sampled_tick = -1.0
+        self._sample_at = 0.0
         self._sampler: threading.Thread | None = None
         self._sampling = threading.Event()
 
@@ -108,13 +109,15 @@ class StallProbe:
             time.sleep(0.01)
             tick, section = self._tick_at, self._section
             late = time.perf_counter() - tick
-            if section is None or late < after or tick == self._sampled_tick:
+            if tick != self._sampled_tick:  # a new tick: its first sample at `after`
+                self._sampled_tick, self._sample_at = tick, after
+            if section is None or late < self._sample_at:
                 continue
             frames = sys._current_frames()
             frame = frames.get(self._gui_ident)
             if frame is None:
                 continue
-            self._sampled_tick = tick
+            self._sample_at = late + after  # a long stall: another sample `after` later
             where = "".join(traceback.format_stack(frame, limit=12))
             # and where every other thread was: the one not waiting holds the GIL
             names = {t.ident: t.name for t in threading.enumerate()}

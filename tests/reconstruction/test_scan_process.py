@@ -76,3 +76,27 @@ def test_a_worker_that_dies_ends_the_scan_with_a_message(frames: list[RGBDFrame]
     with pytest.raises(ReconstructionError, match="killed by signal 9 during add"):
         there.add(frames[1], frames[1].T_world_camera)
     there.close()  # closing a dead worker is quiet
+
+
+def test_the_drawn_copy_of_a_scanned_scene_keeps_its_shape_in_fewer_triangles() -> None:
+    """A scene of 200k+ triangles is drawn from a copy of at most ~DISPLAY_FACES that stays
+    within two grid cells of the surface; a small mesh is drawn as it is."""
+    import trimesh
+
+    from reconstruction.scan_result import DISPLAY_FACES, display_copy
+
+    sc = scene()
+    full = trimesh.util.concatenate([m.subdivide().subdivide() for m in sc.values()])
+    full = trimesh.util.concatenate([full.subdivide_to_size(0.004)])
+    assert len(full.faces) > 200_000
+    d = display_copy(full)
+    assert 0.5 * DISPLAY_FACES < len(d.faces) <= 1.15 * DISPLAY_FACES
+    cell = np.sqrt(2 * full.area / DISPLAY_FACES)
+    # every drawn vertex near the true surface, and the true surface covered by the drawn one
+    near, _ = cKDTree(full.vertices).query(d.vertices)
+    assert near.max() < 2 * cell, (near.max(), cell)
+    cover, _ = cKDTree(d.vertices).query(full.sample(20_000, seed=0))
+    assert np.percentile(cover, 99) < 2 * cell
+    assert abs(d.area - full.area) < 0.15 * full.area
+    small = sc["table"]
+    assert display_copy(small) is small
