@@ -27,7 +27,7 @@ from reconstruction.stream import DeferredFusion
 from reconstruction.tsdf import TSDFIntegrator, TSDFSettings
 
 Box = tuple[NDArray[np.float64], NDArray[np.float64]]
-PREVIEW_POINTS = 40_000  # a live preview holds at most this many fused points
+PREVIEW_POINTS = 25_000  # a live preview holds at most this many fused points (drawn 10x a second)
 
 
 @dataclass

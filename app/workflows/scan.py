@@ -77,7 +77,7 @@ class CloudPreview:
 
 
 def frame_points(
-    f: RGBDFrame, T: NDArray[np.float64] | None, stride: int = 4
+    f: RGBDFrame, T: NDArray[np.float64] | None, stride: int = 6
 ) -> NDArray[np.float32] | None:
     """The frame's depth as base-frame points (every `stride`-th pixel), for live previews."""
     if T is None:
