@@ -43,6 +43,9 @@ START_TIMEOUT_S = 120.0  # a fresh interpreter imports Open3D: seconds on a load
 
 def _serve(conn: Any, settings: TSDFSettings) -> None:
     """The worker: one ScanSession, one call per message, until the pipe closes."""
+    import os
+
+    os.nice(5)  # background work: the window and the robot link come first
     try:
         sess = ScanSession(settings)
         conn.send(("ready",))

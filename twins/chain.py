@@ -85,7 +85,7 @@ def serial_chain(urdf: Path, joints: Sequence[str], link: str) -> SerialChain:
             j = parent
         lower, upper = [], []
         for j in kin.joint_index:
-            ji = pb.getJointInfo(kin.body, j, physicsClientId=kin.cid)
+            ji = kin.joint_info[j]
             lo, hi = float(ji[8]), float(ji[9])
             ok = hi > lo and int(ji[2]) == pb.JOINT_REVOLUTE
             lower.append(lo if ok else -np.inf)

@@ -4,14 +4,19 @@ connected robot (e.g. the wrist-camera pose of a guided scan).
     kin = RobotKinematics.from_description("franka_panda/panda.urdf", joint_names)
     T_base_hand = kin.link_pose("panda_hand", q)     # 4x4, base frame, m
 
-Each instance owns its own PyBullet DIRECT client (no GUI, no shared state); `close()` it.
+A URDF is read once through PyBullet (a DIRECT client, closed at once) and its chain kept
+per file; poses are evaluated in float64 numpy. `close()` an instance that used
+`link_pose_pybullet` (its own client).
 Poses are URDF link frames (not the inertial/COM frame PyBullet reports first).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -39,90 +44,136 @@ def description_path(description: str) -> Path:
     return p
 
 
+_Chain = list[tuple[int, NDArray[np.float64], int, NDArray[np.float64]]]
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """What a URDF's kinematics need, read once through PyBullet (shared: read only)."""
+
+    joints: dict[str, int]  # joint name -> PyBullet joint index
+    links: dict[str, int]  # child link name -> the index of the joint that carries it
+    base_link: str
+    chain: _Chain  # per joint: (parent, T_parent_link at q = 0, joint type, unit axis)
+    info: tuple[tuple[Any, ...], ...]  # getJointInfo per joint
+
+
+_LOADED: dict[tuple[str, int, int], _Loaded] = {}
+_LOADED_LOCK = threading.Lock()
+
+
+def _load(urdf: Path) -> _Loaded:
+    """The URDF's chain, from PyBullet at q = 0 (cached per file and version: loading a
+    Panda holds the GIL for 10-60 ms, and a scan or deploy on a busy laptop waited 200 ms
+    for it; each later instance costs nothing)."""
+    from twins.engine import connect_direct, pb
+
+    try:
+        st = urdf.stat()
+    except OSError as exc:
+        raise TwinError(f"kinematics: cannot read {urdf} ({exc})") from None
+    key = (str(urdf.resolve()), st.st_mtime_ns, st.st_size)
+    with _LOADED_LOCK:
+        hit = _LOADED.get(key)
+    if hit is not None:
+        return hit
+    cid = connect_direct()
+    try:
+        try:
+            # no visual meshes: only the chain is read, and parsing a Panda's meshes took
+            # 50-180 ms of 60 (10-16 without), with the GIL held (the window waited)
+            body = pb.loadURDF(
+                str(urdf),
+                useFixedBase=True,
+                flags=pb.URDF_USE_INERTIA_FROM_FILE | pb.URDF_IGNORE_VISUAL_SHAPES,
+                physicsClientId=cid,
+            )
+        except pb.error as exc:
+            raise TwinError(f"kinematics: PyBullet cannot load {urdf}: {exc}") from None
+        n = pb.getNumJoints(body, physicsClientId=cid)
+        info = tuple(tuple(pb.getJointInfo(body, j, physicsClientId=cid)) for j in range(n))
+        loaded = _Loaded(
+            {ji[1].decode(): j for j, ji in enumerate(info)},
+            {ji[12].decode(): j for j, ji in enumerate(info)},
+            pb.getBodyInfo(body, physicsClientId=cid)[0].decode(),
+            _frames_at_zero(pb, cid, body, info),
+            info,
+        )
+    finally:
+        pb.disconnect(physicsClientId=cid)
+    with _LOADED_LOCK:
+        _LOADED[key] = loaded
+    return loaded
+
+
+def _frames_at_zero(pb: Any, cid: int, body: int, info: tuple[tuple[Any, ...], ...]) -> _Chain:
+    """Constant parts of the chain from PyBullet at q = 0: each link's frame in its parent's
+    frame, and its joint (type, axis in the child frame). Evaluating the chain in float64
+    keeps FK smooth for numeric IK (PyBullet's own link states are single precision: steps
+    below ~1e-7 m vanish, which breaks finite-difference Jacobians)."""
+    for j in range(len(info)):
+        pb.resetJointState(body, j, 0.0, physicsClientId=cid)
+    world = [_link_state(pb, cid, body, j) for j in range(len(info))]
+    chain: _Chain = []
+    for j, ji in enumerate(info):
+        parent = int(ji[16])
+        Tp = np.eye(4) if parent < 0 else world[parent]
+        chain.append(
+            (
+                parent,
+                np.asarray(np.linalg.solve(Tp, world[j]), float),
+                int(ji[2]),
+                _unit(np.asarray(ji[13], float)),
+            )
+        )
+    return chain
+
+
+def _link_state(pb: Any, cid: int, body: int, j: int) -> NDArray[np.float64]:
+    st = pb.getLinkState(body, j, computeForwardKinematics=True, physicsClientId=cid)
+    T = np.eye(4)
+    T[:3, :3] = np.asarray(pb.getMatrixFromQuaternion(st[5]), float).reshape(3, 3)
+    T[:3, 3] = st[4]
+    return T
+
+
 class RobotKinematics:
     """Link poses of a fixed-base URDF robot for given joint positions."""
 
     def __init__(self, urdf: Path, joint_names: Sequence[str]) -> None:
-        from twins.engine import connect_direct, pb
+        from twins.engine import pb
 
         self._pb = pb
         self.urdf = Path(urdf)
-        self.cid = connect_direct()
-        try:
-            # no visual meshes: only the chain is read, and parsing a Panda's meshes took
-            # 50-180 ms of 60 (10-16 without), with the GIL held (the window waited)
-            self.body = pb.loadURDF(
-                str(self.urdf),
-                useFixedBase=True,
-                flags=pb.URDF_USE_INERTIA_FROM_FILE | pb.URDF_IGNORE_VISUAL_SHAPES,
-                physicsClientId=self.cid,
-            )
-        except pb.error as exc:
-            pb.disconnect(physicsClientId=self.cid)
-            raise TwinError(f"kinematics: PyBullet cannot load {self.urdf}: {exc}") from None
-        joints, links = {}, {}
-        for j in range(pb.getNumJoints(self.body, physicsClientId=self.cid)):
-            ji = pb.getJointInfo(self.body, j, physicsClientId=self.cid)
-            joints[ji[1].decode()] = j
-            links[ji[12].decode()] = j
-        self.links = links
-        self.base_link = pb.getBodyInfo(self.body, physicsClientId=self.cid)[0].decode()
-        missing = [n for n in joint_names if n not in joints]
+        loaded = _load(self.urdf)
+        self.links = loaded.links
+        self.base_link = loaded.base_link
+        self.joint_info = loaded.info
+        self._chain = loaded.chain
+        missing = [n for n in joint_names if n not in loaded.joints]
         if missing:
-            self.close()
             raise TwinError(
-                f"kinematics: {self.urdf.name} has no joint(s) {missing} (it has {sorted(joints)})"
+                f"kinematics: {self.urdf.name} has no joint(s) {missing} "
+                f"(it has {sorted(loaded.joints)})"
             )
-        self.joint_index = [joints[n] for n in joint_names]
+        self.joint_index = [loaded.joints[n] for n in joint_names]
         self.joint_names = tuple(joint_names)
-        self._frames_at_zero()
+        self.cid = -1  # a PyBullet client only for `link_pose_pybullet`
+        self.body = -1
 
     @classmethod
     def from_description(cls, description: str, joint_names: Sequence[str]) -> RobotKinematics:
         return cls(description_path(description), joint_names)
-
-    def _frames_at_zero(self) -> None:
-        """Constant parts of the chain from PyBullet at q = 0: each link's frame in its
-        parent's frame, and its joint (type, axis in the child frame). Evaluating the chain
-        in float64 keeps FK smooth for numeric IK (PyBullet's own link states are single
-        precision: steps below ~1e-7 m vanish, which breaks finite-difference Jacobians)."""
-        pb, cid = self._pb, self.cid
-        n = pb.getNumJoints(self.body, physicsClientId=cid)
-        for j in range(n):
-            pb.resetJointState(self.body, j, 0.0, physicsClientId=cid)
-        world = [self._pb_link(j) for j in range(n)]
-        self._chain: list[tuple[int, NDArray[np.float64], int, NDArray[np.float64]]] = []
-        for j in range(n):
-            ji = pb.getJointInfo(self.body, j, physicsClientId=cid)
-            parent = int(ji[16])
-            Tp = np.eye(4) if parent < 0 else world[parent]
-            self._chain.append(
-                (
-                    parent,
-                    np.asarray(np.linalg.solve(Tp, world[j]), float),
-                    int(ji[2]),
-                    _unit(np.asarray(ji[13], float)),
-                )
-            )
 
     def speed_effort_limits(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """The URDF's velocity (rad/s or m/s) and effort limits of `joint_names`; 0 where
         the URDF gives none."""
         vel, eff = [], []
         for j in self.joint_index:
-            ji = self._pb.getJointInfo(self.body, j, physicsClientId=self.cid)
+            ji = self.joint_info[j]
             vel.append(max(float(ji[11]), 0.0))
             eff.append(max(float(ji[10]), 0.0))
         return np.array(vel), np.array(eff)
-
-    def _pb_link(self, j: int) -> NDArray[np.float64]:
-        st = self._pb.getLinkState(
-            self.body, j, computeForwardKinematics=True, physicsClientId=self.cid
-        )
-        T = np.eye(4)
-        T[:3, :3] = np.asarray(self._pb.getMatrixFromQuaternion(st[5]), float).reshape(3, 3)
-        T[:3, 3] = st[4]
-        return T
 
     def _check(self, link: str, joint_pos: ArrayLike) -> NDArray[np.float64]:
         q = np.asarray(joint_pos, float).ravel()
@@ -167,9 +218,20 @@ class RobotKinematics:
         q = self._check(link, joint_pos)
         if link == self.base_link:
             return np.eye(4)
+        pb = self._pb
+        if self.cid < 0:
+            from twins.engine import connect_direct
+
+            self.cid = connect_direct()
+            self.body = pb.loadURDF(
+                str(self.urdf),
+                useFixedBase=True,
+                flags=pb.URDF_USE_INERTIA_FROM_FILE | pb.URDF_IGNORE_VISUAL_SHAPES,
+                physicsClientId=self.cid,
+            )
         for j, v in zip(self.joint_index, q, strict=True):
-            self._pb.resetJointState(self.body, j, float(v), physicsClientId=self.cid)
-        return self._pb_link(self.links[link])
+            pb.resetJointState(self.body, j, float(v), physicsClientId=self.cid)
+        return _link_state(pb, self.cid, self.body, self.links[link])
 
     def close(self) -> None:
         if self.cid is not None and self.cid >= 0:
