@@ -44,7 +44,7 @@ SUMMARIES: dict[str, str] = {
     "lab": "run the virtual lab as a robot + camera server",
     "agent": "run the robot agent on a robot's computer (franka, dynamixel, feetech, lab)",
     "scan": "record/reconstruct a workspace from a camera source into a project",
-    "twin": "build a digital twin from a scan (+ robot description)",
+    "twin": "build a digital twin from a scan (+ robot description), show it, set its values",
     "calibrate": "camera-robot (hand-eye) calibration from board images + robot poses",
     "import": "recordings (CSV/Parquet/NPZ + column mapping) into a project, or a rig twin",
     "export": "a trajectory artifact to LeRobot-style Parquet",

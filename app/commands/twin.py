@@ -1,5 +1,5 @@
-"""`python main.py twin build --project P [--scan S] [--robot URDF] [--procedural]` and
-`twin info --project P [--twin T]`."""
+"""`python main.py twin build --project P [--scan S] [--robot URDF] [--procedural]`,
+`twin info --project P [--twin T]` and `twin set --project P TWIN NAME=VALUE ...`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import argparse
 from pathlib import Path
 
 HELP = (
-    "Build a digital twin from a scan (+ a robot description) into a project, or show "
-    "one. Robots: pybullet_data:<path>, resources:<path> or a URDF file; 'none' for none."
+    "Build a digital twin from a scan (+ a robot description) into a project, show one, "
+    "or set parameter values as a new twin version. Robots: pybullet_data:<path>, "
+    "resources:<path> or a URDF file; 'none' for none."
 )
 
 
@@ -40,14 +41,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     i = sub.add_parser("info", help="parameters and notes of a twin")
     i.add_argument("--project", type=Path, required=True)
     i.add_argument("--twin", default=None, help="twin artifact id (default: the latest)")
+    s = sub.add_parser(
+        "set",
+        help="parameter values by hand -> a new twin version (parent: TWIN, left unchanged)",
+    )
+    s.add_argument("--project", type=Path, required=True, help="project folder")
+    s.add_argument("twin", metavar="TWIN", help="twin artifact id to start from")
+    s.add_argument(
+        "assignments",
+        metavar="NAME=VALUE",
+        nargs="+",
+        help="a parameter as `twin info` names it and a number, optionally in the "
+        "parameter's unit (robot.joints.panda_joint1.damping=0.5N*m*s/rad)",
+    )
+    s.add_argument("--name", default=None, help="display name of the new twin (default: TWIN's)")
 
 
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
     from app.project import Project
-    from app.workflows.twin import build_twin, load_twin, twin_summary
+    from app.workflows.twin import build_twin, load_twin, set_twin_values, twin_summary
+    from resources.text import count
 
     project = Project.open(args.project)
+    if args.action == "set":
+        new, changes = set_twin_values(project, args.twin, args.assignments, args.name)
+        set_ = count(len(changes), "parameter")
+        print(f"twin {new}: {set_} set (parent {project.artifact(new).parent})")
+        width = max(len(c.name) for c in changes)
+        for c in changes:
+            print(f"  {c.name:<{width}} {c.old:g} -> {c.new:g} {c.unit}")
+        print(f"  folder: {project.path_of(new)}")
+        return 0
     if args.action == "build":
         robot = None if args.robot.lower() == "none" else args.robot
         tid = run_cli(

@@ -5,6 +5,10 @@
   to the scan. `procedural_scan(project)` writes the demo scan when there is no camera scan.
 - `save_twin_edit(project, parent_id, spec)`: an edited twin (values, object poses) as a new
   artifact whose parent is the twin it came from (artifacts are immutable).
+- `set_twin_values(project, twin_id, ["NAME=VALUE", ...])`: hand-set values (a number,
+  optionally followed by the parameter's declared unit) as a new twin version through
+  `save_twin_edit`; every assignment is checked first and a bad one is refused naming the
+  parameter and the problem, with nothing written.
 - `load_twin(project, twin_id)`, `twin_summary(spec)`, `simulate_twin(...)`.
 
 A failure leaves the project exactly as it was (`Project.new_artifact` discards the
@@ -13,9 +17,13 @@ half-written folder).
 
 from __future__ import annotations
 
+import difflib
 import logging
+import math
+import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +31,7 @@ from app.jobs import Job, Progress
 from app.project import Project
 from resources.text import count
 from twins.from_scan import PANDA, build_twin_steps
+from twins.params import Param
 from twins.spec import IDENTITY_POSE, TwinSpec
 
 DEFAULT_ROBOT = PANDA
@@ -126,10 +135,12 @@ def save_twin_edit(
     values: Mapping[str, float] | None = None,
     summary: str = "edited",
     extra_inputs: tuple[str, ...] = (),
+    settings: Mapping[str, Any] | None = None,
 ) -> str:
     """A new twin artifact: `spec` with `values` as its nominals, files copied from the
     parent twin, lineage parent -> new (inputs: the parent's scan, plus `extra_inputs`
-    such as the fit and recordings the values came from)."""
+    such as the fit and recordings the values came from; `settings` recorded beside
+    `edit_of`)."""
     parent_dir = project.path_of(parent_id)
     edited = spec.with_values(values or {})
     parent = project.artifact(parent_id)
@@ -137,7 +148,7 @@ def save_twin_edit(
         "twin",
         inputs=[*parent.inputs, *(i for i in extra_inputs if i not in parent.inputs)],
         parent=parent_id,
-        settings={"edit_of": parent_id},
+        settings={"edit_of": parent_id, **(settings or {})},
         summary=summary,
     ) as folder:
         for item in Path(parent_dir).iterdir():
@@ -155,6 +166,138 @@ def save_twin_edit(
         export_urdfs(moved, folder / "urdf")
         moved.save(folder)
     return project.artifacts("twin")[-1].id
+
+
+_NUMBER = re.compile(
+    r"^\s*([-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|inf(?:inity)?|nan))\s*(.*?)\s*$",
+    re.IGNORECASE,
+)
+_EXAMPLE = "robot.joints.panda_joint1.damping=0.5"
+
+
+@dataclass(frozen=True)
+class SetValue:
+    """One parameter changed by `set_twin_values`: its value before and after, its unit."""
+
+    name: str
+    old: float
+    new: float
+    unit: str
+
+
+def parse_value(param: Param, text: str) -> float:
+    """`text` as a value of `param`: a number, optionally followed by exactly the unit the
+    parameter declares (`0.5`, `0.5N*m*s/rad`, `30 1/s`); checked to be finite, inside the
+    bounds and whole for a count. TwinError naming the parameter otherwise."""
+    from twins.errors import TwinError
+
+    raw = text.strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        value = _number_in_unit(param, raw)
+    if param.integer and math.isfinite(value) and value != round(value):
+        raise TwinError(f"parameter '{param.name}' is a whole number (a count); {value:g} is not")
+    return param.check(value)
+
+
+def _number_in_unit(param: Param, raw: str) -> float:
+    """A number followed by the parameter's declared unit text; TwinError naming the
+    parameter and its unit for any other unit, or for no number at all."""
+    from twins.errors import TwinError
+
+    if param.unit and raw.endswith(param.unit):
+        try:
+            return float(raw[: -len(param.unit)])
+        except ValueError:
+            pass
+    m = _NUMBER.match(raw)
+    if m is None or not m.group(2):
+        raise TwinError(
+            f"parameter '{param.name}': '{raw}' is not a number (give a number, optionally "
+            f"followed by its unit '{param.unit}')"
+        )
+    raise TwinError(
+        f"parameter '{param.name}': unit '{m.group(2)}' is not its unit '{param.unit}'; give "
+        f"the value in {param.unit}, as a bare number or followed by '{param.unit}'"
+    )
+
+
+def _twin_to_edit(project: Project, twin_id: str) -> TwinSpec:
+    from app.project import ProjectError
+    from twins.errors import TwinError
+
+    try:
+        art = project.artifact(twin_id)
+    except ProjectError:
+        ids = [a.id for a in project.artifacts("twin")]
+        there = f"its twins: {', '.join(ids[-5:])}" if ids else "it has no twin yet"
+        raise TwinError(f"{project.root}: no twin '{twin_id}' ({there})") from None
+    if art.kind != "twin":
+        raise TwinError(f"{project.root}: '{twin_id}' is a {art.kind}, not a twin")
+    return load_twin(project, twin_id)[1]
+
+
+def parse_assignments(
+    spec: TwinSpec, assignments: Sequence[str], twin_id: str = ""
+) -> list[SetValue]:
+    """`NAME=VALUE` texts as changes to `spec`'s nominals; every one checked (known name,
+    value as `parse_value` takes it, each name once, a value that changes something).
+    TwinError naming the assignment or parameter and the problem."""
+    from twins.errors import TwinError
+
+    out: dict[str, SetValue] = {}
+    for text in assignments:
+        name, eq, value = (x.strip() for x in text.partition("="))
+        if not eq or not name:
+            raise TwinError(f"twin set: '{text}' is not NAME=VALUE (e.g. {_EXAMPLE})")
+        if not value:
+            raise TwinError(f"twin set: '{text}' has no value; write NAME=VALUE (e.g. {_EXAMPLE})")
+        param = spec.params.get(name)
+        if param is None:
+            names = list(spec.params)
+            close = [n for n in names if n.endswith(name)][:3]  # a shortened name
+            close += [n for n in difflib.get_close_matches(name, names, 3, 0.6) if n not in close]
+            hint = f"; closest: {', '.join(close[:3])}" if close else ""
+            raise TwinError(
+                f"twin '{twin_id or spec.name}' has no parameter '{name}'{hint} "
+                "(`python main.py twin info` lists them)"
+            )
+        if name in out:
+            raise TwinError(f"parameter '{name}' is set twice")
+        out[name] = SetValue(name, param.nominal, parse_value(param, value), param.unit)
+    if not out:
+        raise TwinError(f"twin set: give at least one NAME=VALUE (e.g. {_EXAMPLE})")
+    same = [c for c in out.values() if c.new == c.old]
+    if len(same) == len(out):
+        what = ", ".join(f"{c.name} = {c.old:g} {c.unit}" for c in same)
+        raise TwinError(f"nothing to change: {what} already (no new twin version made)")
+    return list(out.values())
+
+
+def set_twin_values(
+    project: Project, twin_id: str, assignments: Sequence[str], name: str | None = None
+) -> tuple[str, list[SetValue]]:
+    """A new twin version of `twin_id` with hand-set values (`NAME=VALUE` texts, see
+    `parse_assignments`) and display name `name` (default: the twin's); its parent is
+    `twin_id`, which is not changed. Everything is checked before anything is written.
+    Returns the new twin id and the changes."""
+    from dataclasses import replace
+
+    spec = _twin_to_edit(project, twin_id)
+    changes = parse_assignments(spec, assignments, twin_id)
+    if name:
+        spec = replace(spec, name=name)
+    what = ", ".join(f"{c.name}={c.new:g} {c.unit}" for c in changes)
+    new_id = save_twin_edit(
+        project,
+        twin_id,
+        spec,
+        {c.name: c.new for c in changes},
+        summary=f"set {what} on {twin_id}",
+        settings={"set": {c.name: c.new for c in changes}},
+    )
+    return new_id, changes
 
 
 def twin_summary(spec: TwinSpec) -> dict[str, Any]:
