@@ -152,6 +152,8 @@ def test_predict_run_stop_and_send_to_real2sim(
     assert len(t) > 100 and abs(q[-1] - plan.goal[j]) < 0.05  # the live plot got the run
     qtbot.waitUntil(lambda: not page.runner.running(), timeout=5000)
     assert not page.run_button.isEnabled()  # the robot moved: predict again first
+    qtbot.wait(600)  # past the progress throttle's interval: no late "running 2.3 / 2.5 s"
+    assert "run saved" in page.status.text() and "running" not in page.status.text()
 
     # STOP during a long run: robot at rest, the run saved as what happened
     page.goal_seed.setValue(5)
