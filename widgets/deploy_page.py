@@ -447,7 +447,7 @@ class DeployPage(WorkflowPage):
             f"<br>Saved trajectory {res.trajectory_id} and run {res.run_id}."
         )
         self.refit_note.setText("")
-        self._say("run saved: 3. Send to Real2Sim refits the twin from it; 1. predicts again")
+        self._say("run saved: next, 3. Send to Real2Sim")
         self.refit_button.setEnabled(True)
         self.controller.notify_project_changed()
         self.sig_run_saved.emit(res)

@@ -153,7 +153,7 @@ class DevicesPanel(QtWidgets.QWidget):
         tl.addWidget(self.table)
         tl.addWidget(self.ee)
         split.addWidget(top)
-        self.scene: SceneView | None = SceneView() if with_3d else None
+        self.scene: SceneView | None = SceneView(native_window=True) if with_3d else None
         if self.scene is not None:
             box = QtWidgets.QWidget()
             bl = QtWidgets.QVBoxLayout(box)

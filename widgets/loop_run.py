@@ -448,8 +448,10 @@ def run(root: Path, out: Path, inject: bool, shots: Path | None) -> int:
 
     from app.session import AppController
     from widgets.main_window import MainWindow
+    from widgets.scene_view import share_gl_contexts
 
     logging.basicConfig(level=logging.WARNING)
+    share_gl_contexts()  # as the app does: the 3D views draw in windows of their own
     qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
     controller = AppController()
     controller.install_log_handler()

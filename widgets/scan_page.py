@@ -125,7 +125,7 @@ class ScanPage(WorkflowPage):
             ll.addWidget(lab)
         self._placeholders(IDLE_PREVIEW)
         ll.addStretch(1)
-        self.scene = SceneView()
+        self.scene = SceneView(native_window=True)
         right = QtWidgets.QWidget()
         rl = QtWidgets.QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)

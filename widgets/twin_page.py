@@ -181,7 +181,7 @@ class TwinPage(WorkflowPage):
         ll.addWidget(self.notes_area)
         left.setMinimumWidth(260)
         split.addWidget(left)
-        self.view = SceneView()
+        self.view = SceneView(native_window=True)
         split.addWidget(self.view)
         split.setSizes([380, 620])
         split.setChildrenCollapsible(False)
