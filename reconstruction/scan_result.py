@@ -27,6 +27,7 @@ import trimesh
 from numpy.typing import NDArray
 
 from devices.errors import DataFileError
+from reconstruction.display import display_mesh
 from reconstruction.errors import ReconstructionError, clean_message
 from resources import atomic
 
@@ -271,36 +272,13 @@ class ScanResult:
         )
 
 
-DISPLAY_FACES = 30_000  # a window draws a scanned scene with at most about this many triangles
+DISPLAY_FACES = 30_000  # a window draws a scanned scene with at most this many triangles
 
 
-def display_copy(mesh: trimesh.Trimesh, max_faces: int = DISPLAY_FACES) -> trimesh.Trimesh:
-    """`mesh` with at most ~`max_faces` triangles, for drawing: vertices clustered on a grid
-    (each cluster at its mean), collapsed and repeated triangles dropped. A software renderer
-    took ~0.5 s per repaint of a 190k-triangle workspace on a loaded laptop; numpy only (a few
-    tens of ms for 200k triangles), so it can run beside the window without holding it up."""
-    v = np.asarray(mesh.vertices, float)
-    f = np.asarray(mesh.faces, np.int64)
-    if len(f) <= max_faces:
-        return mesh
-    area = float(mesh.area)
-    cell = max(np.sqrt(2.0 * area / max_faces), 1e-6)
-    nv, nf = v, f
-    for _ in range(8):
-        g = np.floor((v - v.min(axis=0)) / cell).astype(np.int64)
-        dims = g.max(axis=0) + 1
-        key = (g[:, 0] * dims[1] + g[:, 1]) * dims[2] + g[:, 2]
-        _, inv, n = np.unique(key, return_inverse=True, return_counts=True)
-        inv = inv.ravel()
-        nv = np.column_stack([np.bincount(inv, weights=v[:, k]) / n for k in range(3)])
-        nf = inv[f]
-        nf = nf[(nf[:, 0] != nf[:, 1]) & (nf[:, 1] != nf[:, 2]) & (nf[:, 0] != nf[:, 2])]
-        _, first = np.unique(np.sort(nf, axis=1), axis=0, return_index=True)
-        nf = nf[np.sort(first)]
-        if len(nf) <= max_faces * 1.15:
-            break
-        cell *= 1.25
-    return trimesh.Trimesh(nv, nf, process=False)
+def display_copy(mesh: trimesh.Trimesh) -> trimesh.Trimesh:
+    """The scene as a window draws it (reconstruction/display.py), made where the scan is
+    finished or read, not on the window's thread."""
+    return display_mesh(mesh, DISPLAY_FACES)
 
 
 def _load_mesh(path: Path) -> trimesh.Trimesh:

@@ -15,6 +15,7 @@ import numpy as np
 import trimesh
 
 from devices.poses import pose_to_matrix
+from reconstruction.display import display_mesh
 from twins.builder import TwinWorld
 from twins.engine import pb
 from twins.spec import ObjectSpec, TwinSpec
@@ -64,39 +65,9 @@ def _primitive(kind: str, size: tuple[float, ...]) -> trimesh.Trimesh:
 
 
 COLLISION_RGBA = (0.2, 0.9, 0.4, 0.35)
-# Meshes are drawn in software OpenGL on most of our users' desktops (and always here): the
-# Panda's links have 12-22 k triangles each, 100 k in all, ~15 ms a frame. Views get each
-# mesh clustered down to this many triangles (a few mm of detail lost on a link).
+# The Panda's links have 12-22 k triangles each, 100 k in all, ~15 ms a frame in software
+# OpenGL: views get each mesh clustered down to this many (a few mm of detail lost on a link).
 DISPLAY_MAX_FACES = 2500
-
-
-def display_mesh(mesh: trimesh.Trimesh, max_faces: int = DISPLAY_MAX_FACES) -> trimesh.Trimesh:
-    """`mesh` with at most `max_faces` triangles for drawing: vertices clustered on a grid
-    (cell doubled until the budget holds), collapsed triangles dropped, winding kept."""
-    if len(mesh.faces) <= max_faces:
-        return mesh
-    v, f = np.asarray(mesh.vertices, float), np.asarray(mesh.faces)
-    cell = float(np.linalg.norm(np.ptp(v, axis=0))) / 200 or 1e-3
-    while True:
-        key = np.floor(v / cell).astype(np.int64)
-        _, inv = np.unique(key, axis=0, return_inverse=True)
-        inv = inv.reshape(-1)
-        counts = np.bincount(inv)
-        verts = np.zeros((len(counts), 3))
-        np.add.at(verts, inv, v)
-        verts /= counts[:, None]
-        faces = inv[f]
-        ok = (
-            (faces[:, 0] != faces[:, 1])
-            & (faces[:, 1] != faces[:, 2])
-            & (faces[:, 0] != faces[:, 2])
-        )
-        faces = faces[ok]
-        _, first = np.unique(np.sort(faces, axis=1), axis=0, return_index=True)
-        faces = faces[np.sort(first)]
-        if len(faces) <= max_faces:
-            return trimesh.Trimesh(verts, faces, process=False)
-        cell *= 1.5
 
 
 def _drawable(
@@ -128,7 +99,7 @@ def _object_drawables(spec: TwinSpec, o: ObjectSpec, body: str) -> list[Drawable
     elif vis is None:
         vis, T_vis = _primitive(o.shape.kind, o.shape.size), T_col
     if vis is not None:
-        vis = display_mesh(vis)
+        vis = display_mesh(vis, DISPLAY_MAX_FACES)
         rgba = (o.rgba[0], o.rgba[1], o.rgba[2], o.rgba[3])
         out.append(_drawable(f"{body}/visual", body, vis, rgba, T_vis))
     if o.shape.kind == "mesh":
@@ -166,7 +137,7 @@ def drawables(world: TwinWorld) -> list[Drawable]:
                 continue
             rgba = v.rgba if v.rgba and v.rgba[3] > 0 else (0.85, 0.85, 0.88, 1.0)
             body = f"robot/{v.link}"
-            m = display_mesh(m)
+            m = display_mesh(m, DISPLAY_MAX_FACES)
             out.append(_drawable(f"{body}/visual{k}", body, m, rgba, v.origin))  # type: ignore[arg-type]
     return out
 

@@ -182,9 +182,11 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
     from app import demo
     from app.session import AppController
     from widgets.main_window import MainWindow
+    from widgets.scene_view import share_gl_contexts
     from widgets.twin_page import TwinPage
 
     logging.basicConfig(level=logging.WARNING)
+    share_gl_contexts()  # as the app does: the 3D views draw in windows of their own
     qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])
     controller = AppController()
     controller.install_log_handler()

@@ -71,7 +71,7 @@ def _lighter(d: Any) -> Any:
     """A drawable with at most DRAW_MAX_FACES triangles."""
     import trimesh
 
-    from twins.view import display_mesh
+    from reconstruction.display import display_mesh
 
     if len(d.faces) <= DRAW_MAX_FACES:
         return d

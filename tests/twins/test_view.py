@@ -56,7 +56,8 @@ def test_corrupt_visual_mesh_is_named_and_drawn_from_hulls(
 
 
 def test_display_meshes_keep_shape_within_budget(demo_twin: TwinSpec) -> None:
-    from twins.view import DISPLAY_MAX_FACES, display_mesh
+    from reconstruction.display import display_mesh
+    from twins.view import DISPLAY_MAX_FACES
 
     world = TwinWorld(demo_twin)
     try:
