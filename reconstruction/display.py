@@ -40,3 +40,15 @@ def display_mesh(mesh: trimesh.Trimesh, max_faces: int) -> trimesh.Trimesh:
         if len(faces) <= max_faces:
             return trimesh.Trimesh(verts, faces, process=False)
         cell *= 1.25
+
+
+def mesh_arrays(path: str) -> tuple[np.ndarray, np.ndarray] | str:
+    """A mesh file's vertices and faces, or why it cannot be drawn (a worker process reads
+    them: see `twins.view.preload`)."""
+    try:
+        m = trimesh.load(path, force="mesh", process=False)
+    except (OSError, ValueError, KeyError, IndexError, TypeError, NotImplementedError) as exc:
+        return f"cannot read this mesh for drawing ({type(exc).__name__}: {exc})"
+    if not isinstance(m, trimesh.Trimesh) or len(m.faces) == 0:
+        return "mesh has no faces; not drawn"
+    return np.asarray(m.vertices, float), np.asarray(m.faces, np.int64)

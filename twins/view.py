@@ -8,14 +8,18 @@ returned separately so a view can toggle it. Plain numpy/trimesh values, no PyBu
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import trimesh
 
 from devices.poses import pose_to_matrix
-from reconstruction.display import display_mesh
+from reconstruction.display import display_mesh, mesh_arrays
 from twins.builder import TwinWorld
 from twins.engine import pb
 from twins.spec import ObjectSpec, TwinSpec
@@ -36,24 +40,43 @@ class Drawable:
     collision: bool = False
 
 
-# What trimesh raises on a missing, truncated or foreign mesh file. Anything else is a bug
-# and propagates.
-MESH_ERRORS = (OSError, ValueError, KeyError, IndexError, TypeError, NotImplementedError)
+_RAW: dict[str, tuple[np.ndarray, np.ndarray] | str] = {}  # path -> arrays, or why not
+_RAW_LOCK = threading.Lock()
 
 
-@lru_cache(maxsize=64)
+def preload(paths: Iterable[str]) -> None:
+    """Read the mesh files not read yet in a worker process: trimesh's OBJ parser holds the
+    GIL 50-130 ms per Panda link on a quiet core, and opening a twin on a loaded laptop held
+    the window 0.6 s. Read here when no worker can be started."""
+    with _RAW_LOCK:
+        todo = sorted({p for p in paths if p not in _RAW})
+    if not todo:
+        return
+    try:
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no Qt, no threads
+        with ProcessPoolExecutor(1, mp_context=ctx) as ex:
+            got = list(ex.map(mesh_arrays, todo))
+    except (OSError, BrokenProcessPool) as exc:
+        log.warning("mesh reader process failed (%s); reading %d meshes here", exc, len(todo))
+        got = [mesh_arrays(p) for p in todo]
+    with _RAW_LOCK:
+        _RAW.update(zip(todo, got, strict=True))
+
+
 def _load(path: str, scale: tuple[float, float, float]) -> trimesh.Trimesh | None:
     """The mesh at `path` scaled, or None (with a warning naming the file and why) when it
     cannot be read or has no faces: a view draws what it can, the twin still simulates."""
-    try:
-        m = trimesh.load(path, force="mesh", process=False)
-    except MESH_ERRORS as exc:
-        log.warning("%s: cannot read this mesh for drawing (%s: %s)", path, type(exc).__name__, exc)
+    with _RAW_LOCK:
+        raw = _RAW.get(path)
+    if raw is None:
+        raw = mesh_arrays(path)
+        with _RAW_LOCK:
+            _RAW[path] = raw
+    if isinstance(raw, str):
+        log.warning("%s: %s", path, raw)
         return None
-    if not isinstance(m, trimesh.Trimesh) or len(m.faces) == 0:
-        log.warning("%s: mesh has no faces; not drawn", path)
-        return None
-    return trimesh.Trimesh(m.vertices * np.asarray(scale), m.faces, process=False)
+    v, f = raw
+    return trimesh.Trimesh(v * np.asarray(scale), f, process=False)
 
 
 def _primitive(kind: str, size: tuple[float, ...]) -> trimesh.Trimesh:
@@ -116,6 +139,7 @@ def _object_drawables(spec: TwinSpec, o: ObjectSpec, body: str) -> list[Drawable
 def drawables(world: TwinWorld) -> list[Drawable]:
     """Every mesh of the twin (visual and collision), in body frames."""
     spec, out = world.spec, []
+    preload(_mesh_files(world))
     for o in spec.objects:
         out += _object_drawables(spec, o, o.name)
     if spec.environment.table is not None:
@@ -140,6 +164,19 @@ def drawables(world: TwinWorld) -> list[Drawable]:
             m = display_mesh(m, DISPLAY_MAX_FACES)
             out.append(_drawable(f"{body}/visual{k}", body, m, rgba, v.origin))  # type: ignore[arg-type]
     return out
+
+
+def _mesh_files(world: TwinWorld) -> list[str]:
+    """Every mesh file `drawables` reads: objects' visuals and hulls, the robot's visuals."""
+    spec = world.spec
+    objs = [*spec.objects, *([spec.environment.table] if spec.environment.table else [])]
+    files = [str(spec.resolve(m)) for o in objs for m in (o.shape.mesh, *o.shape.hulls) if m]
+    if world.robot_id is not None and spec.robot is not None:
+        from twins.urdf import loadable_urdf, visuals
+
+        path, _ = loadable_urdf(spec.resolve(spec.robot.urdf))
+        files += [str(v.mesh) for v in visuals(path) if v.kind == "mesh" and v.mesh is not None]
+    return files
 
 
 def poses(world: TwinWorld) -> dict[str, np.ndarray]:

@@ -12,7 +12,7 @@ import pytest
 
 from twins.builder import TwinWorld
 from twins.spec import TwinSpec
-from twins.view import _load, drawables, poses
+from twins.view import drawables, poses
 
 
 def test_every_object_and_link_is_drawn(demo_twin: TwinSpec) -> None:
@@ -39,7 +39,6 @@ def test_corrupt_visual_mesh_is_named_and_drawn_from_hulls(
     assert u.shape.kind == "mesh" and u.shape.mesh
     bad = spec.resolve(u.shape.mesh)
     bad.write_bytes(b"solid garbage\x00\xff not a mesh")
-    _load.cache_clear()
     world = TwinWorld(spec)
     try:
         with caplog.at_level(logging.WARNING, logger="twins.view"):
@@ -77,3 +76,23 @@ def test_display_meshes_keep_shape_within_budget(demo_twin: TwinSpec) -> None:
     # winding kept: normals still point outwards
     centers = small.triangles_center
     assert np.mean(np.sum(small.face_normals * centers, axis=1) > 0) > 0.95
+
+
+def test_meshes_read_by_the_worker_process_are_the_files_meshes(tmp_path: Path) -> None:
+    """`preload` reads mesh files in a worker process (trimesh holds the GIL while it parses):
+    what it keeps is each file's mesh, and a broken file is kept as the reason."""
+    import trimesh
+
+    from twins import view
+
+    good = tmp_path / "box.obj"
+    trimesh.creation.box((0.1, 0.2, 0.3)).export(good)
+    bad = tmp_path / "bad.obj"
+    bad.write_bytes(b"v 1 2\nf 9 9 9\x00\xff")
+    view.preload([str(good), str(bad), str(good)])
+    v, f = view._RAW[str(good)]  # type: ignore[misc]
+    here = trimesh.load(good, force="mesh", process=False)
+    assert np.allclose(v, here.vertices) and np.array_equal(f, here.faces)
+    assert isinstance(view._RAW[str(bad)], str)
+    m = view._load(str(good), (2.0, 1.0, 1.0))
+    assert m is not None and np.allclose(m.extents, (0.2, 0.2, 0.3))
