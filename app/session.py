@@ -192,6 +192,9 @@ class AppController:
         self._robot_detail = ""
         self._robot_lock = threading.Lock()
         self._handler: SessionLogHandler | None = None
+        from twins.kinematics import read_in_worker
+
+        read_in_worker()  # a job reading a robot's URDF must not hold the window (the GIL)
 
     # -- logging -------------------------------------------------------------------------
     def install_log_handler(self, logger: logging.Logger | None = None) -> SessionLogHandler:

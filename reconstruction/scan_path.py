@@ -11,9 +11,9 @@ from numpy.typing import NDArray
 from scipy.optimize import least_squares
 from scipy.spatial.transform import Rotation
 
-from devices.poses import invert
-
 FK = Callable[[NDArray[np.float64]], NDArray[np.float64]]  # joint_pos -> T_base_hand
+LIMIT_CLEARANCE = 0.2  # rad: solve_view keeps joints this far inside their limits if it can
+LIMIT_WEIGHT = 0.02  # ... traded against residuals of 10 x metres and unit-vector change
 
 
 def look_at(
@@ -110,18 +110,23 @@ def solve_view(
 ) -> tuple[NDArray[np.float64], float, float]:
     """Joint positions putting the camera at `T_base_camera` (roll about the optical axis
     free if `roll_free`). Returns (q, position error m, viewing-axis error deg)."""
-    target_hand = T_base_camera @ invert(T_hand_camera)
+    lower, upper = np.asarray(lower, float), np.asarray(upper, float)
+    room = np.minimum(LIMIT_CLEARANCE, (upper - lower) / 4)
 
     def resid(q: NDArray[np.float64]) -> NDArray[np.float64]:
         Tc = fk(q) @ T_hand_camera
         dp = Tc[:3, 3] - T_base_camera[:3, 3]
+        # a weak push out of the last `room` before each limit: the arm's redundancy (and a
+        # free roll) usually reaches the view from further inside, and a wrist parked at its
+        # limit overshot past it when a loaded machine's control ran late (robot stopped)
+        near = np.maximum(room - (q - lower), 0) + np.maximum(room - (upper - q), 0)
+        keep = LIMIT_WEIGHT * near / room
         if roll_free:
             dz = Tc[:3, 2] - T_base_camera[:3, 2]
-            return np.concatenate([dp * 10, dz])
+            return np.concatenate([dp * 10, dz, keep])
         dr = Rotation.from_matrix(Tc[:3, :3] @ T_base_camera[:3, :3].T).as_rotvec()
-        return np.concatenate([dp * 10, dr])
+        return np.concatenate([dp * 10, dr, keep])
 
-    del target_hand
     sol = least_squares(resid, np.clip(q0, lower, upper), bounds=(lower, upper), xtol=1e-10)
     Tc = fk(sol.x) @ T_hand_camera
     pos_err = float(np.linalg.norm(Tc[:3, 3] - T_base_camera[:3, 3]))

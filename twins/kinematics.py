@@ -5,15 +5,21 @@ connected robot (e.g. the wrist-camera pose of a guided scan).
     T_base_hand = kin.link_pose("panda_hand", q)     # 4x4, base frame, m
 
 A URDF is read once through PyBullet (a DIRECT client, closed at once) and its chain kept
-per file; poses are evaluated in float64 numpy. `close()` an instance that used
+per file (in a spawned worker process once `read_in_worker()` is called: the desktop app
+does, PyBullet holds the GIL while it reads); poses are evaluated in float64 numpy.
+`close()` an instance that used
 `link_pose_pybullet` (its own client).
 Poses are URDF link frames (not the inertial/COM frame PyBullet reports first).
 """
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +28,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from twins.errors import TwinError
+
+log = logging.getLogger(__name__)
 
 
 def description_path(description: str) -> Path:
@@ -60,14 +68,21 @@ class _Loaded:
 
 _LOADED: dict[tuple[str, int, int], _Loaded] = {}
 _LOADED_LOCK = threading.Lock()
+_IN_WORKER = False
+
+
+def read_in_worker(on: bool = True) -> None:
+    """Read URDFs not read yet in a spawned worker process from now on (the desktop app: a
+    job thread reading a Panda through PyBullet held the GIL, and the window, 200 ms on a
+    loaded laptop). Off by default: a command line pays no process start."""
+    global _IN_WORKER
+    _IN_WORKER = on
 
 
 def _load(urdf: Path) -> _Loaded:
     """The URDF's chain, from PyBullet at q = 0 (cached per file and version: loading a
     Panda holds the GIL for 10-60 ms, and a scan or deploy on a busy laptop waited 200 ms
     for it; each later instance costs nothing)."""
-    from twins.engine import connect_direct, pb
-
     try:
         st = urdf.stat()
     except OSError as exc:
@@ -77,13 +92,32 @@ def _load(urdf: Path) -> _Loaded:
         hit = _LOADED.get(key)
     if hit is not None:
         return hit
+    loaded: _Loaded | None = None
+    if _IN_WORKER:
+        try:
+            ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no Qt, no threads
+            with ProcessPoolExecutor(1, mp_context=ctx) as ex:
+                loaded = ex.submit(_read, str(urdf)).result()
+        except (OSError, BrokenProcessPool) as exc:
+            log.warning("URDF reader process failed (%s); reading %s here", exc, urdf)
+    if loaded is None:
+        loaded = _read(str(urdf))
+    with _LOADED_LOCK:
+        _LOADED[key] = loaded
+    return loaded
+
+
+def _read(urdf: str) -> _Loaded:
+    """Read `urdf`'s chain through a DIRECT PyBullet client (closed at once)."""
+    from twins.engine import connect_direct, pb
+
     cid = connect_direct()
     try:
         try:
             # no visual meshes: only the chain is read, and parsing a Panda's meshes took
             # 50-180 ms of 60 (10-16 without), with the GIL held (the window waited)
             body = pb.loadURDF(
-                str(urdf),
+                urdf,
                 useFixedBase=True,
                 flags=pb.URDF_USE_INERTIA_FROM_FILE | pb.URDF_IGNORE_VISUAL_SHAPES,
                 physicsClientId=cid,
@@ -92,7 +126,7 @@ def _load(urdf: Path) -> _Loaded:
             raise TwinError(f"kinematics: PyBullet cannot load {urdf}: {exc}") from None
         n = pb.getNumJoints(body, physicsClientId=cid)
         info = tuple(tuple(pb.getJointInfo(body, j, physicsClientId=cid)) for j in range(n))
-        loaded = _Loaded(
+        return _Loaded(
             {ji[1].decode(): j for j, ji in enumerate(info)},
             {ji[12].decode(): j for j, ji in enumerate(info)},
             pb.getBodyInfo(body, physicsClientId=cid)[0].decode(),
@@ -101,9 +135,6 @@ def _load(urdf: Path) -> _Loaded:
         )
     finally:
         pb.disconnect(physicsClientId=cid)
-    with _LOADED_LOCK:
-        _LOADED[key] = loaded
-    return loaded
 
 
 def _frames_at_zero(pb: Any, cid: int, body: int, info: tuple[tuple[Any, ...], ...]) -> _Chain:

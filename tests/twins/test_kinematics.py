@@ -3,6 +3,8 @@ engines, same description)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -64,3 +66,30 @@ def test_errors_name_the_problem() -> None:
     ) as k:
         with pytest.raises(TwinError, match="no link 'flange'"):
             k.link_pose("flange", np.zeros(7))
+
+
+def test_a_worker_process_reads_the_same_chain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The desktop app reads URDFs in a spawned process (PyBullet holds the GIL): the chain
+    it brings back gives the same poses, and a broken file is still refused by name."""
+    import twins.kinematics as kinematics
+
+    joints = [f"panda_joint{i}" for i in range(1, 8)]
+    q = np.array([0.3, -0.4, 0.2, -2.0, 0.1, 1.8, 0.7])
+    with RobotKinematics.from_description("franka_panda/panda.urdf", joints) as here:
+        expected = here.link_pose("panda_hand", q)
+    broken = tmp_path / "broken.urdf"
+    broken.write_text("<robot name='x'><link name='a'>")
+    monkeypatch.setattr(kinematics, "_IN_WORKER", True)
+    monkeypatch.setattr(kinematics, "_LOADED", {})  # as in a fresh app
+    import twins.engine
+
+    def not_here() -> int:
+        raise AssertionError("read in this process, not in a worker")
+
+    monkeypatch.setattr(twins.engine, "connect_direct", not_here)  # (a worker has its own)
+    with RobotKinematics.from_description("franka_panda/panda.urdf", joints) as there:
+        np.testing.assert_allclose(there.link_pose("panda_hand", q), expected, atol=1e-12)
+    with pytest.raises(TwinError, match="broken.urdf"):
+        RobotKinematics(broken, joints)
