@@ -1,7 +1,10 @@
 """Import any lab's logs through a column-mapping file, and export to LeRobot-style Parquet.
 
 A mapping (JSON) says which column is time, which columns make each channel, their unit and
-an optional scale; values are converted to SI on the way in:
+an optional scale; values are converted to SI on the way in. A channel with
+`"derivative": true` is the time derivative of its columns (slope of a quadratic fitted to
+the 11 samples around each, `unit` naming the derivative's unit), for a velocity better derived from an
+encoder's positions than read from a noisy, quantised velocity column:
 
 ```json
 {
@@ -84,6 +87,7 @@ class ChannelMap:
     columns: tuple[str, ...]
     unit: str
     scale: float = 1.0
+    derivative: bool = False  # the channel is the time derivative of its columns
 
 
 @dataclass(frozen=True)
@@ -145,7 +149,12 @@ def parse_mapping(d: Any, source: str = "mapping") -> ColumnMapping:
         scale = c.get("scale", 1.0)
         if not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale == 0:
             raise DataFileError(f"{source}: channel '{name}' scale must be a non-zero number")
-        out.append(ChannelMap(str(name), tuple(str(x) for x in c["columns"]), unit, float(scale)))
+        deriv = c.get("derivative", False)
+        if not isinstance(deriv, bool):
+            raise DataFileError(f"{source}: channel '{name}' derivative must be true or false")
+        out.append(
+            ChannelMap(str(name), tuple(str(x) for x in c["columns"]), unit, float(scale), deriv)
+        )
     return ColumnMapping(
         time_column=tm["column"],
         time_unit=t_unit,
@@ -310,6 +319,30 @@ def _check_units(
                 )
 
 
+def _derivative(
+    path: Path, name: str, t: NDArray[np.float64], raw: NDArray[np.float64], k: int = 5
+) -> NDArray[np.float64]:
+    """d raw / dt: slope of a quadratic fitted to the 2k + 1 samples around each one, at
+    their own timestamps (a velocity derived from an encoder's positions, where the recorded
+    velocity is a noisy, quantised estimate); the ends use the nearest full window."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    n = len(t)
+    if n < 2 * k + 1:
+        raise DataFileError(f"{path}: channel '{name}' needs {2 * k + 1} samples to differentiate")
+    centre = np.clip(np.arange(n), k, n - k - 1)
+    tw = sliding_window_view(t, 2 * k + 1)[centre - k]  # (n, 2k+1)
+    dt = tw - t[:, None]
+    A = np.stack([np.ones_like(dt), dt, dt * dt], axis=2)  # (n, 2k+1, 3)
+    AtA = np.einsum("nwi,nwj->nij", A, A)
+    out = np.empty_like(raw)
+    for c in range(raw.shape[1]):
+        xw = sliding_window_view(raw[:, c], 2 * k + 1)[centre - k]
+        coef = np.linalg.solve(AtA, np.einsum("nwi,nw->ni", A, xw)[..., None])[..., 0]
+        out[:, c] = coef[:, 1]
+    return out
+
+
 def import_table(path: Path, mapping: ColumnMapping, name: str | None = None) -> Trajectory:
     """Read `path` through `mapping` into a real `Trajectory` (SI units, time from 0)."""
     path = Path(path)
@@ -341,6 +374,8 @@ def import_table(path: Path, mapping: ColumnMapping, name: str | None = None) ->
             parts.append(v)
         raw = np.stack(parts, axis=1)
         _check_finite(path, ch.name, ch.columns, raw)
+        if ch.derivative:
+            raw = _derivative(path, ch.name, t, raw)
         unit_si, factor = UNITS[ch.unit]
         arr = raw * (factor * ch.scale)
         if unit_si == "xyz_m+quat_xyzw":
