@@ -186,8 +186,13 @@ class TwinWorld:
         self.reset()
 
     def _material(self, body: int, link: int, prefix: str) -> None:
+        from twins.contacts import body_values
+
         v = self.values
         want = {k: v[f"{prefix}.{k}"] for k in _DYN if k != "mass" and f"{prefix}.{k}" in v}
+        # a contact pair's μ and e: the object takes the pair's value, the surface 1.0
+        paired = body_values(self.spec.params, v, prefix)
+        want.update(paired)
         kw: dict[str, float] = {}
         if "friction" in want:
             kw["lateralFriction"] = want["friction"]
@@ -205,7 +210,8 @@ class TwinWorld:
         )
         info = pb.getDynamicsInfo(body, link, physicsClientId=self.cid)
         for k, val in want.items():
-            _check(f"{prefix}.{k}", val, info[_DYN[k]])
+            what = f"{prefix}.{k}" + (" (set by its contact pair)" if k in paired else "")
+            _check(what, val, info[_DYN[k]])
 
     def _object(self, obj: ObjectSpec, prefix: str) -> None:
         cid, sh = self.cid, obj.shape

@@ -491,3 +491,32 @@ def assemble(
         base_dir,
         contact_model,
     )
+
+
+def with_contact_pair(
+    spec: TwinSpec,
+    obj: str,
+    surface: str = "ground",
+    friction: float = 0.5,
+    restitution: float = 0.1,
+) -> TwinSpec:
+    """`spec` with object `obj`'s contact against the `surface` (ground or table) given by
+    its own μ and e (`contacts.<obj>.<surface>.friction|restitution`, twins/contacts.py)
+    instead of the two bodies' friction and restitution, which PyBullet multiplies; those
+    body parameters leave the twin."""
+    from dataclasses import replace
+
+    from twins.contacts import PAIR_KEYS, SURFACES, pair_name
+
+    if surface not in SURFACES:
+        raise TwinError(f"contact pair: surface '{surface}' is not one of {', '.join(SURFACES)}")
+    spec.object(obj)  # TwinError names an unknown object
+    drop = {f"{pre}.{k}" for pre in (f"objects.{obj}", SURFACES[surface]) for k in PAIR_KEYS}
+    kept = [p for n, p in spec.params.items() if n not in drop]
+    pair = [
+        param(pair_name(obj, surface, "friction"), "1", friction, 0.0, 2.0, doc="μ of the pair"),
+        param(
+            pair_name(obj, surface, "restitution"), "1", restitution, 0.0, 1.0, doc="e of the pair"
+        ),
+    ]
+    return replace(spec, params=ParamSet([*kept, *pair]))

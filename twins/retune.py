@@ -55,6 +55,8 @@ def _kind(name: str) -> str | None:
             return "object_material"
     if parts[0] == "env" and len(parts) == 3 and last in MATERIAL_KEYS:
         return "env_material"
+    if parts[0] == "contacts" and len(parts) == 4:
+        return "contact_pair"  # twins/contacts.py: the object's and the surface's values
     if parts[:2] == ["robot", "material"]:
         return "robot_material"
     if parts[:2] == ["robot", "links"] and last == "mass":
@@ -109,7 +111,7 @@ def _rest_sensitive(world: TwinWorld, changed: set[str]) -> bool:
     object that is not quite at rest settle first and starts it there, at a pose that
     depends on gravity, the table's material and the object's own mass and material. Such
     changes take the rebuild path."""
-    if any(n == "sim.gravity" or n.startswith("env.") for n in changed):
+    if any(n == "sim.gravity" or n.startswith(("env.", "contacts.")) for n in changed):
         return True
     world.reset()
     for o in world.spec.objects:
@@ -175,6 +177,13 @@ def _apply(
             _check(f"{pre}.{o.mass_from}", mass, info[0])
         if any(n.startswith(pre + ".") and _kind(n) == "object_material" for n in changed):
             world._material(bid, -1, pre)
+    if "contact_pair" in kinds:
+        from twins.contacts import SURFACES, parse
+
+        for obj, surface, _ in (p for n, p in parse(changed).items()):
+            for body, pre in ((obj, f"objects.{obj}"), (surface, SURFACES[surface])):
+                if body in world.bodies:
+                    world._material(world.bodies[body].body_id, -1, pre)
     if "env_material" in kinds:
         for body, pre in (("ground", "env.ground"), ("table", "env.table")):
             if body in world.bodies and any(n.startswith(pre + ".") for n in changed):

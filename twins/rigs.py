@@ -8,14 +8,19 @@
   Fc pi / 2 (where Fc atan(100 qd) saturates), actuator bias -offset.
 - Qube-Servo 2 (Furuta): resources/robots/qube_servo2.urdf, a DC motor (8.4 ohm,
   0.042 V*s/rad) on the arm, the pendulum passive.
+- Cube tosses (ContactNets): a free 0.1048 m cube over the table, no scan and no robot; its
+  contact with the table is one contact pair (twins/contacts.py), so μ and e are the
+  pair's as the authors identified them (μ 0.18, e 0.125), not PyBullet's products.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from devices.trajectory import Trajectory
 from twins.make import assemble, robot_from_urdf, sim_params
 from twins.spec import TwinSpec
 from twins.urdf import loadable_urdf, read_urdf
@@ -99,3 +104,51 @@ def qube_twin(time_step: float = 1e-3) -> TwinSpec:
             "robot.actuators.arm.voltage_limit": 12.0,
         }
     )
+
+
+# ContactNets' cube (Pfrommer et al., CoRL 2020): side and their identified contact
+CUBE_SIDE_M = 0.1048
+CUBE_ID = {"friction": 0.18, "restitution": 0.125}
+
+
+def cube_toss_twin(
+    table_z: float = -0.001,
+    side: float = CUBE_SIDE_M,
+    mass: float = 0.37,
+    friction: float = 0.5,
+    restitution: float = 0.1,
+    time_step: float = 1.0 / 480,
+) -> TwinSpec:
+    """A free uniform cube `side` m wide over a table plane at height `table_z` (m), its
+    contact with the table one pair (`contacts.cube.ground.friction|restitution`, nominal
+    `friction` and `restitution`). The mass is not known from the data and does not change
+    a toss with rigid contacts (every force scales with it); `mass` only makes the body
+    dynamic. The cube starts in the air (each replay places it as its recording says) and
+    never sleeps."""
+    from dataclasses import replace
+
+    from twins.make import primitive_object, with_contact_pair
+
+    h = side / 2
+    cube = primitive_object("cube", "box", (h, h, h), (0, 0, table_z + 4 * h, 0, 0, 0, 1), mass)
+    spec = assemble(
+        "cube_toss",
+        objects=[cube],
+        ground_z=table_z,
+        sim=sim_params(time_step=time_step),
+        meta={"source": "ContactNets cube tosses (DAIRLab/contact-nets)"},
+    )
+    spec = replace(spec, object_sleeping=False)
+    return with_contact_pair(spec, "cube", "ground", friction, restitution)
+
+
+def cube_authors_values() -> dict[str, float]:
+    """The authors' identified contact (μ, e) as the cube twin's parameter values."""
+    return {f"contacts.cube.ground.{k}": v for k, v in CUBE_ID.items()}
+
+
+def table_height(recordings: Sequence[Trajectory], side: float = CUBE_SIDE_M) -> float:
+    """The table's height (m) from where tossed cubes come to rest: the median of each
+    recording's last centre height, minus half the side."""
+    z = [float(r["objects/cube/pose"][-1, 2]) for r in recordings]
+    return float(np.median(z)) - side / 2

@@ -13,6 +13,8 @@ robot.actuators.<joint>.gain|bias|effort_limit|latency        (model "torque")
 robot.actuators.<joint>.resistance|k_emf|gear_ratio|voltage_limit|latency  (model "dc_motor")
 objects.<name>.mass|density  objects.<name>.friction|rolling_friction|spinning_friction|
     restitution|contact_stiffness|contact_damping             (same for env.table, env.ground)
+contacts.<object>.<ground|table>.friction|restitution   one contact pair's μ and e, in place
+    of the two bodies' own values (PyBullet multiplies those; twins/contacts.py)
 ```
 
 File references (meshes, hulls, URDFs) are relative to the twin folder (`base_dir`),
@@ -217,6 +219,15 @@ class TwinSpec:
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise TwinError(f"twin '{self.name}': object names must be unique ({sorted(dup)})")
+        from twins import contacts
+
+        contacts.check(
+            self.params,
+            names,
+            self.environment.ground,
+            self.environment.table is not None,
+            self.name,
+        )
         missing = [n for n in self.required_params() if n not in self.params]
         if missing:
             raise TwinError(
@@ -240,15 +251,18 @@ class TwinSpec:
                 req += [f"robot.joints.{j.name}.{k}" for k in keys]
             for a in self.robot.actuators:
                 req += [f"robot.actuators.{a.joint}.{k}" for k in ACTUATOR_PARAMS[a.model]]
+        from twins.contacts import governed
+
         mat = MATERIAL_PARAMS + (COMPLIANT_PARAMS if self.contact_model == "compliant" else ())
+        by_pair = governed(self.params)  # coefficients a contact pair sets (twins/contacts.py)
         bodies = list(self.objects) + ([self.environment.table] if self.environment.table else [])
         for o in bodies:
             pre = "env.table" if o is self.environment.table else o.prefix
             if not o.static:
                 req.append(f"{pre}.{o.mass_from}")
-            req += [f"{pre}.{k}" for k in mat]
+            req += [f"{pre}.{k}" for k in mat if k not in by_pair.get(pre, {})]
         if self.environment.ground:
-            req += [f"env.ground.{k}" for k in mat]
+            req += [f"env.ground.{k}" for k in mat if k not in by_pair.get("env.ground", {})]
         return req
 
     def object(self, name: str) -> ObjectSpec:
