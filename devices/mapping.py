@@ -299,6 +299,25 @@ def _check_units(
                     f"{path}: {pos_name} column {k} changes {ratio:.0f}x faster than "
                     f"{vel_name} says: positions declared '{pdecl}' look like millimetres"
                 )
+    for pos_name in [n for n in si if n.startswith("objects/") and n.endswith("/pose")]:
+        vel_name = pos_name[: -len("pose")] + "velocity"
+        if vel_name not in si or len(t) < 5:
+            continue
+        _, P, pdecl = si[pos_name]
+        _, V, vdecl = si[vel_name]
+        if V.shape[1] != 3 or P.shape[1] < 3:
+            continue
+        dP = np.gradient(P[:, :3], t, axis=0)
+        vv, dv = float(np.sum(V * V)), float(np.sum(dP * dP))
+        if vv < 1e-12 or dv < 1e-12:
+            continue
+        ratio = float(np.sum(dP * V) / vv)
+        if not 0.1 < ratio < 10:
+            raise DataFileError(
+                f"{path}: {pos_name} changes {ratio:.3g}x as fast as {vel_name} says "
+                f"(positions declared '{pdecl}', velocities '{vdecl}'): one of the two units "
+                "is wrong in the mapping (mm as m gives 1000x, m/s as mm/s 0.001x)"
+            )
     for name, (u, arr, decl) in si.items():
         if u == "rad" and arr.size:
             peak = float(np.max(np.abs(arr)))
