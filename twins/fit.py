@@ -69,6 +69,7 @@ from twins.objective import (
     residual_blocks,
     residual_size,
     rmse,
+    rotation_lengths,
     windows,
 )
 from twins.posterior import (
@@ -110,6 +111,13 @@ class FitConfig:
     posterior: str = "laplace"  # or "smc": sampled (twins/fit_posterior.py), `particles` of them
     particles: int = 64
     scales: str = "spread"  # or "noise": each channel divided by its sensor noise (fit_channels.py)
+    # pose channels: "rad" adds rotation residuals (rad) to position residuals (m) as they
+    # are; "gyration" first multiplies them by the object's radius of gyration, so both are
+    # metres of the body's displacement (objective.rotation_lengths)
+    pose_rotation: str = "rad"
+    # a coarse global stage before CMA-ES: this many scrambled-Sobol points over the whole
+    # search box, seeded; CMA-ES starts from the best of them and the start (0: none)
+    global_samples: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -128,6 +136,8 @@ class FitConfig:
             "posterior": self.posterior,
             "particles": self.particles,
             "scales": self.scales,
+            "pose_rotation": self.pose_rotation,
+            "global_samples": self.global_samples,
         }
 
 
@@ -243,9 +253,12 @@ def fit_steps(
     )
     train_w, val_w = _split(recordings, validation, config, lead + 0.01)
     chans = _channels(train_w + val_w, config)
-    train = Problem(spec, space, tuple(train_w), chans)
-    val = Problem(spec, space, tuple(val_w), chans) if val_w else None
-    if not any(n.endswith(".latency") for n in space.names):
+    if config.pose_rotation not in ("rad", "gyration"):
+        raise TwinError(f"fit: pose_rotation '{config.pose_rotation}' is not one of rad, gyration")
+    rot = rotation_lengths(spec, [c for c, _, _ in chans]) if config.pose_rotation != "rad" else ()
+    train = Problem(spec, space, tuple(train_w), chans, rot)
+    val = Problem(spec, space, tuple(val_w), chans, rot) if val_w else None
+    if spec.robot is not None and not any(n.endswith(".latency") for n in space.names):
         notes.append("latency not fitted (add robot.actuators.<joint>.latency to fit it)")
     u0 = space.to_u(np.array([spec.params[n].nominal for n in space.names]))
     counters = {"evals": 0, "failed": 0}
@@ -278,6 +291,30 @@ def fit_steps(
         counters["evals"] += done_before
     budget = max(config.budget - done_before, 0)
     n = len(space.names)
+    g_evals = 0
+    if config.global_samples > 0 and not resume:
+        # coarse global stage: a local search from the start can settle in the wrong
+        # basin (restitution and friction trade off against each other in a bounce)
+        from scipy.stats import qmc
+
+        m2 = 1 << max(int(math.ceil(math.log2(config.global_samples))), 0)
+        pts = qmc.Sobol(n, scramble=True, seed=config.seed).random(m2)[: config.global_samples]
+        outs = run(list(pts))
+        g_evals = len(outs)
+        losses = [o.loss for o in outs]
+        k = int(np.argmin(losses))
+        if losses[k] < best_loss:
+            best_u, best_loss = np.asarray(pts[k], dtype=float), losses[k]
+            mean_u = best_u.copy()
+        rec = {
+            "stage": "global",
+            "evals": counters["evals"],
+            "best_loss": best_loss,
+            "failed": counters["failed"],
+            "best": space.values(best_u),
+        }
+        history.append(rec)
+        yield (None, f"global stage ({len(pts)} points): loss {best_loss:.4g}", rec)
     opts: dict[str, Any] = {
         "bounds": [0.0, 1.0],
         "seed": config.seed + 1 + done_before,
@@ -289,7 +326,8 @@ def fit_steps(
         opts["popsize"] = config.popsize
     # the progress bar counts the polish too: a round takes up to 6 (2n + 1) evaluations,
     # usually about a third of that
-    total = budget + config.polish_rounds * 2 * (2 * n + 1) + 1 + 2 * n  # + curvature probes
+    polish = config.polish_rounds * 2 * (2 * n + 1)
+    total = g_evals + budget + polish + 1 + 2 * n  # + curvature probes
 
     def fraction() -> float:
         return min((counters["evals"] - done_before - 1) / total, 0.99)
@@ -328,7 +366,8 @@ def fit_steps(
                 "sigma": float(es.sigma),
                 "best_u": [float(v) for v in best_u],
                 "best_loss": best_loss,
-                "evals": counters["evals"] - 1,  # the start's evaluation is not CMA budget
+                # the start's and the global stage's evaluations are not CMA budget
+                "evals": counters["evals"] - 1 - g_evals,
                 "history": history,
             }
             yield (

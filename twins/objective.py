@@ -408,19 +408,22 @@ def _replay_window(worlds: _Worlds, values: dict[str, float], w: Trajectory) -> 
 # -- one evaluation (runs in a worker) ----------------------------------------------------------
 @dataclass(frozen=True)
 class Problem:
-    """Everything a worker needs to score one candidate (picklable)."""
+    """Everything a worker needs to score one candidate (picklable). `rotation_m`: per pose
+    channel, the length (m) a rotation residual (rad) is multiplied by before it joins the
+    position residuals (`rotation_lengths`); a channel not named compares radians as they are."""
 
     spec: TwinSpec
     space: Space
     windows: tuple[Trajectory, ...]
     channels: tuple[tuple[str, float, float], ...]  # name, weight, scale
+    rotation_m: tuple[tuple[str, float], ...] = ()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Trajectory holds read-only mapping proxies, which do not pickle: send plain parts
         plain = tuple(
             (w.t, dict(w.channels), dict(w.units), w.source, dict(w.meta)) for w in self.windows
         )
-        return (_problem, (self.spec, self.space, plain, self.channels))
+        return (_problem, (self.spec, self.space, plain, self.channels, self.rotation_m))
 
 
 def _problem(
@@ -428,8 +431,35 @@ def _problem(
     space: Space,
     plain: tuple[tuple[Any, ...], ...],
     channels: tuple[tuple[str, float, float], ...],
+    rotation_m: tuple[tuple[str, float], ...] = (),
 ) -> Problem:
-    return Problem(spec, space, tuple(Trajectory(*w) for w in plain), channels)
+    return Problem(spec, space, tuple(Trajectory(*w) for w in plain), channels, rotation_m)
+
+
+def rotation_lengths(spec: TwinSpec, channels: Sequence[str]) -> tuple[tuple[str, float], ...]:
+    """(pose channel, radius of gyration in m) for each `objects/<name>/pose` channel of an
+    object of `spec`: a small rotation θ moves the body's mass points by θ times it, RMS
+    (sqrt of the mean of inertia / mass over the three axes: exact for a cube or a sphere,
+    the axes' average otherwise). Rotation residuals scaled by it are metres of the body's
+    displacement, so position and orientation whiten into one unit instead of adding
+    metres to radians."""
+    out = []
+    for c in channels:
+        parts = c.split("/")
+        if len(parts) == 3 and parts[0] == "objects" and parts[2] == "pose":
+            obj = next((o for o in spec.objects if o.name == parts[1]), None)
+            if obj is not None:
+                Ib = np.asarray(obj.inertia_per_kg, float).reshape(3, 3)
+                out.append((c, float(math.sqrt(np.trace(Ib) / 3))))
+    return tuple(out)
+
+
+def pose_parts(channel: str) -> tuple[str, str]:
+    """The names under which a pose channel's position error (m, Euclidean distance) and
+    orientation error (rad, the angle of the relative rotation) are reported apart:
+    `objects/<name>/position` and `objects/<name>/orientation`."""
+    base = channel.rsplit("/", 1)[0]
+    return f"{base}/position", f"{base}/orientation"
 
 
 @dataclass(frozen=True)
@@ -497,6 +527,13 @@ def evaluate(task: tuple[Problem, NDArray[np.float64]]) -> Outcome:
     parts: list[NDArray[np.float64]] = []
     sse = {c: 0.0 for c, _, _ in prob.channels}
     count = {c: 0 for c, _, _ in prob.channels}
+    rot_m = dict(prob.rotation_m)
+    pose = {
+        c for c, _, _ in prob.channels if prob.windows and prob.windows[0].units.get(c) == POSE_UNIT
+    }
+    for c in pose:  # position and orientation errors, each in its own unit
+        for k in pose_parts(c):
+            sse[k], count[k] = 0.0, 0
     try:
         with _Worlds(prob.spec, values) as worlds:
             for w in prob.windows:
@@ -507,11 +544,26 @@ def evaluate(task: tuple[Problem, NDArray[np.float64]]) -> Outcome:
                         raise TwinError(f"channel '{name}' is not finite in the simulation")
                     sse[name] += float(np.sum(e**2))
                     count[name] += int(e.size)
+                    if name in pose and e.shape[1] == 6:
+                        used = _used_rows(w, name)
+                        pk, ok = pose_parts(name)
+                        sse[pk] += float(np.sum(e[used, :3] ** 2))
+                        sse[ok] += float(np.sum(e[used, 3:] ** 2))
+                        count[pk] += int(used.sum())
+                        count[ok] += int(used.sum())
+                        if name in rot_m:
+                            e = np.hstack([e[:, :3], e[:, 3:] * rot_m[name]])
                     parts.append((e * (math.sqrt(weight) / scale)).reshape(-1))
     except Exception as exc:  # an exploded or unbuildable twin is a failed sample
         return Outcome(None, sse, count, f"{type(exc).__name__}: {exc}")
     r = np.concatenate(parts) if parts else np.zeros(0)
     return Outcome(r, sse, count)
+
+
+def _used_rows(w: Trajectory, name: str) -> NDArray[np.bool_]:
+    """Rows of a pose channel that are evidence (not flagged lost by the tracker)."""
+    lost = lost_rows(w, name)
+    return np.ones(len(w), bool) if lost is None else ~lost
 
 
 def residual_size(prob: Problem) -> int:
@@ -557,7 +609,9 @@ def replay_rmse(
 ) -> dict[str, float]:
     """Per-channel RMSE (channel units) of the twin at `values` (its nominals when None)
     over windowed replays of `recordings`, the same measure a fit minimises: how twin
-    versions compare on held-out recordings. NaN when a simulation fails."""
+    versions compare on held-out recordings. NaN when a simulation fails. A pose channel
+    also reports its position error (Euclidean, m) and orientation error (angle, rad) apart,
+    under `pose_parts`' names."""
     for r in recordings:
         check_recording(spec, r)
     at = spec.with_values(values or {})

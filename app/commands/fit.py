@@ -1,6 +1,6 @@
 """`python main.py fit --project P --twin T --trajectories ID... --params NAME...
 [--validation ID...] [--channels NAME=W...] [--bounds NAME=LO:HI...] [--window S] [--budget N] [--workers N]
-[--posterior laplace|smc] [--particles N] [--backend local|ray] [--address A] [--resume FIT] [--apply]`.
+[--posterior laplace|smc] [--particles N] [--pose-rotation rad|gyration] [--global N] [--backend local|ray] [--address A] [--resume FIT] [--apply]`.
 
 Fits twin parameters to recorded trajectories (CMA-ES + least-squares polish; posterior by
 Laplace or sampled by SMC; twins/fit.py, twins/fit_posterior.py) and writes a `fit` artifact;
@@ -49,6 +49,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(kernel ABC on the residuals; --particles replays per move, several moves)",
     )
     p.add_argument("--particles", type=int, default=64, help="SMC particles (--posterior smc)")
+    p.add_argument(
+        "--pose-rotation",
+        choices=("rad", "gyration"),
+        default="rad",
+        help="object pose channels: add rotation residuals as radians (rad), or as metres "
+        "of the object's displacement, times its radius of gyration (gyration)",
+    )
+    p.add_argument(
+        "--global",
+        dest="global_samples",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a coarse global stage first: N Sobol points over the search box (0: none)",
+    )
     p.add_argument("--workers", type=int, default=1, help="parallel rollouts")
     p.add_argument("--backend", choices=("local", "ray"), default="local")
     p.add_argument("--address", default=None, help="Ray cluster address (--backend ray)")
@@ -150,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         posterior=args.posterior,
         particles=args.particles,
+        pose_rotation=args.pose_rotation,
+        global_samples=args.global_samples,
     )
     fid = run_cli(
         fit_job(

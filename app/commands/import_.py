@@ -1,6 +1,7 @@
 """`python main.py import --project P FILE... --mapping MAP [--twin T]`: logs from any lab
 (CSV, Parquet or NPZ) through a column-mapping file into trajectory artifacts.
-`import --project P --rig qube_servo2|simple_pendulum [--urdf FILE]`: a twin of a real rig.
+`import --project P --rig qube_servo2|simple_pendulum|cube_toss [--urdf FILE]`: a twin of a
+real rig.
 
 Mappings for the shared real recordings ship in resources/mappings/ and can be named by
 their stem (`--mapping simple_pendulum`); see devices/mapping.py for the format."""
@@ -14,7 +15,7 @@ from pathlib import Path
 HELP = (
     "Import recordings (CSV/Parquet/NPZ + a column-mapping JSON) as trajectory artifacts, "
     "or a twin of a real rig (--rig). Bundled mappings: simple_pendulum, furuta_pendulum, "
-    "lerobot_export."
+    "cube_tosses, lerobot_export."
 )
 
 
@@ -24,7 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mapping", default=None, help="mapping JSON file, or a bundled mapping name")
     p.add_argument("--twin", default=None, help="check the recordings against this twin")
     p.add_argument("--name", default=None, help="recording name (one file only)")
-    p.add_argument("--rig", default=None, help="import a rig twin: qube_servo2 | simple_pendulum")
+    p.add_argument(
+        "--rig", default=None, help="import a rig twin: qube_servo2 | simple_pendulum | cube_toss"
+    )
     p.add_argument("--urdf", type=Path, default=None, help="the rig's URDF (simple_pendulum)")
 
 

@@ -43,7 +43,7 @@ from resources.errors import TwinbenchError
 from twins.errors import TwinError
 from twins.fit import FitConfig, FitResult, check_recording, fit_steps, limit_excursions
 
-RIGS = ("qube_servo2", "simple_pendulum")
+RIGS = ("qube_servo2", "simple_pendulum", "cube_toss")
 FAILED_SHARE = 0.5  # a fit whose replays failed more often than this is not a fit
 
 
@@ -96,19 +96,27 @@ def _hopeless(partial: Any) -> str | None:
 def import_rig_twin(project: Project, rig: str, urdf: Path | None = None) -> str:
     """A twin of one of the real rigs (twins/rigs.py, the authors' published values) as a
     twin artifact, so their recordings can be fitted in a project. The simple pendulum
-    needs its CAD URDF (`urdf`, from ../shared/data/real/simple_pendulum)."""
-    from twins.rigs import qube_twin, simple_pendulum_twin
+    needs its CAD URDF (`urdf`, from ../shared/data/real/simple_pendulum). `cube_toss` is
+    the ContactNets cube over its table (twins.rigs.cube_toss_twin: the contact as one pair,
+    μ 0.5 and e 0.1 to start from; the table at the height the data puts it, -1 mm)."""
+    from twins.rigs import cube_toss_twin, qube_twin, simple_pendulum_twin
 
     if rig not in RIGS:
         raise TwinError(f"unknown rig '{rig}' (one of {', '.join(RIGS)})")
     if rig == "simple_pendulum" and urdf is None:
         raise TwinError("rig simple_pendulum needs --urdf (data_urdf_dfki_simple_pendulum.urdf)")
     with project.new_artifact(
-        "twin", settings={"rig": rig}, summary=f"rig {rig} at its authors' values"
+        "twin",
+        settings={"rig": rig},
+        summary=f"rig {rig} at "
+        + ("μ 0.5, e 0.1 (to fit)" if rig == "cube_toss" else "its authors' values"),
     ) as folder:
-        spec = (
-            qube_twin() if rig == "qube_servo2" else simple_pendulum_twin(Path(urdf or ""), folder)
-        )
+        if rig == "cube_toss":
+            spec = cube_toss_twin()
+        elif rig == "qube_servo2":
+            spec = qube_twin()
+        else:
+            spec = simple_pendulum_twin(Path(urdf or ""), folder)
         spec.save(folder)
     return project.artifacts("twin")[-1].id
 

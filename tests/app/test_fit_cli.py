@@ -450,3 +450,33 @@ def test_import_and_fit_warn_of_joint_positions_outside_the_twins_limits(
     assert rc == 0, err
     # the recording by its own name (the file's stem), as the fit's other notes name it
     assert "note: recording 'wide': joint 'j1' goes 0.3 rad past its upper limit" in out
+
+
+CUBES = shared_data("real", "cube_tosses")
+
+
+@pytest.mark.skipif(not (CUBES / "toss_000.csv").is_file(), reason="shared real data not present")
+def test_real_cube_tosses_fit_their_contact_pair_from_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proj = tmp_path / "proj"
+    main(["project", "new", str(proj)])
+    assert main(["import", "--project", str(proj), "--rig", "cube_toss"]) == 0
+    twin = _ids(capsys.readouterr().out, "twin")[0]
+    files = [str(CUBES / f"toss_{i:03d}.csv") for i in (0, 40, 80)]
+    assert main(["import", "--project", str(proj), *files, "--mapping", "cube_tosses"]) == 0
+    recs = _ids(capsys.readouterr().out, "trajectory")
+    assert len(recs) == 3
+    mu, e = "contacts.cube.ground.friction", "contacts.cube.ground.restitution"
+    args = ["fit", "--project", str(proj), "--twin", twin, "--trajectories", *recs]
+    args += ["--params", mu, e, "--channels", "objects/cube/pose=1", "--window", "0"]
+    args += ["--pose-rotation", "gyration", "--global", "8", "--budget", "8", "--polish", "0"]
+    assert main([*args, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "latency not fitted" not in out  # no robot, no latency
+    pos = re.search(r"train rmse objects/cube/position: ([\d.]+) -> ([\d.]+)", out)
+    assert pos is not None, out
+    assert float(pos.group(2)) < 0.5 * float(pos.group(1))  # metres, from mu 0.5 and e 0.1
+    assert re.search(r"train rmse objects/cube/orientation: [\d.]+ -> [\d.]+", out)
+    fitted = re.search(rf"{re.escape(mu)}\s+0.5 -> ([\d.]+)", out)
+    assert fitted is not None and 0.1 < float(fitted.group(1)) < 0.3, out
