@@ -167,3 +167,35 @@ def test_posterior_randomization_shows_the_fit_next_to_training(
         and "high is below low" in page.status.text()
     )
     assert controller.project.artifacts("policy") == []
+
+
+def test_training_distribution_is_redrawn_when_its_page_is_shown(
+    window, controller, qtbot, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A change made while another page is shown (a fit or refit lands, a range is edited)
+    redraws the distribution when the Policies page is next shown, not on the window's
+    thread in the middle of the other page's work."""
+    proj = controller.new_project(tmp_path / "p")
+    run_to_end(twin_flow.build_twin(proj, None, procedural=True))
+    controller.notify_project_changed()
+    page = window.show_step("policies")
+    qtbot.waitUntil(lambda: not page.showing_empty_state(), timeout=5000)
+    page.setup.setCurrentIndex(1)
+    page.setup.dr_combo.setCurrentIndex(page.setup.dr_combo.findData("manual"))
+    rows = {
+        page.setup.param_table.item(r, 0).text(): r
+        for r in range(page.setup.param_table.rowCount())
+    }
+    row = rows["robot.joints.panda_joint2.damping"]
+    page.setup.param_table.item(row, 2).setText("uniform:0.1:0.2")
+    page.setup.param_table.item(row, 0).setCheckState(QtCore.Qt.CheckState.Checked)
+    assert page.dist_view.last[1].max() <= 0.2
+
+    window.show_step("twin")
+    qtbot.waitUntil(lambda: not page.isVisible(), timeout=5000)
+    page.setup.param_table.item(row, 2).setText("uniform:0.5:0.6")
+    qtbot.wait(50)
+    assert page.dist_view.last[1].max() <= 0.2  # hidden: not redrawn yet
+    window.show_step("policies")
+    qtbot.waitUntil(lambda: page.dist_view.last[1].min() >= 0.5, timeout=5000)
+    assert page.dist_view.last[1].max() <= 0.6
