@@ -192,9 +192,13 @@ class AppController:
         self._robot_detail = ""
         self._robot_lock = threading.Lock()
         self._handler: SessionLogHandler | None = None
+        from app.workflows.deploy_plan import predict_in_worker
         from twins.kinematics import read_in_worker
 
-        read_in_worker()  # a job reading a robot's URDF must not hold the window (the GIL)
+        # a job reading a robot's URDF or predicting a deploy in the twin (PyBullet) must not
+        # hold the window (the GIL): both in worker processes
+        read_in_worker()
+        predict_in_worker()
 
     # -- logging -------------------------------------------------------------------------
     def install_log_handler(self, logger: logging.Logger | None = None) -> SessionLogHandler:

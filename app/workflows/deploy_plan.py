@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+import multiprocessing
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,6 +41,37 @@ log = logging.getLogger(__name__)
 
 SETTLE_VEL = 0.01  # rad/s: the robot counts as stopped below this on every joint
 SETTLE_S = 1.5  # longest wait for the robot to come to rest after a stop
+R = TypeVar("R")
+_IN_WORKER = False
+
+
+def predict_in_worker(on: bool = True) -> None:
+    """Run a plan's twin work (drawing the goal, the shadow run) in a spawned worker process
+    from now on (the desktop app): PyBullet keeps the GIL through building the twin and
+    through each step, and the window waited 120-245 ms for it in bench loop's deploy step
+    on a loaded laptop. Off by default: a command line pays no process start."""
+    global _IN_WORKER
+    _IN_WORKER = on
+
+
+@contextmanager
+def _twin_calls() -> Iterator[Callable[..., Any]]:
+    """`call(fn, *args)` for one plan: here, or in one worker process for the whole plan."""
+    if not _IN_WORKER:
+        yield lambda fn, *args: fn(*args)
+        return
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no Qt, no threads
+    with ProcessPoolExecutor(1, mp_context=ctx) as ex:
+
+        def call(fn: Callable[..., R], *args: Any) -> R:
+            try:
+                return ex.submit(fn, *args).result()
+            except BrokenProcessPool as exc:
+                raise PolicyError(
+                    f"deploy: the twin's prediction process ended without an answer ({exc})"
+                ) from None
+
+        yield call
 
 
 def check_robot(spec: PolicySpec, info: RobotInfo) -> None:
@@ -128,6 +163,22 @@ def final_error(
     raise PolicyError(f"deploy: task '{task}' has no success measure for real runs")
 
 
+def _drawn_goal(
+    task: str, twin: TwinSpec, config: TaskConfig, seed: int, obj: str | None = None
+) -> tuple[NDArray[np.float64], NDArray[np.float64] | None]:
+    """The task's goal for `seed`: (joint target, None), or for a push (the object's goal
+    x, y, where the object was placed x, y) in the twin."""
+    env = get_task(task).env(twin, config, None, seed)
+    try:
+        env.reset(seed=seed)
+        if obj is None:
+            return np.asarray(env.target, float).copy(), None
+        drawn = np.asarray(env.deploy_spec.object_goal, float)
+        return drawn, np.asarray(env.world.object_pose(obj), float)[:2]
+    finally:
+        env.close()
+
+
 def shadow_run(
     task: str,
     twin: TwinSpec,
@@ -200,8 +251,30 @@ def plan_deploy(
     config = task_config(task, policy.record.get("task_config", {}))
     spec = policy.spec
     if "object_pose" in spec.observation:
-        return _plan_push(project, client, policy_id, policy, task, twin_id, twin, config,
-                          goal_seed, objects, object_goal)  # fmt: skip
+        with _twin_calls() as call:
+            return _plan_push(project, client, call, policy_id, policy, task, twin_id, twin,
+                              config, goal_seed, objects, object_goal)  # fmt: skip
+    with _twin_calls() as call:
+        return _plan_reach(
+            call, client, policy_id, policy, task, twin_id, twin, config, target, goal_seed
+        )
+
+
+def _plan_reach(
+    call: Callable[..., Any],
+    client: RobotClient,
+    policy_id: str,
+    policy: Policy,
+    task: str,
+    twin_id: str,
+    twin: TwinSpec,
+    config: TaskConfig,
+    target: Sequence[float] | None,
+    goal_seed: int,
+) -> DeployPlan:
+    info = client.info
+    assert info is not None
+    spec = policy.spec
     if target is not None:
         goal = np.asarray(target, float)
         if goal.shape != (spec.n,):
@@ -210,12 +283,7 @@ def plan_deploy(
                 f"joints {list(spec.joints)}"
             )
     elif "target" in spec.observation:
-        env = get_task(task).env(twin, config, None, goal_seed)
-        try:
-            env.reset(seed=goal_seed)
-            goal = np.asarray(env.target, float).copy()
-        finally:
-            env.close()
+        goal = call(_drawn_goal, task, twin, config, goal_seed)[0]
     else:
         goal = np.zeros(spec.n)
     spec = spec.with_goal(target=goal.tolist()) if "target" in spec.observation else spec
@@ -228,7 +296,7 @@ def plan_deploy(
             f"{info.name}'s limits [{lo[j]:.3f}, {hi[j]:.3f}]"
         )
     start = client.latest_state().joint_pos.copy()
-    shadow = shadow_run(task, twin, config, policy, start, goal)
+    shadow = call(shadow_run, task, twin, config, policy, start, goal)
     return DeployPlan(
         policy_id, policy, spec, task, config, twin_id, start, goal, shadow, info.name
     )
@@ -237,6 +305,7 @@ def plan_deploy(
 def _plan_push(
     project: Project,
     client: RobotClient,
+    call: Callable[..., Any],
     policy_id: str,
     policy: Policy,
     task: str,
@@ -273,18 +342,12 @@ def _plan_push(
         if goal.shape != (2,) or not np.all(np.isfinite(goal)):
             raise PolicyError("deploy: the object goal must be two finite numbers (x, y in m)")
     else:  # the task's goal distribution, drawn around where the object is now
-        env = get_task(task).env(twin, config, None, goal_seed)
-        try:
-            env.reset(seed=goal_seed)
-            drawn = np.asarray(env.deploy_spec.object_goal, float)
-            placed = np.asarray(env.world.object_pose(name), float)[:2]
-        finally:
-            env.close()
+        drawn, placed = call(_drawn_goal, task, twin, config, goal_seed, name)
         goal = obj0[:2] + (drawn - placed)
     spec = spec.with_goal(object_goal=goal.tolist())
     check_robot(spec, info)
     start = client.latest_state().joint_pos.copy()
-    shadow = shadow_run(task, twin, config, policy, start, goal, obj0)
+    shadow = call(shadow_run, task, twin, config, policy, start, goal, obj0)
     return DeployPlan(
         policy_id, policy, spec, task, config, twin_id, start, goal, shadow, info.name,
         objects, obj0,

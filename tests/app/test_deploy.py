@@ -6,6 +6,7 @@ run is a trajectory artifact (input: the policy) that "Send to Real2Sim" adds to
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -284,3 +285,39 @@ def test_a_lost_link_mid_run_saves_the_partial_run_and_the_agent_stops(
     finally:
         server.close()
         agent.close()
+
+
+def test_the_prediction_in_a_worker_process_is_the_one_made_here(
+    project: tuple[Project, str, np.ndarray],
+    robot: tuple[RobotClient, Agent, int, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The desktop app predicts in a worker process (PyBullet keeps the GIL, and the window
+    waited for it): same goal, same shadow run as in this process."""
+    import app.workflows.deploy_plan as dp
+
+    proj, pid, _ = project
+    client = robot[0]
+    here = plan_deploy(proj, client, pid, goal_seed=4)
+    monkeypatch.setattr(dp, "_IN_WORKER", True)
+    pids_seen: list[int] = []
+    real_call = dp._twin_calls
+
+    def spy() -> Any:  # which process the twin work ran in
+        import contextlib
+
+        @contextlib.contextmanager
+        def calls() -> Any:
+            with real_call() as call:
+                yield lambda fn, *a: (pids_seen.append(call(os.getpid)), call(fn, *a))[1]
+
+        return calls()
+
+    monkeypatch.setattr(dp, "_twin_calls", spy)
+    there = plan_deploy(proj, client, pid, goal_seed=4)
+    assert pids_seen and all(p != os.getpid() for p in pids_seen)
+    assert np.allclose(there.goal, here.goal)
+    assert there.shadow.success == here.shadow.success
+    assert there.shadow.final_error == pytest.approx(here.shadow.final_error, abs=1e-4)
+    n = min(len(here.shadow.t), len(there.shadow.t))
+    assert np.allclose(there.shadow.joint_pos[:n], here.shadow.joint_pos[:n], atol=1e-3)
