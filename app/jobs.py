@@ -1,4 +1,4 @@
-"""The job protocol every long operation follows (DESIGN §5).
+"""The job protocol every long operation follows (docs/ARCHITECTURE.md §5).
 
 A job is a generator that yields `Progress` records and returns its result. Cancelling is
 `gen.close()` between yields: the generator sees GeneratorExit at its current `yield`, its

@@ -1,4 +1,4 @@
-"""The open project folder (DESIGN §4): manifest, artifact registry, lineage.
+"""The open project folder (docs/ARCHITECTURE.md §6): manifest, artifact registry, lineage.
 
 ```
 myproject/

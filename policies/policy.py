@@ -1,5 +1,5 @@
 """`Policy`: an ONNX model plus the spec it was trained with and its training record
-(DESIGN §3). `act(obs)` runs the model with onnxruntime, exactly as the robot agent will;
+(docs/ARCHITECTURE.md §4). `act(obs)` runs the model with onnxruntime, exactly as the robot agent will;
 `save`/`load` use the policy artifact layout (policy.onnx + policy.json).
 """
 

@@ -1,5 +1,5 @@
 """Domain randomization for training and evaluation: what each episode's twin and sensors
-look like (DESIGN §1 `twins.randomize` → `policies.train`).
+look like (the randomization → `policies.train` arrow of docs/ARCHITECTURE.md §1).
 
 Three sources of physical parameter values, chosen by `mode`:
 

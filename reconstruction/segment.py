@@ -75,7 +75,7 @@ def _cloud(
 def downsample(
     points: NDArray[np.floating], colors: NDArray[np.uint8] | None, voxel: float
 ) -> tuple[NDArray[np.float64], NDArray[np.uint8]]:
-    """Voxel-grid downsample (keeps DBSCAN's memory bounded, DESIGN §9)."""
+    """Voxel-grid downsample (DBSCAN on a large cloud can exhaust memory: docs/TRAPS.md)."""
     pc = _cloud(points, colors).voxel_down_sample(voxel)
     p = np.asarray(pc.points)
     c = (

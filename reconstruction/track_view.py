@@ -3,8 +3,8 @@
 A `View` is one depth image seen from its own camera: points with normals, a small depth
 image and sampled points for the gate, and (built on first use, they cost) Open3D point
 clouds for ICP and FPFH features. The gate
-(`gate`) scores a registration over *valid* pixels only (DESIGN §9: Open3D's odometry
-`fitness` counts pixels without depth).
+(`gate`) scores a registration over *valid* pixels only (Open3D's odometry `fitness` counts
+pixels without depth too: docs/TRAPS.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Handheld camera tracking that holds on real data (DESIGN §9: frame-to-frame RGB-D odometry
-drifts and its `fitness` counts pixels without depth).
+"""Handheld camera tracking that holds on real data (frame-to-frame RGB-D odometry
+drifts and its `fitness` counts pixels without depth: docs/TRAPS.md).
 
 Each frame is registered to the fused model, not to the previous frame: the TSDF is raycast
 near the previous pose and the frame is aligned to that view.

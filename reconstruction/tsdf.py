@@ -1,5 +1,5 @@
-"""TSDF fusion with Open3D's tensor `VoxelBlockGrid` (DESIGN §9: never the legacy
-`ScalableTSDFVolume`, which extracts an empty mesh in Open3D 0.20).
+"""TSDF fusion with Open3D's tensor `VoxelBlockGrid` (never the legacy
+`ScalableTSDFVolume`, which extracts an empty mesh in Open3D 0.20: docs/TRAPS.md).
 
 `TSDFIntegrator.integrate(frame, T_world_camera)` fuses one RGBDFrame; `mesh()` extracts a
 trimesh in the world frame, `points()` a cheap coloured point cloud for live previews.

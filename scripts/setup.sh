@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# Debian packages of DESIGN §9 (GL/EGL, USB, Qt xcb plugin libraries, Xvfb for GUI tests).
+# Debian packages the libraries need (docs/TRAPS.md: GL/EGL, USB, Qt xcb plugin libraries, Xvfb for GUI tests).
 APT_PKGS=(libusb-1.0-0 libgl1 libegl1 libegl-mesa0 libgl1-mesa-dri libglib2.0-0 libdbus-1-3
   libfontconfig1 libxkbcommon0 libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-image0
   libxcb-keysyms1 libxcb-randr0 libxcb-render-util0 libxcb-shape0 libxcb-xinerama0 libxcb-xkb1

@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
-echo "== import-linter (layering, DESIGN §2)"
+echo "== import-linter (layering, docs/ARCHITECTURE.md §2)"
 .venv/bin/lint-imports
 echo "== ruff"
 .venv/bin/ruff check .

@@ -1,4 +1,5 @@
-"""TwinSpec + values -> a PyBullet world in its own DIRECT client (DESIGN §3, §9).
+"""TwinSpec + values -> a PyBullet world in its own DIRECT client (docs/ARCHITECTURE.md §4; PyBullet's
+`changeDynamics` can silently ignore a value, docs/TRAPS.md).
 
 Every value written is read back (getDynamicsInfo / getPhysicsEngineParameters) and a
 mismatch is a TwinError naming the parameter. PyBullet offers no read-back for joint

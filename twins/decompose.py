@@ -1,5 +1,6 @@
-"""Convex decomposition of collision meshes (DESIGN §9: PyBullet silently replaces a
-concave mesh on a dynamic body by one convex hull, so concave meshes are split first).
+"""Convex decomposition of collision meshes (PyBullet silently replaces a
+concave mesh on a dynamic body by one convex hull, so concave meshes are split first;
+docs/TRAPS.md).
 
 The number of hulls is chosen by a concavity budget, not fixed. CoACD (`coacd`) splits until
 no part is more concave than the budget (its concavity: the distance from a part to its

@@ -1,4 +1,4 @@
-"""PyBullet, imported once for all of twins/ (its one home, DESIGN §2), and quiet vendor
+"""PyBullet, imported once for all of twins/ (its one home, docs/ARCHITECTURE.md §2), and quiet vendor
 loading.
 
 Native code linked with Bullet prints "pybullet build time: …" through C stdio (pybullet and

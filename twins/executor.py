@@ -1,4 +1,4 @@
-"""Many rollouts through one interface (DESIGN §5): fits, randomized training, evaluation.
+"""Many rollouts through one interface (docs/ARCHITECTURE.md §5): fits, randomized training, evaluation.
 
 - `SerialExecutor`: in this process (one worker, tests, debugging).
 - `LocalExecutor(workers)`: a process pool (spawn start method, so no parent state such as a

@@ -45,7 +45,7 @@ def sim_params(
     gravity: float = 9.81,
 ) -> list[Param]:
     """Solver settings are parameters because restitution and contact stiffness depend on
-    them (DESIGN §9); they are saved with the twin."""
+    them (docs/TRAPS.md); they are saved with the twin."""
     return [
         param("sim.time_step", "s", time_step, 1e-4, 0.02, doc="physics step (control period)"),
         param("sim.substeps", "1", substeps, 1, 20, integer=True, doc="solver substeps per step"),

@@ -1,4 +1,4 @@
-"""`Param` and `ParamSet`: the only way a tunable number enters a twin (DESIGN §3).
+"""`Param` and `ParamSet`: the only way a tunable number enters a twin (docs/ARCHITECTURE.md §4).
 
 A parameter has a dotted name (`objects.puck.friction`), an SI unit, a nominal value,
 bounds and a prior. Values are plain `dict[str, float]`; `ParamSet.validate` fills in

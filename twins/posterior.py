@@ -1,4 +1,4 @@
-"""`ParamPosterior`: a fit's point estimate, its uncertainty and its history (DESIGN §3).
+"""`ParamPosterior`: a fit's point estimate, its uncertainty and its history (docs/ARCHITECTURE.md §4).
 
 For now the uncertainty is a Laplace approximation at the optimum: the Gauss–Newton
 covariance `s² (JᵀJ)⁻¹` of the (normalised) parameters, with `s²` the residual variance

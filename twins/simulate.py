@@ -1,4 +1,4 @@
-"""Replay recorded commands in a twin, and run policies forward (DESIGN §3).
+"""Replay recorded commands in a twin, and run policies forward (docs/ARCHITECTURE.md §1, §4).
 
 `replay` starts from the recording's first robot and object state (objects with the
 velocity their first samples show, twins/object_motion.py) and drives the robot with

@@ -1,4 +1,4 @@
-"""Train and evaluate workflows (Qt-free; the CLI and the GUI share them, DESIGN §5).
+"""Train and evaluate workflows (Qt-free; the CLI and the GUI share them, docs/ARCHITECTURE.md §5).
 
 - `randomization_for(project, twin_id, mode, ...)`: the training distribution: none, hand-set
   distributions on the twin's ParamSet, or the posterior samples of a fit of this twin (the

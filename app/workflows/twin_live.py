@@ -1,6 +1,6 @@
 """A twin world that lives on its own thread (the Twin page's engine; Qt-free).
 
-The GUI thread only draws (DESIGN §5): stepping, parameter edits (which rebuild the PyBullet
+The GUI thread only draws (docs/ARCHITECTURE.md §5): stepping, parameter edits (which rebuild the PyBullet
 world), object moves and "save as new twin" (URDF export, disk writes) all run here, on a
 thread this object owns. Views send commands (`play`, `step`, `reset`, `set_values`,
 `move_object`, `save`) that return at once, and receive `TwinFrame`s: the newest state to

@@ -1,4 +1,4 @@
-"""The virtual lab: MuJoCo "reality" standing in for a robot and cameras (DESIGN §6).
+"""The virtual lab: MuJoCo "reality" standing in for a robot and cameras (docs/ARCHITECTURE.md §8).
 
 The only package that imports mujoco. Public API (import from the submodules):
 

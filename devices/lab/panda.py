@@ -1,7 +1,7 @@
 """The Franka Panda of the lab: pybullet_data's franka_panda/panda.urdf read by MuJoCo.
 
 The URDF is found without importing pybullet_data (pybullet and its data live in twins/);
-`importlib.util.find_spec` only locates the installed files. Conversion (DESIGN §9): strip
+`importlib.util.find_spec` only locates the installed files. Conversion (docs/TRAPS.md): strip
 `package://`, add `<mujoco><compiler meshdir=… balanceinertia="true"/></mujoco>`; the finger
 joints are made fixed (closed gripper = the pusher tool), so the arm has 7 joints. URDF
 carries no actuators; scenes.py adds them on the MjSpec.

@@ -1,5 +1,5 @@
 """The GUI and app process never load the virtual lab (MuJoCo): the lab is another process
-(DESIGN §5, §6). import-linter checks the import graph; this checks what really loads."""
+(docs/ARCHITECTURE.md §5, §8). import-linter checks the import graph; this checks what really loads."""
 
 from __future__ import annotations
 

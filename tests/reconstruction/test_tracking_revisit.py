@@ -42,7 +42,7 @@ def test_return_to_the_start_snaps_onto_the_first_keyframe(gap: int) -> None:
     assert hyp is not None and hyp.method == "revisit" and tr.revisits == 1
     T = T_world_ref @ hyp.T
     err = float(np.linalg.norm(T[:3, 3] - G[57][:3, 3]))
-    assert err < 0.03, err  # mocap and depth disagree by 1-2 cm per keyframe (DESIGN §9)
+    assert err < 0.03, err  # mocap and depth disagree by 1-2 cm per keyframe (docs/TRAPS.md)
     # a gate it cannot pass: no snap
     tr.s = replace(s, revisit_min_ratio=1.01)
     assert tr._revisit(tr.view_of_frame(frames[57]), last, None)[0] is None

@@ -26,7 +26,7 @@ def test_tsdf_mesh_is_not_empty_and_plausible(synth_frames: list[RGBDFrame]) -> 
     for f in synth_frames[::3]:
         assert ig.integrate(f, f.T_world_camera)
     m = ig.mesh()
-    assert len(m.faces) > 10000  # DESIGN §9: legacy TSDF gave 0 here
+    assert len(m.faces) > 10000  # legacy TSDF gave 0 here (docs/TRAPS.md)
     lo, hi = m.bounds
     assert lo[2] > -0.01 and 0.11 < hi[2] < 0.13  # table top at 0, cylinder top at 0.12
     p, c = ig.points()
