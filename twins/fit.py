@@ -113,7 +113,8 @@ class FitConfig:
     scales: str = "spread"  # or "noise": each channel divided by its sensor noise (fit_channels.py)
     # pose channels: "rad" adds rotation residuals (rad) to position residuals (m) as they
     # are; "gyration" first multiplies them by the object's radius of gyration, so both are
-    # metres of the body's displacement (objective.rotation_lengths)
+    # metres of the body's displacement (objective.rotation_lengths); "position" fits the
+    # positions only (orientation errors are still reported)
     pose_rotation: str = "rad"
     # a coarse global stage before CMA-ES: this many scrambled-Sobol points over the whole
     # search box, seeded; CMA-ES starts from the best of them and the start (0: none)
@@ -253,9 +254,13 @@ def fit_steps(
     )
     train_w, val_w = _split(recordings, validation, config, lead + 0.01)
     chans = _channels(train_w + val_w, config)
-    if config.pose_rotation not in ("rad", "gyration"):
-        raise TwinError(f"fit: pose_rotation '{config.pose_rotation}' is not one of rad, gyration")
+    if config.pose_rotation not in ("rad", "gyration", "position"):
+        raise TwinError(
+            f"fit: pose_rotation '{config.pose_rotation}' is not one of rad, gyration, position"
+        )
     rot = rotation_lengths(spec, [c for c, _, _ in chans]) if config.pose_rotation != "rad" else ()
+    if config.pose_rotation == "position":  # orientation reported, not fitted
+        rot = tuple((c, 0.0) for c, _ in rot)
     train = Problem(spec, space, tuple(train_w), chans, rot)
     val = Problem(spec, space, tuple(val_w), chans, rot) if val_w else None
     if spec.robot is not None and not any(n.endswith(".latency") for n in space.names):

@@ -19,6 +19,16 @@ objective the fit minimises; "before" is the twin the fit starts from.
 - Qube-Servo 2: start from the published model; fit motor resistance, back-EMF constant,
   arm damping and friction, pendulum damping and latency on a +1.5 V chirp run and a
   swing-up run; held out: two -1.5 V chirp runs and two other swing-ups.
+- Cube tosses (ContactNets, 285 real tosses of a 0.1048 m cube onto a table): a free cube
+  twin without scan or robot (twins.rigs.cube_toss_twin), the table at the height the
+  training tosses come to rest at; fit the cube-table contact's own μ and e (contact-pair
+  parameters, twins/contacts.py: PyBullet's product of the two bodies' values hidden) on
+  `CUBE_TRAIN` tosses, held out: `CUBE_HELD` others (a seeded permutation of the files, so
+  the split is fixed). Each toss is replayed whole, from release to rest, from the state its
+  first samples show; the objective is the position residuals (m; orientation is reported,
+  not fitted: see `cube_fit_config`) and a coarse global stage (Sobol points over the search
+  box) comes before CMA-ES and the polish. Errors are reported apart: position (Euclidean,
+  mm) and orientation (angle, deg); the authors' μ 0.18, e 0.125 side by side.
 """
 
 from __future__ import annotations
@@ -30,10 +40,21 @@ from pathlib import Path
 from typing import Any
 
 DESCRIPTION = (
-    "fit the real pendulum and Qube twins on some recordings (imported through the mapping "
-    "path), held-out joint-angle RMSE before/after, authors' pendulum values side by side"
+    "fit the real pendulum and Qube twins and the real cube tosses' contact on some "
+    "recordings (imported through the mapping path), held-out RMSE before/after, the "
+    "authors' pendulum and cube values side by side"
 )
 WINDOW_S = {"pendulum": 0.25, "qube": 0.5}  # s; the pendulum goes chaotic over the top
+# cube tosses: how many are fitted and how many held out (full run / quick), and the seed
+# of the permutation that picks them. Held out: the permutation's tosses 25-54 (`CUBE_HELD`
+# of them from position 25: the set the first run of this bench held out, kept); fitted:
+# the first `CUBE_TRAIN` of the others. 80, not 25: on 40 other tosses (neither set) a
+# 25-toss fit came out 1.04x the authors' values' error and an 80-toss fit 0.99x
+CUBE_TRAIN = {False: 80, True: 12}
+CUBE_HELD = {False: 30, True: 12}
+CUBE_HELD_FROM = 25
+CUBE_SEED = 26
+CUBE_POSE = "objects/cube/pose"
 
 
 def data_root() -> Path:
@@ -233,6 +254,121 @@ def qube(quick: bool, workers: int) -> dict[str, Any]:
     }
 
 
+def cube_split(quick: bool) -> tuple[list[Path], list[Path]]:
+    """(training, held-out) toss files from a seeded permutation of all of them: CUBE_HELD
+    from position CUBE_HELD_FROM held out (never fitted), the first CUBE_TRAIN of the
+    others fitted."""
+    import numpy as np
+
+    from resources.errors import TwinbenchError
+
+    root = data_root() / "cube_tosses"
+    files = sorted(root.glob("toss_*.csv"))
+    need = max(CUBE_TRAIN[quick] + CUBE_HELD[quick], CUBE_HELD_FROM + CUBE_HELD[quick])
+    if len(files) < need:
+        raise TwinbenchError(f"{root}: {len(files)} toss_*.csv files, the bench needs {need}")
+    order = [int(i) for i in np.random.default_rng(CUBE_SEED).permutation(len(files))]
+    a, b = CUBE_HELD_FROM, CUBE_HELD_FROM + CUBE_HELD[quick]
+    held = [files[i] for i in order[a:b]]
+    train = [files[i] for i in (order[:a] + order[b:])[: CUBE_TRAIN[quick]]]
+    return train, held
+
+
+def cube_errors(spec: Any, values: dict[str, float], recs: list[Any]) -> dict[str, float]:
+    """Position (Euclidean, m) and orientation (angle, rad) RMSE of whole-toss replays."""
+    from twins.fit import replay_rmse
+    from twins.objective import pose_parts
+
+    r = replay_rmse(spec, recs, None, values, (CUBE_POSE,))
+    pos, orn = pose_parts(CUBE_POSE)
+    return {"position": r[pos], "orientation": r[orn]}
+
+
+def cube_fit_config(quick: bool) -> Any:
+    """How the cube's contact is fitted (the bench's and the test's settings)."""
+    from twins.fit import FitConfig
+
+    bounds = {
+        "contacts.cube.ground.friction": (0.05, 0.8),
+        "contacts.cube.ground.restitution": (0.0, 0.8),
+    }
+    return FitConfig(
+        params=tuple(bounds),
+        bounds=bounds,
+        channels={CUBE_POSE: 1.0},
+        window_s=None,  # each toss whole, from release to rest
+        budget=40 if quick else 80,
+        polish_rounds=1 if quick else 2,
+        validation=0,  # the held-out tosses are judged outside the fit
+        seed=0,
+        # position residuals only (orientation reported apart): on 40 tosses neither fitted
+        # nor held out, fits that also weighed the orientation (as metres of the cube's
+        # displacement) matched their training tosses' orientation far better (33 -> 24 deg)
+        # and generalised worse (position 1.08x the authors' values' error, orientation the same)
+        pose_rotation="position",
+        global_samples=16 if quick else 32,
+    )
+
+
+def cube(quick: bool, workers: int) -> dict[str, Any]:
+    from twins.executor import LocalExecutor
+    from twins.fit import fit
+    from twins.rigs import CUBE_ID, cube_authors_values, cube_toss_twin, table_height
+
+    train_files, held_files = cube_split(quick)
+    train = [_load(f, "cube_tosses") for f in train_files]
+    held = [_load(f, "cube_tosses") for f in held_files]
+    table_z = table_height(train)
+    spec = cube_toss_twin(table_z=table_z)
+    cfg = cube_fit_config(quick)
+    with LocalExecutor(workers) as ex:
+        res = fit(spec, train, cfg, ex)
+    start = {n: spec.params[n].nominal for n in cfg.params}
+    fitted = dict(res.estimate)
+    authors = cube_authors_values()
+    before, after = cube_errors(spec, start, held), cube_errors(spec, fitted, held)
+    auth = cube_errors(spec, authors, held)
+    train_after, train_auth = cube_errors(spec, fitted, train), cube_errors(spec, authors, train)
+
+    target = {  # issue 26
+        "heldout_position_le_20mm": bool(after["position"] <= 0.020),
+        "after_below_before": bool(after["position"] < before["position"]),
+        "within_1.05x_authors": bool(after["position"] <= 1.05 * auth["position"]),
+    }
+
+    def mm(x: float) -> float | None:
+        return _r(1000 * x, 4)
+
+    def deg(x: float) -> float | None:
+        return _r(math.degrees(x), 4)
+
+    return {
+        "cube_heldout_rmse_before": _r(before["position"]),
+        "cube_heldout_rmse_after": _r(after["position"]),
+        "cube_heldout_rmse_authors_params": _r(auth["position"]),
+        "cube_heldout_position_mm_before": mm(before["position"]),
+        "cube_heldout_position_mm_after": mm(after["position"]),
+        "cube_heldout_position_mm_authors_params": mm(auth["position"]),
+        "cube_heldout_orientation_deg_before": deg(before["orientation"]),
+        "cube_heldout_orientation_deg_after": deg(after["orientation"]),
+        "cube_heldout_orientation_deg_authors_params": deg(auth["orientation"]),
+        "cube_train_position_mm_after": mm(train_after["position"]),
+        "cube_train_position_mm_authors_params": mm(train_auth["position"]),
+        "cube_train_orientation_deg_after": deg(train_after["orientation"]),
+        "cube_target": target,
+        "cube_fitted": {k.rsplit(".", 1)[1]: _r(v, 4) for k, v in fitted.items()},
+        "cube_authors": dict(CUBE_ID),
+        "cube_params": _param_table(res, res.posterior),
+        "cube_table_z_m": _r(table_z, 4),
+        "cube_evaluations": res.evaluations,
+        "cube_failed": res.failed,
+        "cube_fit_wall_s": res.wall_s,
+        "cube_train": [f.stem for f in train_files],
+        "cube_heldout": [f.stem for f in held_files],
+        "cube_unit": "m (position: Euclidean distance), deg (orientation: rotation angle)",
+    }
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     root = data_root()
     if not (root / "simple_pendulum").is_dir():
@@ -248,6 +384,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     q = qube(quick, workers)
     out.update(p)
     out.update(q)
+    out.update(cube(quick, workers))
     # headline: both data sets, mean of the two held-out errors
     out["heldout_rmse_before"] = _r(
         (p["pendulum_heldout_rmse_before"] + q["qube_heldout_rmse_before"]) / 2

@@ -1,6 +1,6 @@
 """`python main.py fit --project P --twin T --trajectories ID... --params NAME...
 [--validation ID...] [--channels NAME=W...] [--bounds NAME=LO:HI...] [--window S] [--budget N] [--workers N]
-[--posterior laplace|smc] [--particles N] [--pose-rotation rad|gyration] [--global N] [--backend local|ray] [--address A] [--resume FIT] [--apply]`.
+[--posterior laplace|smc] [--particles N] [--pose-rotation rad|gyration|position] [--global N] [--backend local|ray] [--address A] [--resume FIT] [--apply]`.
 
 Fits twin parameters to recorded trajectories (CMA-ES + least-squares polish; posterior by
 Laplace or sampled by SMC; twins/fit.py, twins/fit_posterior.py) and writes a `fit` artifact;
@@ -51,10 +51,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--particles", type=int, default=64, help="SMC particles (--posterior smc)")
     p.add_argument(
         "--pose-rotation",
-        choices=("rad", "gyration"),
+        choices=("rad", "gyration", "position"),
         default="rad",
-        help="object pose channels: add rotation residuals as radians (rad), or as metres "
-        "of the object's displacement, times its radius of gyration (gyration)",
+        help="object pose channels: add rotation residuals as radians (rad), as metres of "
+        "the object's displacement, times its radius of gyration (gyration), or fit the "
+        "positions only (position; orientation errors still reported)",
     )
     p.add_argument(
         "--global",
