@@ -2,8 +2,8 @@
 table, as a paper or a user means them.
 
 PyBullet combines a contact's coefficients from its two bodies: the friction is the product
-of the two bodies' frictions and the restitution the product of their restitutions (DESIGN
-§9), so no body's own value is the contact's: with the ground's default restitution 0.1 an
+of the two bodies' frictions and the restitution the product of their restitutions
+(docs/TRAPS.md, Twin), so no body's own value is the contact's: with the ground's default 0.1 an
 object's restitution 0.3 is a contact restitution of 0.03, and a published e = 0.125 cannot
 be reached at all. A twin may instead carry the pair's values,
 
