@@ -13,8 +13,7 @@ not used, here or in a fit's residuals.
 
 The estimate travels in the trajectory's meta as `object_twist0` = {name: [vx, vy, vz, wx,
 wy, wz]} (m/s, rad/s, world frame, velocity of the object frame's origin; components
-under 3 standard errors, or off a free fall under MIN_SPEED / MIN_SPIN, are zero: released
-from rest), and whether
+under MIN_SPEED / MIN_SPIN or 3 standard errors are zero: released from rest), and whether
 it starts in free fall with a measured velocity as `object_falling0`; `replay` starts the
 object with it.
 """
@@ -133,12 +132,8 @@ def initial_object_state(
     rcoef, w_se, _ = _poly(dt[:k], rv, 1 if falling else 2)
     w_body = rcoef[1] + (0.0 if falling else 2 * rcoef[2] * back)
     R0 = R_ref * Rotation.from_rotvec(rcoef[0] + rcoef[1] * back)
-    # the floors are for objects released from rest (a coarse sampling fakes a little
-    # speed); a ballistic flight's slope is measured, so in free fall only the standard
-    # errors decide (a real toss's 3 cm/s downward start is not zero)
-    floor_v, floor_w = (0.0, 0.0) if falling else (MIN_SPEED, MIN_SPIN)
-    v = np.where(np.abs(v) > np.maximum(3 * v_se, floor_v), v, 0.0)
-    w_body = np.where(np.abs(w_body) > np.maximum(3 * w_se, floor_w), w_body, 0.0)
+    v = np.where(np.abs(v) > np.maximum(3 * v_se, MIN_SPEED), v, 0.0)
+    w_body = np.where(np.abs(w_body) > np.maximum(3 * w_se, MIN_SPIN), w_body, 0.0)
     # the free-fall half-step correction only for a start velocity actually measured
     falling = falling and bool(v[2] != 0.0)
     q0 = R0.as_quat()
