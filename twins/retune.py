@@ -180,7 +180,7 @@ def _apply(
     if "contact_pair" in kinds:
         from twins.contacts import SURFACES, parse
 
-        for obj, surface, _ in (p for n, p in parse(changed).items()):
+        for obj, surface, _ in parse(changed).values():
             for body, pre in ((obj, f"objects.{obj}"), (surface, SURFACES[surface])):
                 if body in world.bodies:
                     world._material(world.bodies[body].body_id, -1, pre)
