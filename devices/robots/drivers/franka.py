@@ -36,6 +36,12 @@ Vec = NDArray[np.float64]
 FR3_LOWER = (-2.7437, -1.7837, -2.9007, -3.0421, -2.8065, 0.5445, -3.0159)
 FR3_UPPER = (2.7437, 1.7837, 2.9007, -0.1518, 2.8065, 4.5169, 3.0159)
 FR3_VEL = (2.62, 2.62, 2.62, 2.62, 5.26, 4.18, 5.26)
+PANDA_VEL = (2.175, 2.175, 2.175, 2.175, 2.61, 2.61, 2.61)
+# rad/s: the lower of the two arms' limits, what this driver reports and servos within. It
+# cannot tell an FR3 from a Panda, and libfranka refuses a waypoint above the connected arm's
+# own limit (franky-sim, a Panda, stopped a policy run: "Waypoint velocity [… 2.6268]
+# exceeds maximum velocity [… 2.61]" with the FR3's 5.26 rad/s x 0.5 allowed on joint 7)
+ARM_VEL = tuple(min(a, b) for a, b in zip(FR3_VEL, PANDA_VEL, strict=True))
 FR3_EFFORT = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)
 FR3_ACC = (15.0, 7.5, 10.0, 12.5, 15.0, 20.0, 20.0)  # rad/s^2, the arm's joint limits
 # 1/s: position error -> velocity (time constant 25 ms); with the stopping-distance cap
@@ -110,7 +116,7 @@ class FrankaDriver:
         if not 0 < servo_gain <= rate_hz:
             raise DeviceError(f"franka: servo gain must be in (0, rate {rate_hz:g}] 1/s")
         self.servo_gain = servo_gain
-        self._vmax = np.array(FR3_VEL) * dynamics_factor
+        self._vmax = np.array(ARM_VEL) * dynamics_factor
         self._amax = np.array(FR3_ACC) * dynamics_factor
         import franky
 
@@ -134,7 +140,7 @@ class FrankaDriver:
         self._last: RobotState | None = None
         self.recoveries = 0
         self._stamp = (-1.0, time.monotonic())  # (robot time ms, when it last changed)
-        limits = JointLimits(*(np.array(v) for v in (FR3_LOWER, FR3_UPPER, FR3_VEL, FR3_EFFORT)))
+        limits = JointLimits(*(np.array(v) for v in (FR3_LOWER, FR3_UPPER, ARM_VEL, FR3_EFFORT)))
         names = re.findall(r'<joint\s+name="([^"]+)"\s+type="revolute"', urdf)
         self._info = RobotInfo(
             name="fr3",

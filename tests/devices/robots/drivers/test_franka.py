@@ -14,7 +14,7 @@ import pytest
 
 from devices.errors import DeviceError
 from devices.robots.agent import Agent
-from devices.robots.drivers.franka import FR3_LOWER, FR3_UPPER, FrankaDriver
+from devices.robots.drivers.franka import FR3_LOWER, FR3_UPPER, PANDA_VEL, FrankaDriver
 from devices.robots.emulators.franky_peer import FrankySim, start_franky_sim
 
 # franky-sim runs libfranka's 1 kHz loop and the agent its 250 ms heartbeat watchdog: judged
@@ -42,6 +42,10 @@ def test_position_control_and_stop_against_franky_sim(sim: FrankySim) -> None:
     assert "<robot" in bundle["urdf"]
     for name in drv.info().joint_names:  # the arm's own URDF names the joints
         assert f'name="{name}"' in bundle["urdf"]
+    # no faster than the slower arm allows: franky-sim (a Panda) refuses a waypoint above its
+    # own limits, and the envelope and the servo work within what the driver reports
+    assert np.all(drv.info().limits.velocity <= np.array(PANDA_VEL))
+    assert np.all(drv._vmax <= 0.5 * np.array(PANDA_VEL) + 1e-12)
     agent = Agent(drv)
     agent.start()
     try:
