@@ -38,6 +38,7 @@ LATE_FRAME_PERIODS = 100  # ... nor before this many frame periods (a slow camer
 MAX_LOAD_STRETCH = 4.0  # the waits grow with the load per core, up to this factor
 SAY_WAITING_AFTER_S = 2.0  # a job waiting longer than this says so, about once a second
 STOP_CHECK_AFTER_S = 0.5  # an arm not settled this long after a move: has the robot stopped?
+MAX_GRAB_WINDOW_S = 2.4  # s: the longest state window a still frame is looked for in
 
 
 @dataclass(frozen=True)
@@ -387,8 +388,9 @@ class ConnectedArm:
         pump = self._pump
         assert pump is not None
         found: tuple[float, RGBDFrame, NDArray[np.float64]] | None = None
+        window = window_s
         for _ in range(tries):
-            traj = self.client.stream(window_s)
+            traj = self.client.stream(window)
             t, q = traj.t, traj.channels["robot/joint_pos"]
             best = None
             for _ in range(12):
@@ -399,6 +401,10 @@ class ConnectedArm:
                     break
                 best = f
             if best is None or len(t) < 3:
+                # no frame inside the window: the camera stalled for longer (a busy machine
+                # rendered none in 0.3 s, eight times over, and the scan failed); the arm is
+                # still, so a longer window costs nothing but time
+                window = min(2.0 * window, MAX_GRAB_WINDOW_S)
                 continue
             slope, qf = np.polyfit(t - best.timestamp, q, 1)
             motion = float(np.max(np.abs(slope)) * (t[-1] - t[0]))

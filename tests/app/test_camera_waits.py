@@ -150,3 +150,27 @@ def test_scan_cancelled_while_camera_starts_hands_its_stream_to_the_next(
     finally:
         second.stop()
     assert [c for c, _ in client.subscriptions] == ["wrist"]  # one subscription, handed on
+
+
+@pytest.mark.slow
+def test_a_camera_slower_than_the_grab_window_still_gives_still_frames(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A camera at 2 fps (the lab's renderer on a busy machine): a 0.3 s state window that
+    starts as a frame arrives never holds the next one, and every try used to fail ("frame
+    timestamps never fall inside the state stream"); the window now grows until it does."""
+    monkeypatch.setattr(ca, "load_per_core", lambda: 0.0)
+    client = KinematicLabClient(fps=2.0)
+    arm = ConnectedArm(client.robot())
+    try:
+        for _ in arm.wait_camera():
+            pass
+        for _ in range(2):
+            f, q = arm.grab(client.latest_state().t)
+            assert f.color.shape[:2] == (240, 424)
+            assert q == pytest.approx(client.latest_state().joint_pos, abs=1e-3)
+        monkeypatch.setattr(ca, "MAX_GRAB_WINDOW_S", 0.3)  # the fixed window of before
+        with pytest.raises(RobotScanError, match="never fall inside the state stream"):
+            arm.grab(client.latest_state().t)
+    finally:
+        arm.stop()
