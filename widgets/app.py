@@ -87,6 +87,8 @@ def run_gui(demo: bool, argv: list[str]) -> int:
         sys.stderr.write(problem + "\n")
         return 1
 
+    import faulthandler
+
     from PySide6 import QtCore, QtWidgets
 
     from app import demo as demo_mod
@@ -95,6 +97,8 @@ def run_gui(demo: bool, argv: list[str]) -> int:
     from widgets.main_window import MainWindow
     from widgets.scene_view import grab_widget, share_gl_contexts
 
+    if not faulthandler.is_enabled():  # a crash in Qt, OpenGL or a native library: the
+        faulthandler.enable()  # Python stacks of every thread on stderr, where it happened
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("OpenGL").setLevel(logging.WARNING)  # "no OpenGL_accelerate" chatter
     share_gl_contexts()

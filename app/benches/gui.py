@@ -82,6 +82,7 @@ def run_in_window(
         "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl"),
         "TWINBENCH_DATA_DIR": str(tmp / "data"),
         "TWINBENCH_CONFIG_DIR": str(tmp / "config"),
+        "PYTHONFAULTHANDLER": "1",  # a crash prints every thread's Python stack
     }
     cmd = [sys.executable, "-m", module, *args(tmp), "--out", str(report_path)]
     repo = Path(__file__).resolve().parents[2]
@@ -104,7 +105,7 @@ def run_in_window(
     out["crashed"] = int(crashed)
     out["exit_code"] = rc
     if crashed:
-        out["stderr_tail"] = err[-1500:]
+        out["stderr_tail"] = _tail(err, 6000)
     shutil.rmtree(tmp, ignore_errors=True)
     return out
 
@@ -127,3 +128,21 @@ def run(quick: bool = False, minutes: float | None = None) -> dict[str, Any]:
         and out.get("none_refcount_drift", -1e9) >= -300
     )
     return out
+
+
+def _tail(text: str, n: int) -> str:
+    """The last `n` characters of `text` with runs of one repeated line collapsed (Qt's
+    warnings repeat by the hundred and pushed a crash's stacks out of the tail)."""
+    lines: list[str] = []
+    repeats = 0
+    for line in text.splitlines():
+        if lines and line == lines[-1]:
+            repeats += 1
+            continue
+        if repeats:
+            lines.append(f"  [the line above {repeats} more times]")
+            repeats = 0
+        lines.append(line)
+    if repeats:
+        lines.append(f"  [the line above {repeats} more times]")
+    return "\n".join(lines)[-n:]
