@@ -191,6 +191,10 @@ class AppController:
         self._robot_info: RobotInfo | None = None
         self._robot_detail = ""
         self._robot_lock = threading.Lock()
+        # one writer of the device rows at a time: the link's news comes on its own threads
+        # (a drop on one, the reconnect on another) while the panel polls; a poll that read
+        # "reconnecting" and wrote it after the reconnect's "connected" left the row wrong
+        self._rows_lock = threading.RLock()
         self._handler: SessionLogHandler | None = None
         from app.workflows.deploy_plan import predict_in_worker
         from twins.kinematics import read_in_worker
@@ -392,40 +396,42 @@ class AppController:
     def _on_link(self, link: RobotLink, state: str, message: str) -> None:
         """News from the robot link's own threads: it dropped and is reconnecting, it is
         back (a new session), or it is gone for good."""
-        if self._robot is not link:
-            return
-        if state == "reconnecting":
-            log.warning("%s", message)
-            self.set_device_status("robot", "reconnecting", message)
-        elif state == "connected":
-            log.warning("%s", message)
-            self.set_device_status("robot", "connected", self._robot_detail)
-        elif state == "lost":
-            self._robot_lost(link, message)
-            return
-        self.poll_devices()
+        with self._rows_lock:
+            if self._robot is not link:
+                return
+            if state == "reconnecting":
+                log.warning("%s", message)
+                self.set_device_status("robot", "reconnecting", message)
+            elif state == "connected":
+                log.warning("%s", message)
+                self.set_device_status("robot", "connected", self._robot_detail)
+            elif state == "lost":
+                self._robot_lost(link, message)
+                return
+            self.poll_devices()
 
     def poll_devices(self) -> None:
         """Bring the robot and camera rows up to date with the link's health (the devices
         panel calls this a few times a second): "stale" when no state or frame came for
         `STALE_S`, "reconnecting…" while the link dials again, back to "connected"."""
-        link = self._robot
-        if link is None:
-            return
-        health = getattr(link, "health", None)
-        if callable(health):
-            state, detail = health()
-            if state == "error":  # gone for good (the lab process died): reported once
-                self._robot_lost(link, detail)
+        with self._rows_lock:
+            link = self._robot
+            if link is None:
                 return
-            if state == "connected":
-                detail = self._robot_detail
-            self._set_if_changed("robot", state, detail)
-        camera = getattr(link, "camera_health", None)
-        if callable(camera):
-            row = camera()
-            if row is not None:
-                self._set_if_changed("camera", row[0], row[1])
+            health = getattr(link, "health", None)
+            if callable(health):
+                state, detail = health()
+                if state == "error":  # gone for good (the lab process died): reported once
+                    self._robot_lost(link, detail)
+                    return
+                if state == "connected":
+                    detail = self._robot_detail
+                self._set_if_changed("robot", state, detail)
+            camera = getattr(link, "camera_health", None)
+            if callable(camera):
+                row = camera()
+                if row is not None:
+                    self._set_if_changed("camera", row[0], row[1])
 
     def _set_if_changed(self, name: str, state: DeviceStateName, detail: str) -> None:
         if self._robot is None:

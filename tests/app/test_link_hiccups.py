@@ -158,12 +158,14 @@ def test_a_dropped_link_reconnects_by_itself_keeps_the_lab_and_says_so(
         robot.link.freeze(2.0)  # longer than the 1 s this client allows: the link drops
         t0 = time.monotonic()
         assert wait_for(lambda: client.link_state == "reconnecting", 5.0)
-        assert controller.devices()["robot"].state == "reconnecting"
+        # the row follows the link's news (told on the link's thread, just after it changes)
+        assert wait_for(lambda: controller.devices()["robot"].state == "reconnecting", 2.0)
         assert controller.robot_state() is None  # nothing to show, and nothing torn down
         assert wait_for(lambda: client.link_state == "connected", 10.0)
         took = time.monotonic() - t0
         assert took < 8.0
         # the session: reconnecting -> connected, both rows, a log line saying what happened
+        assert wait_for(lambda: _states(seen, "camera")[-1:] == ["connected"], 2.0), seen
         assert _states(seen, "robot")[-2:] == ["reconnecting", "connected"], seen
         assert _states(seen, "camera")[-2:] == ["reconnecting", "connected"], seen
         assert controller.devices()["camera"].state == "connected"
