@@ -49,9 +49,8 @@ def settle_heap() -> None:
     window's heap (Qt, Open3D, PyBullet, torch and their modules: ~180k objects at start)
     took 330-380 ms per full collection with the GIL held on a loaded machine, a freeze of
     the window and of every thread that wanted the GIL (the robot link's heartbeats among
-    them). Called once the window is built and as each job starts (what the page built for
-    it) and ends (what it imported and made); what cyclic garbage is alive at that moment is
-    kept for good (a job's worth)."""
+    them). Called once the window is built and after each job, which may have imported
+    more; what cyclic garbage is alive at that moment is kept for good (a job's worth)."""
     gc.freeze()
 
 
@@ -137,7 +136,6 @@ class MainWindow(QtWidgets.QMainWindow):
         self._on_project(controller.project)
         self.steps.setCurrentRow(0)
         preload_step_libraries()
-        self.runner.sig_job_started.connect(lambda _task: settle_heap())
         self.runner.sig_job_done.connect(lambda _task: settle_heap())
         settle_heap()
 

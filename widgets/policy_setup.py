@@ -267,7 +267,7 @@ class TrainSetup(QtWidgets.QTabWidget):
     def showEvent(self, event: QtGui.QShowEvent) -> None:  # noqa: N802 (Qt's name)
         super().showEvent(event)
         if self._distribution_stale:
-            QtCore.QTimer.singleShot(0, self._update_distribution)  # after the page is drawn
+            self._update_distribution()
 
     def _update_distribution(self) -> None:
         """Redraw the training distribution (and the fit's posterior, when there is one);
