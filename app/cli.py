@@ -31,7 +31,7 @@ COMMANDS: dict[str, str] = {
     "train": "app.commands.train",
     "evaluate": "app.commands.evaluate",
     "deploy": "app.commands.deploy",
-    "bench": "app.bench",
+    "bench": "benches.cli",
 }
 GUI_COMMANDS: dict[str, str] = {
     "gui": "open the desktop app (the default when no command is given)",

@@ -1,4 +1,4 @@
-"""Pieces of `bench safety` (issue 23's attacks, app/benches/safety_attacks.py): the models
+"""Pieces of `bench safety` (issue 23's attacks, benches/safety_attacks.py): the models
 and messages it sends, what it measures on a state stream, the JSON it reports, and its
 attacks against a real `lab serve` (figures of the right type; the targets themselves are
 the robot side's, checked in tests/devices/robots; here with loose bounds))."""
@@ -15,10 +15,10 @@ import msgpack
 import numpy as np
 import pytest
 
-from app.benches import safety as S
-from app.benches import safety_attacks as A
-from app.benches import safety_models as M
-from app.benches import safety_wire as W
+from benches import safety as S
+from benches import safety_attacks as A
+from benches import safety_models as M
+from benches import safety_wire as W
 from devices.errors import DeviceError
 from devices.robots import protocol as P
 

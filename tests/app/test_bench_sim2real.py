@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.benches.sim2real_lab import (
+from benches.sim2real_lab import (
     LabStart,
     draw_starts,
     lab_episode,
@@ -39,7 +39,7 @@ def _hold_policy(spec: PolicySpec) -> bytes:
 
 
 def _spec(cfg: Any) -> PolicySpec:
-    from app.benches.fit_lab import joint_names
+    from benches.fit_lab import joint_names
 
     return PolicySpec(
         observation=("joint_pos", "joint_vel", "object_pose", "object_goal"),
@@ -106,7 +106,7 @@ def test_oracle_values_are_the_labs_truth(tmp_path: Path) -> None:
 def test_one_push_traced_in_the_twin_and_the_lab(tmp_path: Path) -> None:
     """The primitive's hand-set push from one lab start, in the oracle twin and in the lab:
     both traces start with the object where the start put it and say what touched it."""
-    from app.benches.sim2real import TASK_SET
+    from benches.sim2real import TASK_SET
     from policies import push_primitive as pp
     from policies.primitives import task_chain
     from policies.tasks import make_env

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.benches import fit_real
+from benches import fit_real
 
 needs_data = pytest.mark.skipif(
     not (fit_real.data_root() / "cube_tosses" / "toss_000.csv").is_file(),

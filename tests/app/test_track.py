@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import trimesh
 
-from app.benches.track import LabRun, lab_push, score
 from app.cli import main
 from app.jobs import run_to_end
 from app.project import Project
@@ -25,6 +24,7 @@ from app.workflows.track import (
     track_frames,
     wrist_camera_pose,
 )
+from benches.track import LabRun, lab_push, score
 from devices.poses import POSE_UNIT
 from devices.trajectory import Trajectory
 from reconstruction.object_tracks import add_object_tracks

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benches.baseline import BareWorld
 from devices.trajectory import Trajectory
-from twins.baseline import BareWorld
 from twins.builder import TwinWorld
 from twins.simulate import replay_in
 from twins.spec import TwinSpec

@@ -53,7 +53,7 @@ def test_damping_behind_the_pd_fits_the_lab_once_the_fingers_hold(tmp_path: Path
     # every other parameter at the lab's truth: the joint-angle error is smallest at the
     # lab's own damping of joint 3 (the joint that turns the hand about the upper arm; with
     # the fingers free it was smallest at 0.81x the truth).
-    from app.benches.fit_lab import RATE_HZ, joint_names, lab_twin, multisine
+    from benches.fit_lab import RATE_HZ, joint_names, lab_twin, multisine
     from devices.lab.scenes import get_scene
     from devices.lab.sim import LabSim
     from twins.objective import replay_rmse

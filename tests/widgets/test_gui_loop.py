@@ -1,5 +1,5 @@
 """The whole loop in the GUI, on the virtual lab, with small budgets (issue 12 part 8), as
-`bench loop` runs it (widgets/loop_run.py): scan (Scan page, virtual lab quick guided scan,
+`bench loop` runs it (benches/loop_run.py): scan (Scan page, virtual lab quick guided scan,
 accept) -> twin (Twin page, from the scan) -> record (Record panel, a chirp on the connected
 lab robot) -> fit (Fit window) -> train (Policies page, CEM under the fit's posterior) ->
 deploy (Deploy page: predict, run) -> refit (Send to Real2Sim; first a NaN-tailed run and
@@ -25,7 +25,7 @@ STALL_BOUND_MS = 600.0
 def test_demo_scan_twin_record_fit_train_deploy_refit(
     window, controller, qtbot, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    from widgets.loop_run import STEPS, GuiLoop
+    from benches.loop_run import STEPS, GuiLoop
 
     shots = os.environ.get("TWINBENCH_LOOP_SHOTS")  # the README's walkthrough pictures
     loop = GuiLoop(

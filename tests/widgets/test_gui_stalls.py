@@ -1,6 +1,6 @@
 """The GUI thread only draws (issue 24 part 4): what a page does when a job's result or a
 project change arrives stays under STALL_MS of event-loop stall, measured with the monitor
-`bench gui` uses (widgets.soak.StallProbe)."""
+`bench gui` uses (benches.soak.StallProbe)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_calibrate_page_closes_its_world_without_waiting(
     worker stops its replay processes on its own thread, the GUI thread does not wait
     (it waited 0.5-1 s here before)."""
     import widgets.calibrate_page as cp
-    from widgets.soak import StallProbe
+    from benches.soak import StallProbe
 
     monkeypatch.setattr(cp, "REPLAY_PROCESSES", 2)
     page = cp.CalibratePage(controller)
@@ -56,8 +56,8 @@ def test_calibrate_page_out_of_view_waits_until_shown(
     """With another page shown, a project change neither opens the twin for calibration
     nor draws its curves (before, the hidden page did both on the GUI thread: 0.4-0.8 s
     per new recording in the GUI loop); showing the page catches up."""
+    from benches.soak import StallProbe
     from widgets.calibrate_page import CalibratePage
-    from widgets.soak import StallProbe
 
     window.show_step("twin")
     page = window.pages["calibrate"]
@@ -83,7 +83,7 @@ def test_stall_probe_measures_per_section_and_skips_excluded_time(qtbot) -> None
     `excluded()` is not; a paused probe records nothing."""
     import time
 
-    from widgets.soak import StallProbe
+    from benches.soak import StallProbe
 
     probe = StallProbe()
     probe.start()

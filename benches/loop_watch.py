@@ -1,4 +1,4 @@
-"""What `widgets/loop_run.py` watches and injects besides the window: the robot link's drops
+"""What `benches/loop_run.py` watches and injects besides the window: the robot link's drops
 (`LinkWatch`), how late any Python thread of the app's process runs (`ThreadProbe`: what the
 link's heartbeat thread meets), how long the garbage collector held it (`GcWatch`), and the failing deploy runs sent to Real2Sim
 (`nan_tailed_copy`, `truncated_copy`: copies of a real run with the same lineage)."""
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from widgets.soak import StallProbe
+from benches.soak import StallProbe
 
 NAN_TAIL = 15  # samples without a command the old deploy recorder left at a run's end
 

@@ -1,5 +1,5 @@
-"""The adversarial client's pieces shared by `bench safety` (app/benches/safety.py) and
-its issue-23 attacks (app/benches/safety_attacks.py): the measured-motion meter, streaming,
+"""The adversarial client's pieces shared by `bench safety` (benches/safety.py) and
+its issue-23 attacks (benches/safety_attacks.py): the measured-motion meter, streaming,
 settling, the safe set and the way back to it, the scripted worst cases, fuzzing, the
 watchdog trial, raw handshakes (replay, slowloris, claimers) and the lab's memory."""
 

@@ -1,6 +1,6 @@
 """`python main.py bench NAME [--json]`: benchmarks, not tests.
 
-Each benchmark module (app/benches/NAME.py) has `DESCRIPTION` and
+Each benchmark module (benches/NAME.py) has `DESCRIPTION` and
 `run(quick: bool) -> dict[str, float | int | str]`. The runner prints a short human summary
 and, with --json, one JSON object on the last line.
 """
@@ -21,24 +21,24 @@ from resources.errors import TwinbenchError
 HELP = "Run a benchmark (speed and accuracy against ground truth)."
 
 BENCHMARKS: dict[str, str] = {
-    "project": "app.benches.project",
-    "lab": "app.benches.lab",
-    "scan": "app.benches.scan",
-    "twin": "app.benches.twin",
-    "gui": "app.benches.gui",
-    "loop": "app.benches.loop",
-    "safety": "app.benches.safety",
-    "scan-real": "app.benches.scan_real",
-    "calib-real": "app.benches.calib_real",
-    "fit-real": "app.benches.fit_real",
-    "drivers": "app.benches.drivers",
-    "calibrate": "app.benches.calibrate",
-    "fit": "app.benches.fit",
-    "design": "app.benches.design",
-    "track": "app.benches.track",
-    "policies": "app.benches.policies",
-    "push_deploy": "app.benches.push_deploy",
-    "sim2real": "app.benches.sim2real",
+    "project": "benches.project",
+    "lab": "benches.lab",
+    "scan": "benches.scan",
+    "twin": "benches.twin",
+    "gui": "benches.gui",
+    "loop": "benches.loop",
+    "safety": "benches.safety",
+    "scan-real": "benches.scan_real",
+    "calib-real": "benches.calib_real",
+    "fit-real": "benches.fit_real",
+    "drivers": "benches.drivers",
+    "calibrate": "benches.calibrate",
+    "fit": "benches.fit",
+    "design": "benches.design",
+    "track": "benches.track",
+    "policies": "benches.policies",
+    "push_deploy": "benches.push_deploy",
+    "sim2real": "benches.sim2real",
 }
 
 

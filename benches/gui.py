@@ -1,6 +1,6 @@
 """bench gui: the real window, soaked.
 
-Runs `python -m widgets.soak` (the main window at 1366x768 on the demo project, the virtual
+Runs `python -m benches.soak` (the main window at 1366x768 on the demo project, the virtual
 lab connected, the twin playing, the devices panel live, pages switched every 20 s) in its
 own process under Xvfb (started here when there is no display), and reports what it
 measured. A window that dies (e.g. "Fatal Python error: none_dealloc") is `crashed: 1` with
@@ -117,7 +117,7 @@ def run(quick: bool = False, minutes: float | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"minutes_requested": minutes}
     out.update(
         run_in_window(
-            "widgets.soak", lambda _: ["--minutes", str(minutes)], timeout_s=minutes * 60 + 300
+            "benches.soak", lambda _: ["--minutes", str(minutes)], timeout_s=minutes * 60 + 300
         )
     )
     out["targets_met"] = bool(

@@ -5,7 +5,7 @@ protocol, fit the twin's unknown parameters, compare with the lab's hidden truth
    scene's own); the bench connects with the robot protocol like any client and records
    multisine excitations of joints 1-4 (two to fit on, one held out).
 2. The twin: PyBullet Panda with PD actuators and gravity compensation, controller gains,
-   force limits and rotor inertias known (app/benches/fit_lab.py); unknown: viscous
+   force limits and rotor inertias known (benches/fit_lab.py); unknown: viscous
    damping and Coulomb friction of joints 1-4 and the command latency (one for all
    joints) — 9 parameters. Channels: joint angles and efforts.
 3. Fit: CMA-ES, a scan of the latency's basins (twins/fit_latency.py), least-squares
@@ -56,7 +56,7 @@ def _r(x: float | None, n: int = 4) -> float | None:
 
 
 def _record_all(cfg_path: Path, cfg: Any, seconds: float) -> list[Any]:
-    from app.benches.fit_lab import multisine, record
+    from benches.fit_lab import multisine, record
     from devices.robots.client import RobotClient
     from devices.robots.launch import start_lab_process
 
@@ -143,7 +143,7 @@ def _parallel_efficiency(prob: Any, k: int = 8) -> float:
 def _tracking(notes: list[str]) -> dict[str, Any]:
     """Objects tracked with the camera: `bench track`'s own run (a lab push, the fixed
     camera, tracked poses against the lab's hidden ones) at its quick frame rate."""
-    from app.benches import track
+    from benches import track
 
     t0 = time.perf_counter()
     try:
@@ -165,7 +165,7 @@ def _design(notes: list[str], workers: int) -> dict[str, Any]:
     known truth, servo bandwidths of joints 1 and 4 started 50 % and 64 % off; recordings
     until both are identifiable and within 10 %, the D-optimal next motion vs 3 random
     library sequences), its fits on this bench's process pool."""
-    from app.benches import design
+    from benches import design
     from twins.executor import LocalExecutor
 
     t0 = time.perf_counter()
@@ -205,7 +205,7 @@ def _command_timing(recs: list[Any], dt: float) -> dict[str, Any]:
 def run(
     quick: bool = False, lab_config: Path | None = None, posterior: str = "laplace"
 ) -> dict[str, Any]:
-    from app.benches.fit_lab import fitted_truth, lab_replay, lab_twin, tied_latency
+    from benches.fit_lab import fitted_truth, lab_replay, lab_twin, tied_latency
     from devices.lab.config import LabConfig
     from devices.lab.scenes import get_scene
     from twins.executor import LocalExecutor

@@ -1,6 +1,6 @@
 """bench loop: the whole GUI loop on a busy laptop.
 
-Runs `python -m widgets.loop_run --inject` (the real window at 1366x768 under Xvfb, started
+Runs `python -m benches.loop_run --inject` (the real window at 1366x768 under Xvfb, started
 here when there is no display: scan -> twin -> record -> fit -> train -> deploy -> refit ->
 retrain on the virtual lab, clicked through as tests/widgets/test_gui_loop.py does) in its
 own process while `--load` CPU-bound processes (default 4) keep the machine busy, and reports
@@ -20,8 +20,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from app.benches.gui import run_in_window
-from app.benches.safety_attacks import busy_processes
+from benches.gui import run_in_window
+from benches.safety_attacks import busy_processes
 
 DESCRIPTION = "the whole GUI loop beside busy processes, with two failures injected"
 DEFAULT_LOAD = 4
@@ -38,7 +38,7 @@ def run(quick: bool = False, load: int | None = None) -> dict[str, Any]:
 
     out: dict[str, Any] = {"load": load}
     out.update(
-        run_in_window("widgets.loop_run", args, TIMEOUT_S, beside=lambda: busy_processes(load))
+        run_in_window("benches.loop_run", args, TIMEOUT_S, beside=lambda: busy_processes(load))
     )
     stall = out.get("gui_stall_ms_max")
     out["targets_met"] = bool(

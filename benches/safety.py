@@ -16,7 +16,7 @@ stream (what the robot did), never from the commands:
 - 15 logged-in clients announcing 64 MiB messages and trickling (`handshake_rss_mb`: the
   lab process's resident memory meanwhile).
 
-Issue 23, "the robot side holds against any client" (app/benches/safety_attacks.py; the
+Issue 23, "the robot side holds against any client" (benches/safety_attacks.py; the
 targets hold over three consecutive runs with 4 busy processes beside: `--load 4`):
 
 - `box_excursion_mm` (<= 2): the measured tool point's largest distance outside the
@@ -49,9 +49,9 @@ from typing import Any
 
 import numpy as np
 
-from app.benches import safety_attacks as A
-from app.benches import safety_wire as W
-from app.benches.safety_probe import (
+from benches import safety_attacks as A
+from benches import safety_wire as W
+from benches.safety_probe import (
     POSES,
     SCENE,
     claimers,

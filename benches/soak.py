@@ -1,9 +1,9 @@
-"""A soak of the real window: `python -m widgets.soak --minutes M --out REPORT.json`.
+"""A soak of the real window: `python -m benches.soak --minutes M --out REPORT.json`.
 
 Opens the main window at 1366x768 on the demo project, starts the virtual lab, measures the
 idle CPU with the lab connected, then plays the twin with the devices panel live for the rest
 of the time, switching pages now and then, and writes a JSON report: CPU, RSS over time,
-event-loop stalls and the refcount of None. `bench gui` (app/benches/gui.py) runs it in its
+event-loop stalls and the refcount of None. `bench gui` (benches/gui.py) runs it in its
 own process under Xvfb, so a crash of the window is a finding, not a crash of the bench.
 """
 
@@ -288,7 +288,7 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m widgets.soak", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benches.soak", description=__doc__)
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)

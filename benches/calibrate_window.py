@@ -1,4 +1,4 @@
-"""The window side of `bench calibrate` (run as `python -m widgets.calibrate_bench`).
+"""The window side of `bench calibrate` (run as `python -m benches.calibrate_window`).
 
 Opens the main window at 1366x768 on a new project (the Panda twin + a 5 s recording with 3
 objects), shows the Calibrate page and moves its sliders: for each move, the time from the
@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
 
-    from app.benches.calibrate import make_project
     from app.session import AppController
+    from benches.calibrate import make_project
     from widgets.main_window import MainWindow
     from widgets.scene_view import grab_widget, share_gl_contexts
 

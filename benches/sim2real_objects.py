@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from app.benches.sim2real_lab import OBJECT
+from benches.sim2real_lab import OBJECT
 
 # (direction deg from the base +x, speed m/s, distance m) of each push; the last is held out.
 # None pushes towards the robot (-x): the hand would hide the cylinder from the fixed camera

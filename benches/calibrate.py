@@ -1,6 +1,6 @@
 """bench calibrate: live visual tuning in the real Calibrate page.
 
-Runs `python -m app.benches.calibrate_gui` (the main window at 1366x768 on the Calibrate
+Runs `python -m benches.calibrate_window` (the main window at 1366x768 on the Calibrate
 page) in its own process under Xvfb (started here on a free display when DISPLAY is unset;
 without Xvfb the offscreen Qt platform is used, and the result says so). The project holds
 the procedural Panda twin and a 5 s recording of the Panda with 3 objects, made with the twin
@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from app.benches.gui import start_xvfb
 from app.project import Project
+from benches.gui import start_xvfb
 from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
 
@@ -121,7 +121,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             [
                 sys.executable,
                 "-m",
-                "widgets.calibrate_bench",
+                "benches.calibrate_window",
                 "--out",
                 str(report),
                 "--project",

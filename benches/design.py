@@ -1,5 +1,5 @@
 """Design benchmark: recordings the identification loop needs when each next motion is the
-D-optimal suggestion vs a random library motion (twins/design_loop.py), on the Panda twin
+D-optimal suggestion vs a random library motion (benches/design_loop.py), on the Panda twin
 with known truth (servo bandwidths of some joints, started 30-50 % off). The library is the
 design CLI's default one (a chirp and a multisine on all joints, a chirp and a step series on
 each joint). Reports `suggested_vs_random_recordings` (target <= 0.6): the suggested loop's
@@ -22,8 +22,8 @@ DESCRIPTION = (
 def run(quick: bool = False, executor: Any = None) -> dict[str, Any]:
     """`executor`: where the loops' fits and information rankings run (serial when None;
     bench fit passes its process pool)."""
+    from benches.design_loop import recordings_needed
     from twins.design import default_candidates, robot_info_for, start_pose
-    from twins.design_loop import recordings_needed
     from twins.from_scan import build_twin
     from twins.scan_input import procedural_scan
 

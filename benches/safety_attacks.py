@@ -1,6 +1,6 @@
 """The attacks of `bench safety` that issue 23 added ("the robot side holds against any
-client"); app/benches/safety.py runs them and reports their figures; the
-shared client pieces are in app/benches/safety_probe.py.
+client"); benches/safety.py runs them and reports their figures; the
+shared client pieces are in benches/safety_probe.py.
 
 Everything goes through the robot protocol over loopback, and every motion figure is judged on
 the MEASURED state stream (`state` messages: joint_pos, joint_vel, ee_pos, mode, t), never on
@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from app.benches.safety_models import constant_model, failing_model, seconds_per_trip, slow_model
-from app.benches.safety_probe import (
+from benches.safety_models import constant_model, failing_model, seconds_per_trip, slow_model
+from benches.safety_probe import (
     POSES,
     Meter,
     SafeSet,

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from app.benches.safety_attacks import busy_processes
+from benches.safety_attacks import busy_processes
 from devices.errors import DeviceError
 from devices.robots.agent import Agent
 from devices.robots.drivers.calibration import ArmCalibration, JointCalibration

@@ -1,4 +1,4 @@
-"""Pieces of `bench sim2real` (app/benches/sim2real.py): the lab push twin, the lab's true
+"""Pieces of `bench sim2real` (benches/sim2real.py): the lab push twin, the lab's true
 values in twin names, and push episodes run in the lab in-process.
 
 Benchmarks may read the lab's truth (devices.lab); the app proper never does.
@@ -37,9 +37,9 @@ def push_twin(folder: Path, cfg: Any) -> Any:
     """The scene's twin (objects and table from the scene description, as `twin build
     --procedural` makes them) with the lab Panda of bench fit: PD actuators with gravity
     compensation, the controller gains, force limits, rotor inertias and held-wrist
-    friction a user knows (app/benches/fit_lab.lab_twin); the table's and the robot's
+    friction a user knows (benches/fit_lab.lab_twin); the table's and the robot's
     friction 1.0 (`PAIR_FRICTION`); every other value nominal."""
-    from app.benches.fit_lab import lab_twin
+    from benches.fit_lab import lab_twin
     from twins.from_scan import PANDA, robot_into, support_in_object, table_from_plane
     from twins.make import assemble, mesh_object, sim_params
     from twins.scan_input import procedural_scan
@@ -86,7 +86,7 @@ def true_values(cfg: Any, spec: Any) -> dict[str, float]:
     command latency, and the pushed object's mass (as density), friction and restitution.
     MuJoCo's contact takes the object's friction (it has contact priority), PyBullet
     multiplies both bodies': the table and the robot get 1.0, the object the lab's value."""
-    from app.benches.fit_lab import joint_names
+    from benches.fit_lab import joint_names
 
     names = joint_names(cfg)
     out: dict[str, float] = {}

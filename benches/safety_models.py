@@ -1,4 +1,4 @@
-"""The ONNX models `bench safety` uploads (app/benches/safety_attacks.py): built here with
+"""The ONNX models `bench safety` uploads (benches/safety_attacks.py): built here with
 onnx.helper, tiny and without torch: a constant policy, a slow or never-ending one (an ONNX
 Loop whose trip count comes from the observation) and one that fails at its first inference.
 """
@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from app.benches.safety_probe import Vec
+from benches.safety_probe import Vec
 
 
 def _model(nodes: list[Any], inits: list[Any], obs_dim: int, n: int) -> bytes:

@@ -1,4 +1,4 @@
-"""Pieces of the lab fit benchmark (app/benches/fit.py): the lab twin, recording through
+"""Pieces of the lab fit benchmark (benches/fit.py): the lab twin, recording through
 the robot protocol, the lab replayed against itself, truth of the fitted parameters.
 
 Benchmarks may read the lab's truth (devices.lab); the app proper never does.

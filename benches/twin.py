@@ -19,8 +19,8 @@ DESCRIPTION = (
 
 
 def run(quick: bool = False) -> dict[str, Any]:
+    from benches.baseline import BareWorld, step_rate
     from devices.trajectory import Trajectory
-    from twins.baseline import BareWorld, step_rate
     from twins.builder import TwinWorld
     from twins.from_scan import build_twin
     from twins.scan_input import procedural_scan_result

@@ -8,7 +8,7 @@ wait their turn behind the busy processes and behind the bench's other threads f
 small process that runs SCHED_FIFO where the OS allows it (every thread, its client's reader
 included) and presses every `period` seconds.
 
-    python -m app.benches.estop_presser HOST PORT  (token in $TWINBENCH_TOKEN)
+    python -m benches.estop_presser HOST PORT  (token in $TWINBENCH_TOKEN)
 
 stdin lines: `go` starts pressing, `end` stops and prints one JSON line
 {"worst_ms", "presses", "errors"} after resetting the e-stop, `quit` leaves. stdout's first

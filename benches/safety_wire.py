@@ -1,4 +1,4 @@
-"""`bench safety`'s attacks over a raw socket (app/benches/safety_attacks.py runs the
+"""`bench safety`'s attacks over a raw socket (benches/safety_attacks.py runs the
 others): `type_confusion`, every message type with fields of the wrong type; and
 `big_messages`, 60 MiB of small ints, ~20 MiB of empty maps and 100k nested arrays from a
 watch-only client while an e-stop station in a process of its own (`Presser`) presses.
@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from app.benches.safety_attacks import _CODE, READY, SPEC, Ctx, Msg
-from app.benches.safety_models import constant_model
-from app.benches.safety_probe import Vec, answer, raw_hello, rss_mb
+from benches.safety_attacks import _CODE, READY, SPEC, Ctx, Msg
+from benches.safety_models import constant_model
+from benches.safety_probe import Vec, answer, raw_hello, rss_mb
 from devices.errors import DeviceError
 from devices.robots import protocol as P
 from devices.robots.auth import TOKEN_ENV
@@ -224,13 +224,13 @@ class RssWatch:
 
 
 class Presser:
-    """The e-stop station (app/benches/estop_presser.py): a process of its own, SCHED_FIFO
+    """The e-stop station (benches/estop_presser.py): a process of its own, SCHED_FIFO
     where allowed, in control of the robot, pressing every 20 ms between `go` and `end`."""
 
     def __init__(self, lab: LabProcess) -> None:
         env = dict(os.environ, **{TOKEN_ENV: lab.token})
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.benches.estop_presser", lab.host, str(lab.port)],
+            [sys.executable, "-m", "benches.estop_presser", lab.host, str(lab.port)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -1,5 +1,5 @@
 """The whole loop in the real window, clicked through as a user would:
-`python -m widgets.loop_run --project DIR --out REPORT.json [--inject] [--shots DIR]`.
+`python -m benches.loop_run --project DIR --out REPORT.json [--inject] [--shots DIR]`.
 
 scan (Scan page, the virtual lab's quick guided scan, accepted) -> twin (Twin page, from the
 scan) -> record (Record panel, a chirp on the lab robot) -> fit (Fit window) -> train
@@ -12,7 +12,7 @@ the deploy run as the old recorder saved it (15 samples without a command at its
 the run with its recording cut short on disk; each must end as a failure on the page (red
 note, retrain off), never as "saved".
 
-`bench loop` (app/benches/loop.py) runs it in its own process under Xvfb beside busy
+`bench loop` (benches/loop.py) runs it in its own process under Xvfb beside busy
 processes; tests/widgets/test_gui_loop.py runs it in the test's window.
 """
 
@@ -31,12 +31,13 @@ from typing import Any
 
 import numpy as np
 
+from benches.loop_watch import GcWatch, LinkWatch, ThreadProbe, nan_tailed_copy, truncated_copy
+from benches.soak import StallProbe
+
 # the panels the loop opens, imported with this module as the app imports its pages: their
 # first import (under load, 0.1-0.5 s) is not one of the steps' stalls
 from widgets.fit_panel import FitDialog
-from widgets.loop_watch import GcWatch, LinkWatch, ThreadProbe, nan_tailed_copy, truncated_copy
 from widgets.record_panel import RecordPanel
-from widgets.soak import StallProbe
 
 log = logging.getLogger(__name__)
 
@@ -473,7 +474,7 @@ def run(root: Path, out: Path, inject: bool, shots: Path | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m widgets.loop_run", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benches.loop_run", description=__doc__)
     p.add_argument("--project", type=Path, required=True, help="new project folder")
     p.add_argument("--out", type=Path, required=True, help="report (JSON)")
     p.add_argument("--inject", action="store_true", help="send two failing runs to Real2Sim")

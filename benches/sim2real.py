@@ -4,12 +4,12 @@ truth, and how well the twin predicted them.
 
 1. Twins. **nominal**: the twin as built from the scene description (`twin build
    --procedural`: servo actuators, URDF nominals, objects at 500 kg/m^3, friction 0.5).
-   The **lab push twin** (app/benches/sim2real_lab.push_twin): the same objects and table
+   The **lab push twin** (benches/sim2real_lab.push_twin): the same objects and table
    with the Panda of bench fit (PD actuators, gains and force limits the user set). Its
    **fit**: three multisine excitations recorded from a `lab serve` subprocess through
    the robot protocol (real time), 9 joint parameters fitted as in bench fit (damping
    and Coulomb friction of joints 1-4, one command latency), Laplace posterior. Then the
-   **object fit** (app/benches/sim2real_objects.py, app/workflows/object_fit.py): five
+   **object fit** (benches/sim2real_objects.py, app/workflows/object_fit.py): five
    pushes of the cylinder (the excitation library's push, different directions and
    speeds) through a `lab serve` subprocess, its pose from the workbench's tracker on the
    fixed camera's recorded frames (not the lab's truth), the cylinder's effective density
@@ -24,7 +24,7 @@ truth, and how well the twin predicted them.
    posterior randomization (each episode one sample of the joints' and, independently,
    the object's posterior); **oracle**:
    the push twin at the lab's true joint damping, friction and latency and the
-   cylinder's true mass, friction and restitution (app/benches/sim2real_lab.true_values).
+   cylinder's true mass, friction and restitution (benches/sim2real_lab.true_values).
 2. Training: CEM over the `push_ik` primitive (policies/push_primitive.py) in each,
    every twin seeing the object as the agent will (`SENSING`: the tracker's 15 fps, 40-70 ms
    pose age and ~1 mm noise, as bench push_deploy measured them; training and prediction),
@@ -104,7 +104,7 @@ def _rate(successes: list[bool]) -> dict[str, Any]:
 
 def _record(cfg_path: Path, cfg: Any, seconds: float) -> list[Any]:
     """Three multisine recordings through the protocol (as bench fit records them)."""
-    from app.benches.fit_lab import multisine, record
+    from benches.fit_lab import multisine, record
     from devices.robots.client import RobotClient
     from devices.robots.launch import start_lab_process
 
@@ -129,7 +129,7 @@ def sensing() -> Any:
 
 def _fit(spec: Any, cfg: Any, recs: list[Any], budget: int, ex: Any) -> tuple[Any, Any, Any]:
     """(fitted twin, posterior randomization, fit result) from the recordings."""
-    from app.benches.fit_lab import fitted_truth, tied_latency
+    from benches.fit_lab import fitted_truth, tied_latency
     from policies.randomization import posterior
     from twins.fit import FitConfig, fit
 
@@ -269,8 +269,8 @@ def _protocol(cfg: Any, policy: Any, starts: list[Any], tmp: Path) -> list[dict[
 
 
 def run(quick: bool = False, lab_config: Path | None = None) -> dict[str, Any]:
-    from app.benches.sim2real_lab import LabStart, draw_starts, lab_episodes, push_twin, true_values
-    from app.benches.sim2real_objects import PUSHES, fit_object_part, record_pushes
+    from benches.sim2real_lab import LabStart, draw_starts, lab_episodes, push_twin, true_values
+    from benches.sim2real_objects import PUSHES, fit_object_part, record_pushes
     from devices.lab.config import LabConfig
     from devices.lab.scenes import get_scene
     from policies import push_primitive as pp

@@ -1,1 +1,0 @@
-"""Benchmark modules; registered in app/bench.py."""

@@ -1,0 +1,1 @@
+"""Benchmark modules; registered in benches/cli.py."""
