@@ -1,9 +1,9 @@
-"""Workspace calibration: hand-eye, fixed camera, intrinsics check, table frame.
+"""Workspace calibration: fixed camera, intrinsics check, table frame, and the pieces the
+hand-eye solve (`reconstruction/handeye.py`) builds on.
 
-- `hand_eye(T_base_hand, views)`: eye-in-hand calibration (Park–Martin, then a robust
-  reprojection refinement with outlier views dropped and a leave-one-out uncertainty, see
-  `reconstruction/handeye.py`, which also does eye-to-hand) -> `T_hand_camera`, the board
-  pose in the base frame and per-view residuals.
+- `CalibrationResult`, `park_martin` (closed-form AX = XB), `mean_pose`: used by the
+  hand-eye solve in `reconstruction/handeye.py`, which is where hand-eye lives (eye-in-hand
+  and eye-to-hand; `hand_eye` there is the eye-in-hand shorthand).
 - `fixed_camera(views, T_base_board)`: a fixed camera's `T_base_camera` from a board whose
   base pose is known (e.g. from the hand-eye step), with per-view residuals.
 - `refine_with_depth(view, frame)`: a far board's tilt and distance from the depth image.
@@ -59,7 +59,6 @@ __all__ = [
     "find_board",
     "fixed_camera",
     "flag_outliers",
-    "hand_eye",
     "intrinsics_check",
     "mean_pose",
     "park_martin",
@@ -140,21 +139,6 @@ def _to_mat(v: NDArray[np.float64]) -> NDArray[np.float64]:
     T[:3, :3] = Rotation.from_rotvec(v[:3]).as_matrix()
     T[:3, 3] = v[3:]
     return T
-
-
-def hand_eye(
-    T_base_hand: Sequence[NDArray[np.float64]], views: Sequence[BoardView], intrinsics: Intrinsics
-) -> CalibrationResult:
-    """Eye-in-hand calibration from robot hand poses and board views of a fixed board.
-
-    Needs >= 3 views with rotation between them. Park–Martin, then a robust reprojection
-    refinement that drops outlier views (see `reconstruction.handeye.solve_hand_eye`).
-    Residuals per view: how far that view's board pose in the base frame lies from the
-    consensus (mm, deg) and its reprojection RMS. Raises CalibrationError.
-    """
-    from reconstruction.handeye import solve_hand_eye
-
-    return solve_hand_eye(T_base_hand, views, intrinsics, mode="eye_in_hand")
 
 
 def park_martin(

@@ -148,6 +148,19 @@ def solve_hand_eye(
     return res
 
 
+def hand_eye(
+    T_base_hand: Sequence[NDArray[np.float64]], views: Sequence[BoardView], intrinsics: Intrinsics
+) -> CalibrationResult:
+    """Eye-in-hand calibration from robot hand poses and board views of a fixed board.
+
+    Needs >= 3 views with rotation between them. Park–Martin, then a robust reprojection
+    refinement that drops outlier views (`solve_hand_eye`).
+    Residuals per view: how far that view's board pose in the base frame lies from the
+    consensus (mm, deg) and its reprojection RMS. Raises CalibrationError.
+    """
+    return solve_hand_eye(T_base_hand, views, intrinsics, mode="eye_in_hand")
+
+
 def _anchor(T_base_hand: NDArray[np.float64], mode: Mode) -> NDArray[np.float64]:
     return T_base_hand if mode == "eye_in_hand" else invert(T_base_hand)
 

@@ -373,8 +373,8 @@ def _hand_eye_turning_enough(
     with a warning if it solves and the views turn at least `cp.fail_rotation_deg` about
     a second axis, else RobotScanError saying what was tried. Returns
     (result, views used, unsteady views left out, what was added)."""
-    from reconstruction.calibration import LacksRotationError, hand_eye
-    from reconstruction.handeye import rotation_spread
+    from reconstruction.calibration import LacksRotationError
+    from reconstruction.handeye import hand_eye, rotation_spread
     from reconstruction.scan_path import tilted_views
 
     X0 = arm.T_mount_camera_nominal

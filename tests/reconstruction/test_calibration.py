@@ -17,11 +17,11 @@ from reconstruction.calibration import (
     BoardSpec,
     CalibrationError,
     detect_board,
-    hand_eye,
     park_martin,
     save_board_png,
     workspace_frame,
 )
+from reconstruction.handeye import hand_eye
 from tests.reconstruction.synth import INTR, look_at, paint_board
 from tests.shared import real_data
 

@@ -23,11 +23,10 @@ from reconstruction.calibration import (
     BOARD,
     BoardSpec,
     CalibrationError,
-    hand_eye,
     project_points,
     undistort_pixels,
 )
-from reconstruction.handeye import solve_hand_eye
+from reconstruction.handeye import hand_eye, solve_hand_eye
 from tests.reconstruction.synth import INTR, analytic_board_view, look_at, paint_board
 
 # a wide-angle camera with real barrel distortion (k1 k2 p1 p2 k3)
