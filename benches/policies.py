@@ -38,9 +38,9 @@ def _steps_per_s(task: str, spec: Any, steps: int) -> float:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
+    from policies.cem import CemSettings
     from policies.evaluate import evaluate
     from policies.ppo import PpoSettings
-    from policies.primitives import CemSettings
     from policies.randomization import TYPICAL_NOISE, Randomization, manual
     from policies.train import TrainSettings, train_steps
     from twins.executor import LocalExecutor

@@ -180,8 +180,8 @@ def _variant(policy: Any, twin: Any, scale: dict[str, float], params: Any = None
     other `params` (search vector)."""
     from policies import push_primitive as pp
     from policies.export import to_onnx
+    from policies.motion_primitives import task_chain
     from policies.policy import Policy
-    from policies.primitives import task_chain
     from policies.tasks import make_env
 
     vals = pp.to_values(policy.record["params"] if params is None else params)
@@ -274,7 +274,7 @@ def run(quick: bool = False, lab_config: Path | None = None) -> dict[str, Any]:
     from devices.lab.config import LabConfig
     from devices.lab.scenes import get_scene
     from policies import push_primitive as pp
-    from policies.primitives import CemSettings
+    from policies.cem import CemSettings
     from policies.randomization import Randomization
     from policies.tasks import task_config
     from policies.tasks.push import PushConfig

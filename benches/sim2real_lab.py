@@ -280,7 +280,7 @@ def twin_episode(
     `twin` (the push task replaying that start: joints at `q0`, the object and the goal
     as in the lab); {"success", "distance", "stopped"}, and with `trace` the same rows as
     `lab_episode`'s, so a twin's push can be set beside the lab's."""
-    from policies.primitives import primitive_actor, task_chain
+    from policies.motion_primitives import primitive_actor, task_chain
     from policies.randomization import Randomization
     from policies.tasks import make_env
 

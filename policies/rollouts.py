@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from policies.motion_primitives import primitive_actor, task_chain
 from policies.randomization import Randomization
 from policies.tasks import TwinEnv, make_env
 from twins.spec import TwinSpec
@@ -26,7 +27,7 @@ _CHAINS: dict[int, Any] = {}  # id(env) -> its tool chain (push_ik)
 @dataclass(frozen=True)
 class EpisodeJob:
     """Run `seeds` episodes of `task` with one policy: `kind` "onnx" (payload: model bytes)
-    or a primitive family name from policies.primitives (payload: its parameters)."""
+    or a primitive family name from policies.motion_primitives (payload: its parameters)."""
 
     task: str
     spec: TwinSpec
@@ -72,8 +73,6 @@ def actor_for(job: EpisodeJob, env: TwinEnv) -> Act:
 
             act = _ACTORS[key] = Policy(job.payload, env.policy_spec).act
         return act
-    from policies.primitives import primitive_actor, task_chain
-
     chain = None
     if job.kind == "push_ik":
         chain = _CHAINS.get(id(env))

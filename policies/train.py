@@ -1,7 +1,7 @@
 """One training run, trainer-agnostic: task + twin + randomization -> `Policy` (ONNX).
 
 `train_steps` is a job-like generator of (fraction, message, partial): it trains with the
-motion-primitive trainer (`cem`, policies/primitives.py: `joint_pd` for reach, the
+motion-primitive trainer (`cem`, policies/motion_primitives.py: `joint_pd` for reach, the
 closed-loop `push_ik` law for push, picked by the task's observation unless `primitive`
 names one) or PPO (`ppo`, policies/ppo.py),
 checkpointing into `ckpt_dir` as it goes (a crash or a cancel leaves the last checkpoint;
@@ -21,18 +21,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from policies.cem import CemSettings, cem_steps
 from policies.errors import PolicyError
 from policies.export import to_onnx, torch_outputs, verify
+from policies.motion_primitives import default_family, n_params, task_chain, torch_module
 from policies.policy import Policy
 from policies.ppo import PpoSettings, ppo_steps
-from policies.primitives import (
-    CemSettings,
-    cem_steps,
-    default_family,
-    n_params,
-    task_chain,
-    torch_module,
-)
 from policies.randomization import Randomization
 from policies.tasks import make_env, task_config
 from resources import atomic

@@ -97,8 +97,8 @@ def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli, run_to_end
     from app.project import Project
     from app.workflows.train import TrainRequest, load_policy, train_job
+    from policies.cem import CemSettings
     from policies.ppo import PpoSettings
-    from policies.primitives import CemSettings
     from policies.train import TrainSettings
 
     project = Project.open(args.project)

@@ -16,8 +16,8 @@ from app.project import Project
 from app.workflows.twin import build_twin, load_twin
 from devices.trajectory import Trajectory
 from policies.export import to_onnx
+from policies.motion_primitives import torch_module
 from policies.policy import Policy
-from policies.primitives import torch_module
 from policies.tasks import make_env
 from resources import atomic
 

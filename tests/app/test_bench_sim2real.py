@@ -108,7 +108,7 @@ def test_one_push_traced_in_the_twin_and_the_lab(tmp_path: Path) -> None:
     both traces start with the object where the start put it and say what touched it."""
     from benches.sim2real import TASK_SET
     from policies import push_primitive as pp
-    from policies.primitives import task_chain
+    from policies.motion_primitives import task_chain
     from policies.tasks import make_env
 
     cfg = get_scene("panda_table").default_config()

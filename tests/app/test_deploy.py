@@ -31,8 +31,8 @@ from devices.robots.server import RobotServer
 from devices.robots.watchdog import WatchdogConfig
 from policies.errors import PolicyError
 from policies.export import to_onnx
+from policies.motion_primitives import torch_module
 from policies.policy import Policy
-from policies.primitives import torch_module
 from policies.tasks import make_env
 
 # 2 shared cores under load: a policy output may come 20+ ms late (the agent's default

@@ -18,8 +18,8 @@ from devices.robots.drivers.ideal import IdealDriver, panda_like_info
 from devices.robots.server import RobotServer
 from policies.errors import PolicyError
 from policies.export import to_onnx
+from policies.motion_primitives import torch_module
 from policies.policy import Policy
-from policies.primitives import torch_module
 from policies.randomization import Randomization
 from policies.rollouts import EpisodeJob, run_episodes
 from policies.tasks import make_env

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from policies import push_primitive as pp
+from policies.cem import CemSettings
 from policies.evaluate import evaluate
 from policies.export import to_onnx, torch_outputs
+from policies.motion_primitives import task_chain
 from policies.policy import Policy
-from policies.primitives import CemSettings, task_chain
 from policies.randomization import Randomization
 from policies.tasks import make_env
 from policies.train import TrainSettings, sample_observations, train_steps

@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from policies.cem import CemSettings
 from policies.errors import PolicyError
 from policies.evaluate import evaluate, wilson
+from policies.motion_primitives import initial_mean, linear_weights
 from policies.policy import Policy
 from policies.ppo import PpoSettings
-from policies.primitives import CemSettings, initial_mean, linear_weights
 from policies.randomization import Randomization
 from policies.tasks import make_env
 from policies.train import TrainOutcome, TrainSettings, train_steps
@@ -75,7 +76,7 @@ def test_cem_primitive_learns_to_reach_and_exports(tmp_path: Path, demo_twin: Tw
     assert ev["success_rate"] >= 5 / 6, ev
     # a twenty times gentler law does not reach within 1 s: the evaluation tells them apart
     from policies.export import to_onnx
-    from policies.primitives import torch_module
+    from policies.motion_primitives import torch_module
 
     start = Policy(
         to_onnx(
@@ -130,7 +131,7 @@ def test_ppo_checkpoints_cancels_resumes_and_exports(tmp_path: Path, demo_twin: 
 
 def test_tampered_policy_file_is_refused(tmp_path: Path, demo_twin: TwinSpec) -> None:
     from policies.export import to_onnx
-    from policies.primitives import torch_module
+    from policies.motion_primitives import torch_module
 
     env = make_env("reach", demo_twin)
     spec = env.policy_spec

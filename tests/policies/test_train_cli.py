@@ -21,8 +21,8 @@ from app.workflows.train import (
     train_subprocess_job,
 )
 from app.workflows.twin import build_twin
+from policies.cem import CemSettings
 from policies.errors import PolicyError
-from policies.primitives import CemSettings
 from policies.train import TrainSettings
 from resources import atomic
 

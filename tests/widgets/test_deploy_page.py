@@ -25,8 +25,8 @@ from devices.robots.drivers.ideal import IdealDriver, panda_like_info
 from devices.robots.server import RobotServer
 from devices.robots.watchdog import WatchdogConfig
 from policies.export import to_onnx
+from policies.motion_primitives import torch_module
 from policies.policy import Policy
-from policies.primitives import torch_module
 from policies.tasks import make_env
 from widgets.deploy_page import DeployPage
 
