@@ -80,13 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from app.session import AppController
-    from benches.calibrate import make_project
+    from app.workflows.calibrate_preview import make_project
     from widgets.main_window import MainWindow
     from widgets.scene_view import grab_widget, share_gl_contexts
 
     share_gl_contexts()
     qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
-    proj, tid, rid = make_project(args.project)
+    proj, tid, rid = make_project(args.project, "calibrate bench")
     controller = AppController()
     controller.install_log_handler()
     win = MainWindow(controller)

@@ -258,7 +258,7 @@ def demo_project() -> str:
     """The preview's project: <data dir>/calibrate-preview with the Panda twin and a 5 s
     recording with 3 objects (made once, reused after)."""
     from app.session import data_dir
-    from benches.calibrate import make_project
+    from app.workflows.calibrate_preview import make_project
 
     root = data_dir() / "calibrate-preview"
     if not root.exists():  # an existing folder is opened as it is (never overwritten)

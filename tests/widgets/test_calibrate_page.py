@@ -112,7 +112,7 @@ def test_damping_slider_changes_the_decay(qtbot, controller: AppController, tmp_
 
 
 def test_ghost_follows_the_cursor(qtbot, controller: AppController, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from benches.calibrate import make_project
+    from app.workflows.calibrate_preview import make_project
     from widgets.calibrate_page import CalibratePage
 
     proj, _, rid = make_project(tmp_path / "p")
@@ -140,7 +140,7 @@ def test_ghost_follows_the_cursor(qtbot, controller: AppController, tmp_path: Pa
 
 
 def test_calibrate_page_fits_1366x768(window, controller, qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from benches.calibrate import make_project
+    from app.workflows.calibrate_preview import make_project
     from tests.widgets.test_laptop_fit import H, W, _check, _controls
 
     proj, _, _ = make_project(tmp_path / "p")
