@@ -3,6 +3,10 @@
 Commands are registered by module path and imported only when used, so `--help` stays fast
 and a broken optional dependency only affects its own command. Each command module has
 `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`.
+
+Commands that live above app/ (the benchmarks) are passed in by main.py as `extra`
+(name -> (module, summary)): app never imports, nor names, a higher floor
+(docs/ARCHITECTURE.md §2).
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from resources.errors import TwinbenchError
 
@@ -31,7 +35,6 @@ COMMANDS: dict[str, str] = {
     "train": "app.commands.train",
     "evaluate": "app.commands.evaluate",
     "deploy": "app.commands.deploy",
-    "bench": "benches.cli",
 }
 GUI_COMMANDS: dict[str, str] = {
     "gui": "open the desktop app (the default when no command is given)",
@@ -55,12 +58,17 @@ SUMMARIES: dict[str, str] = {
     "train": "train a policy (reach, push) in the (randomized) twin into an ONNX policy artifact",
     "evaluate": "success rate of a policy in a twin, nominal or randomized, with a 95 %% interval",
     "deploy": "a policy onto a connected robot: spec check, twin prediction, run, record",
-    "bench": "run a benchmark; --json prints one JSON object on the last line",
 }
 
+# A command registered from outside app/: (module, one-line summary for `--help`).
+Extra = Mapping[str, tuple[str, str]]
 
-def build_parser(load: str | None = None) -> argparse.ArgumentParser:
-    """Parser with every command; only `load`'s module is imported for its arguments."""
+
+def build_parser(load: str | None = None, extra: Extra | None = None) -> argparse.ArgumentParser:
+    """Parser with every command (`extra` after app's own); only `load`'s module is imported
+    for its arguments."""
+    modules = {**COMMANDS, **{n: m for n, (m, _) in (extra or {}).items()}}
+    summaries = {**SUMMARIES, **{n: h for n, (_, h) in (extra or {}).items()}}
     gui = "\n".join(f"  {n:<10} {d}" for n, d in GUI_COMMANDS.items())
     parser = argparse.ArgumentParser(
         prog="python main.py",
@@ -72,21 +80,23 @@ def build_parser(load: str | None = None) -> argparse.ArgumentParser:
         ),
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-    for name in COMMANDS:
-        p = sub.add_parser(name, help=SUMMARIES.get(name, ""))
+    for name in modules:
+        p = sub.add_parser(name, help=summaries.get(name, ""))
         if name == load:
-            mod = importlib.import_module(COMMANDS[name])
-            p.description = getattr(mod, "HELP", SUMMARIES.get(name, ""))
+            mod = importlib.import_module(modules[name])
+            p.description = getattr(mod, "HELP", summaries.get(name, ""))
             mod.add_arguments(p)
             p.set_defaults(_run=mod.run)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code. TwinbenchError -> message, exit 2."""
+def main(argv: Sequence[str] | None = None, extra: Extra | None = None) -> int:
+    """Run the CLI; returns the process exit code. TwinbenchError -> message, exit 2.
+    `extra`: commands registered by the caller (main.py: `bench`)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    load = args_list[0] if args_list and args_list[0] in COMMANDS else None
-    parser = build_parser(load)
+    known = {*COMMANDS, *(extra or {})}
+    load = args_list[0] if args_list and args_list[0] in known else None
+    parser = build_parser(load, extra)
     args = parser.parse_args(args_list)
     if not getattr(args, "command", None) or not hasattr(args, "_run"):
         parser.print_help()

@@ -1,6 +1,8 @@
 """`python main.py agent serve --driver franka|dynamixel|feetech|lab …`: run the robot agent
 on the robot's computer (the same code as `python -m devices.robots.serve`, which needs no
-checkout of the workbench's entry point).
+checkout of the workbench's entry point). The agent is the robot's own process, not the
+app's: main.py runs devices/robots/serve.py for it directly, and `serve` is listed here only
+so `agent --help` shows it (docs/ARCHITECTURE.md §2).
 
 `python main.py agent describe --host H --port P --token-file F --out DIR`: connect to an
 agent and save the robot description it sends (URDF, limits, calibration) into DIR, ready
@@ -11,15 +13,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from resources.errors import TwinbenchError
+
 HELP = "Run the robot agent in front of a driver, or save a connected robot's description."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from devices.robots.serve import add_arguments as serve_arguments
-
     sub = p.add_subparsers(dest="action", required=True)
-    s = sub.add_parser("serve", help="serve a robot over the robot protocol until Ctrl-C")
-    serve_arguments(s)
+    sub.add_parser("serve", help="serve a robot over the robot protocol until Ctrl-C")
     d = sub.add_parser("describe", help="save a connected robot's URDF, limits, calibration")
     d.add_argument("--host", default="127.0.0.1", help="the agent's address")
     d.add_argument("--port", type=int, default=7700, help="the agent's port")
@@ -44,6 +45,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"{info.name}: {len(info.joint_names)} joints; robot description in {urdf.parent}")
         print(f"build its twin: python main.py twin build --robot {urdf} …")
         return 0
-    from devices.robots.serve import run as serve
+    raise robot_process("agent")
 
-    return serve(args)
+
+def robot_process(command: str) -> TwinbenchError:
+    """`agent serve` / `lab serve` reached through app's CLI instead of main.py."""
+    return TwinbenchError(
+        f"`{command} serve` runs as the robot's own process: start it with "
+        f"`python main.py {command} serve …` (or `python -m devices.robots.serve …`)"
+    )

@@ -206,18 +206,32 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; a TwinbenchError is printed (naming the device) and exits 2."""
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    prog: str = "python -m devices.robots.serve",
+    driver: str | None = None,
+    description: str | None = __doc__,
+    error_prefix: str = f"{PREFIX}: ",
+) -> int:
+    """Entry point; a TwinbenchError is printed (naming the device) and exits 2.
+
+    main.py runs `python main.py agent serve …` / `lab serve …` here directly (prog, the
+    fixed `driver` of `lab serve`, and its CLI's error format): the robot's / lab's process
+    never goes through app/, and app/ never imports this module (docs/ARCHITECTURE.md §2)."""
     from resources.errors import TwinbenchError
 
-    p = argparse.ArgumentParser(prog="python -m devices.robots.serve", description=__doc__)
-    add_arguments(p)
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    add_arguments(p, driver=driver)
     args = p.parse_args(argv)
     try:
         return run(args)
     except TwinbenchError as exc:
-        print(f"{PREFIX}: error: {exc}", file=sys.stderr, flush=True)
+        print(f"{error_prefix}error: {exc}", file=sys.stderr, flush=True)
         return 2
+    except KeyboardInterrupt:  # before the signal handlers are in place (building the driver)
+        print("cancelled", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
