@@ -13,7 +13,6 @@ client dials the lab again by itself (`lab_client`) and the devices panel says
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,8 @@ from app.session import AppController, DeviceStateName, camera_health, data_dir,
 from devices.errors import DeviceError
 from devices.robots.client import RobotClient
 from devices.robots.driver import RobotInfo, RobotState
+from devices.robots.motion import Motion
+from devices.robots.stream import MotionStream
 from devices.trajectory import COMMAND_DELAY, Trajectory
 from resources.errors import TwinbenchError
 
@@ -259,38 +260,49 @@ def start_lab(controller: AppController, scene: str = DEMO_SCENE) -> None:
     controller.submit_job("Start virtual lab", lab_job(scene), on_done=done, on_failed=failed)
 
 
+def demo_motion(
+    info: RobotInfo,
+    start: NDArray[np.float64],
+    duration_s: float = 12.0,
+    rate_hz: float = 50.0,
+    amplitude_rad: float = 0.35,
+) -> Motion:
+    """The demo motion: sinusoids on joints 1, 2 and 4 around `start`, eased in and out
+    over 1.5 s, back at `start` at the end; sampled at `rate_hz`."""
+    start = np.asarray(start, dtype=float)
+    weights = np.zeros(len(start))
+    weights[[i for i in (0, 1, 3) if i < len(start)]] = (1.0, 0.5, 0.6)[: min(3, len(start))]
+    t = np.linspace(0.0, duration_s, max(int(round(duration_s * rate_hz)) + 1, 2))
+    ramp = np.clip(np.minimum(t / 1.5, (duration_s - t) / 1.5), 0.0, 1.0)
+    wave = (ramp * amplitude_rad * np.sin(2 * np.pi * t / 4.0))[:, None]
+    return Motion(
+        "demo motion",
+        {"duration_s": duration_s, "amplitude_rad": amplitude_rad},
+        t,
+        start + wave * weights,
+        tuple(info.joint_names),
+        description="sinusoids on joints 1, 2 and 4 around the start pose",
+    )
+
+
 def motion_job(
     link: LabLink, duration_s: float = 12.0, rate_hz: float = 50.0, amplitude_rad: float = 0.35
 ) -> Job[int]:
-    """Move the lab arm gently (sinusoids on joints 1, 2 and 4 around the start pose) so the
-    live view has something to show; stops (holds) the robot when done or cancelled.
-    Returns the number of commands sent."""
-    link.take_control()  # after a reconnect the robot moves for nobody until this
-    start = np.asarray(link.latest_state().joint_pos, dtype=float)  # type: ignore[union-attr]
-    info = link.info()
-    lo = np.asarray(info.limits.lower, dtype=float) + 0.05
-    hi = np.asarray(info.limits.upper, dtype=float) - 0.05
-    weights = np.zeros(len(start))
-    weights[[i for i in (0, 1, 3) if i < len(start)]] = (1.0, 0.5, 0.6)[: min(3, len(start))]
-    sent = 0
-    t0 = time.monotonic()
-    try:
-        while (t := time.monotonic() - t0) < duration_s:
-            ramp = min(1.0, t / 1.5, (duration_s - t) / 1.5)  # ease in and out
-            q = start + ramp * amplitude_rad * weights * np.sin(2 * np.pi * t / 4.0)
-            link.command_position(np.clip(q, lo, hi))
-            sent += 1
-            if sent % 5 == 0:
-                yield Progress(t / duration_s, f"demo motion {t:.1f}/{duration_s:.0f} s")
-            time.sleep(max(0.0, t0 + sent / rate_hz - time.monotonic()))
-        link.command_position(start)
-        yield Progress(1.0, "back at the start pose")
-    finally:
-        try:
-            link.stop("demo motion finished")
-        except TwinbenchError as exc:
-            log.warning("could not stop the robot after the demo motion: %s", exc)
-    return sent
+    """Move the lab arm gently (`demo_motion` around the pose it holds) so the live view has
+    something to show, through the one checked motion stream (`devices.robots.stream`: a
+    motion outside the robot's limits is refused before anything moves); stops (holds) the
+    robot when done or cancelled. Returns the number of commands sent."""
+    client = link.client
+    motion = demo_motion(
+        link.info(), client.latest_state().joint_pos, duration_s, rate_hz, amplitude_rad
+    )
+    stream = MotionStream(client, motion, rate_hz=rate_hz)
+    for fraction, _ in stream.play():
+        if fraction < 1.0:
+            t = fraction * duration_s
+            yield Progress(fraction, f"demo motion {t:.1f}/{duration_s:.0f} s")
+    yield Progress(1.0, "back at the start pose")
+    return stream.sent
 
 
 def record_job(link: LabLink, duration_s: float = 5.0) -> Job[Trajectory]:

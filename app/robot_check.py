@@ -10,7 +10,6 @@ session. The GUI's "Add robot…" dialog (widgets/add_robot.py) is a thin view o
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,8 @@ from app.session import DeviceStateName, camera_health, link_health
 from devices.errors import DeviceError
 from devices.robots.client import RobotClient
 from devices.robots.driver import RobotInfo, RobotState
+from devices.robots.motion import Motion
+from devices.robots.stream import MotionStopped, MotionStream
 
 DRIVERS = ("franka", "dynamixel", "feetech", "lab")
 TEST_AMPLITUDE_RAD = 0.15  # at most; and at most 10 % of each joint's range
@@ -119,14 +120,31 @@ def connect_agent(address: str, token: str, fingerprint: str | None = None) -> A
 
 
 def test_targets(info: RobotInfo, q0: NDArray[np.float64], t: float) -> NDArray[np.float64]:
-    """A slow sine about q0 on every joint, kept inside the limits with a 10 % margin."""
+    """A slow sine about q0 on every joint, kept inside the limits with a 10 % margin; it
+    starts at q0 at rest and blends (smoothstep) to the centre and amplitude over 1 s."""
     lo, hi = np.asarray(info.limits.lower), np.asarray(info.limits.upper)
     span = hi - lo
     amp = np.minimum(TEST_AMPLITUDE_RAD, 0.1 * span)
     centre = np.clip(q0, lo + 0.1 * span + amp, hi - 0.1 * span - amp)
-    ramp = min(1.0, t / 1.0)  # start at the current pose and blend to the centre over 1 s
+    u = min(1.0, max(t, 0.0) / 1.0)
+    ramp = u * u * (3.0 - 2.0 * u)
     base = q0 + ramp * (centre - q0)
     return np.asarray(base + ramp * amp * np.sin(2 * np.pi * t / TEST_PERIOD_S), dtype=float)
+
+
+def test_motion(
+    info: RobotInfo, q0: NDArray[np.float64], seconds: float = 8.0, rate_hz: float = 50.0
+) -> Motion:
+    """`test_targets` from q0 over `seconds`, sampled at `rate_hz`, as a plan."""
+    t = np.linspace(0.0, seconds, max(int(round(seconds * rate_hz)) + 1, 2))
+    return Motion(
+        "test motion",
+        {"seconds": seconds, "amplitude_rad": TEST_AMPLITUDE_RAD, "period_s": TEST_PERIOD_S},
+        t,
+        np.array([test_targets(info, q0, float(tt)) for tt in t]),
+        tuple(info.joint_names),
+        description="a slow sine on every joint about the pose it holds",
+    )
 
 
 def check_calibration(path: Path) -> str:
@@ -214,11 +232,13 @@ def start_emulated_agent(vendor: str = "feetech") -> Any:
 
 
 class TestMotion:
-    """Streams `test_targets` to a link from its own thread until `seconds` pass or `stop()`;
-    always ends with a stop (robot held)."""
+    """Streams `test_motion` to a link's robot from its own thread until it ends or `stop()`,
+    through the one checked motion stream (`devices.robots.stream`): `start()` refuses a
+    motion outside the robot's limits (MotionError) before anything moves. Always ends with
+    a stop (robot held)."""
 
     def __init__(self, link: AgentLink, seconds: float = 8.0, rate_hz: float = 50.0) -> None:
-        self.link, self.seconds, self.period = link, seconds, 1.0 / rate_hz
+        self.link, self.seconds, self.rate_hz = link, seconds, rate_hz
         self.error: str | None = None
         self.sent = 0
         self._halt = threading.Event()
@@ -234,29 +254,27 @@ class TestMotion:
         state = self.link.latest_state()
         if state is None:
             raise DeviceError(f"robot at {self.link.address}: no state yet")
-        client = self.link.client
-        client.take_control()
         self._halt.clear()
-        q0, info = state.joint_pos.copy(), self.link.info()
+        motion = test_motion(self.link.info(), state.joint_pos.copy(), self.seconds, self.rate_hz)
+        stream = MotionStream(
+            self.link.client, motion, rate_hz=self.rate_hz, stop_event=self._halt
+        )  # checked here: refused before anything moves
+        self.error = None
         self._thread = threading.Thread(
-            target=self._run, args=(q0, info), name="twinbench-test-motion", daemon=True
+            target=self._run, args=(stream,), name="twinbench-test-motion", daemon=True
         )
         self._thread.start()
 
-    def _run(self, q0: NDArray[np.float64], info: RobotInfo) -> None:
-        t0 = time.monotonic()
+    def _run(self, stream: MotionStream) -> None:
         try:
-            while not self._halt.is_set() and time.monotonic() - t0 < self.seconds:
-                self.link.command_position(test_targets(info, q0, time.monotonic() - t0))
-                self.sent += 1
-                self._halt.wait(self.period)
+            for _ in stream.play():  # stops the robot at its end, on error and on stop()
+                self.sent = stream.sent
+        except MotionStopped:
+            pass
         except DeviceError as exc:
             self.error = str(exc)
         finally:
-            try:
-                self.link.stop("test motion ended")
-            except DeviceError as exc:
-                self.error = self.error or str(exc)
+            self.sent = stream.sent
 
     def stop(self) -> None:
         """Stop now (the robot is held); waits for the streaming thread to end."""

@@ -28,6 +28,7 @@ from app.workflows.scan_plan import RobotScanError, RobotScanPlan
 from devices.errors import DeviceError
 from devices.frames import RGBDFrame
 from devices.robots.client import RobotClient, load_per_core
+from devices.robots.stream import MotionStream, ramp_to, robot_limits
 
 # --- how long to wait for a robot's camera ---------------------------------------------------
 IK_LIMIT_MARGIN = 0.05  # rad: scan and calibration poses keep this far inside the joint limits
@@ -39,6 +40,7 @@ MAX_LOAD_STRETCH = 4.0  # the waits grow with the load per core, up to this fact
 SAY_WAITING_AFTER_S = 2.0  # a job waiting longer than this says so, about once a second
 STOP_CHECK_AFTER_S = 0.5  # an arm not settled this long after a move: has the robot stopped?
 MAX_GRAB_WINDOW_S = 2.4  # s: the longest state window a still frame is looked for in
+MOVE_RATE_HZ = 100.0  # position commands per second of a move
 
 
 @dataclass(frozen=True)
@@ -331,18 +333,31 @@ class ConnectedArm:
         return q if pe <= 0.005 and ae <= 2.0 else None
 
     def move(self, q_target: NDArray[np.float64], plan: RobotScanPlan) -> tuple[float, bool]:
-        """Interpolate position commands to `q_target`, then wait until settled.
+        """Stream a smooth move to `q_target` (`devices.robots.stream`: checked against the
+        robot's limits first, MotionError naming the one it breaks), then wait until settled.
         Returns (robot time when settled, settled within the timeout). Raises
         RobotScanError when the robot stops the arm meanwhile (its watchdog, a safety stop,
         an e-stop, someone's stop): commands are refused then, and views taken from the
         pose it holds would all be the same view."""
         q0 = self.client.latest_state().joint_pos
-        dur = max(float(np.max(np.abs(q_target - q0))) / plan.speed_rad_s, 0.05)
-        t0 = time.monotonic()
-        while (s := (time.monotonic() - t0) / dur) < 1.0:
-            self.client.command_position(q0 + (q_target - q0) * (3 * s * s - 2 * s**3))
-            time.sleep(0.01)
-        self.client.command_position(q_target)
+        move = ramp_to(
+            "scan move",
+            tuple(self.info.joint_names),
+            q0,
+            np.asarray(q_target, float),
+            robot_limits(self.client),
+            plan.speed_rad_s,
+            rate_hz=MOVE_RATE_HZ,
+        )
+        # checked against the robot's limits before the first command (MotionError); the
+        # arm is held at the target afterwards (the scan stops it when it is done). Control
+        # is not taken again: the scan took it as it began, and a stop meanwhile (watchdog,
+        # safety, someone's stop) must end the scan below, not be cleared by the next move
+        stream = MotionStream(
+            self.client, move, rate_hz=MOVE_RATE_HZ, stop_when_done=False, take_control=False
+        )
+        for _ in stream.play():
+            pass
         settling = time.monotonic()
         end = settling + plan.settle_timeout_s
         while True:

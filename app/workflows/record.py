@@ -37,14 +37,13 @@ from devices.errors import DeviceError
 from devices.robots import excitation
 from devices.robots.client import RobotClient
 from devices.robots.motion import Motion, MotionError
+from devices.robots.stream import MotionStopped, MotionStream
 from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
 
 log = logging.getLogger(__name__)
 
-START_TOL_RAD = 0.02  # the robot must still be this close to the pose the motion starts at
 PRE_S, POST_S = 0.3, 0.6  # hold before / after the motion, recorded
-MAX_SEND_HZ = 250.0
 
 
 class RecordingStopped(TwinbenchError):
@@ -97,32 +96,16 @@ def play_motion(
     info = client.info
     if info is None:
         raise DeviceError(f"robot at {client.address}: not connected")
-    if tuple(info.joint_names) != tuple(motion.joint_names):
-        raise MotionError(
-            f"motion '{motion.name}' was planned for joints {list(motion.joint_names)}, robot "
-            f"{info.name} has {list(info.joint_names)}; plan it for this robot"
-        )
-    if motion.mode not in info.command_modes:
-        raise MotionError(
-            f"robot {info.name} does not take {motion.mode} commands ({list(info.command_modes)})"
-        )
-    q_now = client.latest_state().joint_pos
-    if motion.mode == "position":
-        off = np.abs(q_now - motion.start)
-        if float(off.max()) > START_TOL_RAD:
-            j = int(np.argmax(off))
-            raise MotionError(
-                f"robot {info.name} moved since '{motion.name}' was planned (joint "
-                f"{info.joint_names[j]} is {off[j]:.3f} rad from the start pose); plan it again"
-            )
-    rate = min(send_hz or info.control_rate_hz, MAX_SEND_HZ)
-    hold = motion.at(0.0)
-    total = pre_s + motion.duration + post_s
-    yield Progress(0.0, f"{motion.name}: taking control of {info.name}")
-    client.take_control()
-    session = client.epoch  # a link that drops and reconnects mid-motion ends it (an error)
-    sent = 0
-    t_robot_start = float("nan")
+    # checked against the robot's limits and envelope before anything moves (MotionError)
+    stream = MotionStream(
+        client,
+        motion,
+        rate_hz=send_hz,
+        pre_s=pre_s,
+        post_s=post_s,
+        stop_event=stop_event,
+        stop_when_done=False,  # stopped below, once the agent's log is read
+    )
     capture: CameraCapture | None = None
     if camera is not None:
         if camera_path is None:
@@ -133,37 +116,17 @@ def play_motion(
             if capture is not None:
                 stack.enter_context(capture)
             rec = stack.enter_context(client.recording())
-            t0 = time.monotonic()
-            while True:
-                now = time.monotonic() - t0
-                if stop_event is not None and stop_event.is_set():
-                    raise RecordingStopped(
-                        f"'{motion.name}' stopped by the operator after {now:.1f} s; "
-                        f"{info.name} is held, nothing saved"
-                    )
-                if now >= total:
-                    break
-                tm = now - pre_s
-                if tm < 0:
-                    u = hold
-                else:
-                    if not np.isfinite(t_robot_start):
-                        t_robot_start = client.latest_state().t
-                    u = motion.at(min(tm, motion.duration))
-                client.check(session)
-                client.command(motion.mode, u)
-                sent += 1
-                if sent % max(int(rate / 10), 1) == 0:
-                    yield Progress(
-                        min(now / total, 0.99),
-                        f"{motion.name}: {max(tm, 0.0):.1f} / {motion.duration:.1f} s",
-                    )
-                time.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
-            client.check(session)
+            try:
+                for fraction, message in stream.play():
+                    if fraction < 1.0:
+                        yield Progress(fraction, message)
+            except MotionStopped as exc:
+                raise RecordingStopped(f"{exc}, nothing saved") from None
             msgs = list(rec)
         raw = _agent_commands(client, len(msgs) + int(info.control_rate_hz))
     finally:
         _stop(client, f"recording '{motion.name}' ended")
+    sent, t_robot_start = stream.sent, stream.t_robot_start
     traj = _assemble(client, motion, msgs, raw, t_robot_start, sent)
     if capture is not None:
         traj = traj.with_channels(
