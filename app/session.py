@@ -29,7 +29,7 @@ from devices.trajectory import Trajectory
 from resources import atomic
 
 if TYPE_CHECKING:
-    from app.workflows.scan import ScanOptions
+    from app.workflows.scan_frames import ScanOptions
     from devices.robots.client import RobotClient
     from reconstruction.scan_result import ScanResult
 

@@ -25,7 +25,8 @@ DESCRIPTION = (
 
 def run(quick: bool = False) -> dict[str, Any]:
     from app.jobs import run_to_end
-    from app.workflows.scan import ScanOptions, scan_recording
+    from app.workflows.scan import scan_recording
+    from app.workflows.scan_frames import ScanOptions
     from app.workflows.scan_robot import scan_lab
     from devices.cameras.playback import PlaybackSource
     from devices.lab.config import LabConfig
@@ -112,7 +113,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         def count(p: Any) -> None:
             n[0] += 1
 
-        from app.workflows.scan import reconstruct_frames
+        from app.workflows.scan_frames import reconstruct_frames
 
         with PlaybackSource(rec) as src:
             run_to_end(reconstruct_frames(src.frames(), None, ScanOptions(), finish=False), count)

@@ -115,7 +115,8 @@ def parse_depth_range(text: str) -> tuple[float, float] | str:
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
     from app.project import Project
-    from app.workflows.scan import ScanOptions, save_scan, scan_recording
+    from app.workflows.scan import save_scan, scan_recording
+    from app.workflows.scan_frames import ScanOptions
     from reconstruction.scan_result import require_usable
 
     if args.list_cameras:

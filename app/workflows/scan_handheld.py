@@ -4,7 +4,7 @@ and `bench scan-real`.
 A live RealSense, a recording without camera poses, or a folder of RGB-D frames in the TUM
 layout is tracked frame to model against the growing TSDF (reconstruction/tracking.py), with
 the depth range chosen from the data unless the user sets it. The frame loop is
-`app.workflows.scan.reconstruct_frames` (live previews, stop, broken recordings keep what
+`app.workflows.scan_frames.reconstruct_frames` (live previews, stop, broken recordings keep what
 they had); this module chooses the session, the segmentation and the bookkeeping of a
 handheld scan, and keeps a recording by reference (path, size, sha256).
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 from app.jobs import Job, Progress
 from app.project import Project
-from app.workflows.scan import ScanOptions, reconstruct_frames
+from app.workflows.scan_frames import ScanOptions, reconstruct_frames, scan_summary
 from devices.errors import DataFileError
 from devices.frames import RGBDFrame
 from reconstruction.errors import ReconstructionError
@@ -196,7 +196,6 @@ def save_handheld(
     settings: dict[str, Any],
 ) -> str:
     """Write the scan artifact; copy the recording into it only when asked."""
-    from app.workflows.scan import scan_summary
 
     if recording is not None:
         res = replace(

@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 
 from app.jobs import Job, Progress, sub_job
 from app.workflows.connected_arm import ConnectedArm, camera_poses
-from app.workflows.scan import ScanOptions, reconstruct_frames
+from app.workflows.scan_frames import ScanOptions, reconstruct_frames
 from app.workflows.scan_plan import (
     CalibrationPlan,
     Orbit,

@@ -90,7 +90,8 @@ def test_scan_page_tracks_a_handheld_recording_in_the_chosen_range(
 
 def test_recording_source_streams_previews_with_the_range_from_the_data(hand_recording) -> None:  # type: ignore[no-untyped-def]
     from app.jobs import Progress
-    from app.workflows.scan import CloudPreview, ScanOptions, scan_recording
+    from app.workflows.scan import scan_recording
+    from app.workflows.scan_frames import CloudPreview, ScanOptions
 
     rec, frames, truth = hand_recording
     job = scan_recording(rec, ScanOptions(preview_hz=1000.0))

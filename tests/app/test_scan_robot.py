@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.jobs import run_to_end
-from app.workflows.scan import ScanOptions
+from app.workflows.scan_frames import ScanOptions
 from app.workflows.scan_robot import RobotScanError, RobotScanPlan, scan_robot
 from devices.robots.client import RobotClient
 from devices.robots.launch import LabProcess, start_lab_process

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 @pytest.fixture(scope="module")
 def lab_scan(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     from app.jobs import run_to_end
-    from app.workflows.scan import ScanOptions
+    from app.workflows.scan_frames import ScanOptions
     from app.workflows.scan_robot import scan_lab
 
     rec = tmp_path_factory.mktemp("lab") / "lab.db3"
