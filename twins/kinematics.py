@@ -190,6 +190,7 @@ class RobotKinematics:
         self.joint_index = [loaded.joints[n] for n in joint_names]
         self.joint_names = tuple(joint_names)
         self.cid = -1  # a PyBullet client only for `link_pose_pybullet`
+        self._figure: list[str] | None = None  # `figure_links`, once computed
         self.body = -1
 
     @classmethod
@@ -243,6 +244,51 @@ class RobotKinematics:
             T = T0 @ M @ T
             j = parent
         return T
+
+    def figure_links(self) -> list[str]:
+        """The links a stick figure of the arm joins: the child link of each joint from the
+        base to the last named joint, then on along fixed joints to the tool (the longest
+        fixed run: a Panda's flange and grasp target). Computed once."""
+        if self._figure is not None:
+            return self._figure
+        names = {j: n for n, j in self.links.items()}
+        chain, j = [], max(self.joint_index, key=self._depth) if self.joint_index else -1
+        while j >= 0:
+            chain.append(j)
+            j = self._chain[j][0]
+        chain.reverse()
+        children: dict[int, list[int]] = {}
+        for k, (parent, _, _, _) in enumerate(self._chain):
+            children.setdefault(parent, []).append(k)
+
+        def fixed_run(k: int) -> list[int]:
+            runs = [
+                fixed_run(c)
+                for c in children.get(k, [])
+                if self._chain[c][2] == self._pb.JOINT_FIXED
+            ]
+            return [k, *max(runs, key=len)] if runs else [k]
+
+        # a fixed link that only turns the frame (a Panda's hand on its flange) adds no point
+        tool = [k for k in (fixed_run(chain[-1])[1:] if chain else []) if self._offset(k) > 1e-9]
+        joints = chain + tool
+        figure = [self.base_link] + [names[k] for k in joints]
+        self._figure = figure
+        return figure
+
+    def _offset(self, j: int) -> float:
+        return float(np.linalg.norm(self._chain[j][1][:3, 3]))
+
+    def _depth(self, j: int) -> int:
+        d = 0
+        while j >= 0:
+            d, j = d + 1, self._chain[j][0]
+        return d
+
+    def figure_points(self, joint_pos: ArrayLike) -> NDArray[np.float64]:
+        """Points (K, 3) in the base frame, m, of `figure_links` at `joint_pos`: what the
+        workbench draws as the arm's stick figure."""
+        return np.array([self.link_pose(n, joint_pos)[:3, 3] for n in self.figure_links()])
 
     def link_pose_pybullet(self, link: str, joint_pos: ArrayLike) -> NDArray[np.float64]:
         """The same pose straight from PyBullet's link state (single precision; a check)."""
