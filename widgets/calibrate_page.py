@@ -23,7 +23,6 @@ from app.workflows import calibrate_open
 from app.workflows.calibrate_live import CalibFrame, LiveCalibration
 from app.workflows.calibrate_open import CalibrationInputs
 from resources.errors import TwinbenchError
-from widgets.artifact_combo import ArtifactCombo
 from widgets.calibrate_draw import (
     SimCurves,
     build_scene,
@@ -33,7 +32,7 @@ from widgets.calibrate_draw import (
     joint_units,
     place_bodies,
 )
-from widgets.calibrate_toolbar import toolbar
+from widgets.calibrate_toolbar import CalibrateToolbar
 
 # imported with the page, not on the click: its first import (the fit's workflow and twins
 # modules) took 0.44 s on a quiet machine, a frozen window when "Fit…" was pressed
@@ -55,12 +54,6 @@ class CalibratePage(WorkflowPage):
 
     step = "calibrate"
     sig_frame_ready = QtCore.Signal()  # from the worker; drawn on the GUI thread
-    # the tool bar (widgets/calibrate_toolbar.py)
-    twin_combo: ArtifactCombo
-    window_combo: QtWidgets.QComboBox
-    reset_btn: QtWidgets.QPushButton
-    save_btn: QtWidgets.QPushButton
-    fit_btn: QtWidgets.QPushButton
     sig_redrawn = QtCore.Signal(int)  # the edit number a finished redraw includes
 
     def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
@@ -79,7 +72,15 @@ class CalibratePage(WorkflowPage):
         self.frames_drawn = 0
         self.scene_moved = False  # the last redraw moved something in the 3D view
         self.fit_dialog: Any = None
-        layout.addLayout(toolbar(self))
+        self.toolbar = bar = CalibrateToolbar()  # widgets/calibrate_toolbar.py
+        self.twin_combo, self.window_combo = bar.twin_combo, bar.window_combo
+        self.reset_btn, self.save_btn, self.fit_btn = bar.reset_btn, bar.save_btn, bar.fit_btn
+        bar.sig_twin_chosen.connect(self.reload)
+        bar.sig_reset.connect(self.reset_values)
+        bar.sig_fit.connect(self.open_fit)
+        bar.sig_save.connect(self.save_twin)
+        bar.sig_window_changed.connect(self._window_changed)
+        layout.addWidget(bar)
         self.banner = QtWidgets.QLabel("")
         self.banner.setWordWrap(True)
         self.banner.setStyleSheet(
@@ -361,9 +362,9 @@ class CalibratePage(WorkflowPage):
             return 0
         return self.live.set_values(values)
 
-    def _window_changed(self, _i: int) -> None:
+    def _window_changed(self, window_s: float | None) -> None:
         if self.live is not None:
-            self.live.set_window(self.window_combo.currentData())
+            self.live.set_window(window_s)
 
     def reset_values(self) -> None:
         if self.inputs is None:
