@@ -22,6 +22,7 @@ from scipy.spatial.transform import Rotation
 
 from devices.poses import matrix_to_pose, pose_to_matrix
 from twins import sleeping
+from twins.actuators import configure_joints, hold_initial
 from twins.engine import connect_direct, pb
 from twins.errors import TwinError
 from twins.inertia import principal_axes
@@ -112,8 +113,6 @@ class TwinWorld:
         sleeping.wake_all(self)
         sleeping.put_to_sleep(self, self._initial_state, self.sleepers)
         self._woken = set()
-        from twins.actuators import hold_initial
-
         hold_initial(self)
 
     def flush_contacts(self) -> None:
@@ -169,8 +168,6 @@ class TwinWorld:
             self._object(env.table, "env.table")
         if self.spec.robot is not None:
             self._robot()
-        from twins.actuators import hold_initial
-
         hold_initial(self)
         self._initial_state = self.save_state()
         # objects at rest at the start sleep until touched (twins/sleeping.py)
@@ -378,8 +375,6 @@ class TwinWorld:
             got = pb.getDynamicsInfo(rid, li, physicsClientId=cid)
             _check("robot.material.friction", v["robot.material.friction"], got[1])
             _check("robot.material.restitution", v["robot.material.restitution"], got[5])
-        from twins.actuators import configure_joints
-
         configure_joints(self)
 
     def _link_name(self, index: int) -> str:
