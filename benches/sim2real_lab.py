@@ -151,7 +151,7 @@ def lab_episode(
     from devices.poses import drop_spin
     from devices.robots.object_feed import ObjectFeed
     from devices.robots.policy_runner import OnnxPolicy
-    from devices.robots.policy_runner import PolicySpec as AgentSpec
+    from devices.robots.policy_spec import PolicySpec
     from devices.robots.safety import SafetyEnvelope
     from devices.robots.safety_config import default_config
 
@@ -159,9 +159,8 @@ def lab_episode(
     info = sim.info()
     sim.set_object(OBJECT, np.asarray(start.object_start, float), np.zeros(3), np.zeros(3))
     sim.run_for(0.1)  # settle on the table
-    n = sim.n
     wire = spec.with_goal(object_goal=start.goal).to_dict()
-    aspec = AgentSpec.from_dict(wire, n)
+    aspec = PolicySpec.from_dict(wire, robot_joints=info.joint_names)  # as the agent reads it
     feed = ObjectFeed()
     feed.expect([OBJECT], aspec.object_min_quality)
     policy = OnnxPolicy(onnx, aspec, info, feed)

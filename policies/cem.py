@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from devices.robots.policy_spec import PolicySpec
 from policies.errors import PolicyError
 from policies.motion_primitives import initial_mean, n_params
 from policies.randomization import Randomization
 from policies.rollouts import EpisodeJob, run_episodes
-from policies.spec import PolicySpec
 from twins.executor import Executor
 from twins.spec import TwinSpec
 

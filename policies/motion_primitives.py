@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from devices.robots.policy_spec import PolicySpec
 from policies.errors import PolicyError
-from policies.spec import PolicySpec
 
 FAMILIES = ("joint_pd", "push_ik")
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from devices.robots.policy_spec import PolicySpec, PolicySpecError
 from policies.errors import PolicyError
-from policies.spec import PolicySpec
 from resources import atomic
 
 FORMAT = "twinbench-policy"
@@ -121,5 +121,8 @@ class Policy:
             )
         if hashlib.sha256(onnx).hexdigest() != meta.get("onnx_sha256"):
             raise PolicyError(f"{onnx_path}: model does not match the sha256 in policy.json")
-        spec = PolicySpec.from_dict(meta["spec"], where=str(meta_path))
+        try:
+            spec = PolicySpec.from_dict(meta.get("spec"), where=str(meta_path))
+        except PolicySpecError as exc:
+            raise PolicyError(str(exc)) from None
         return cls(onnx, spec, dict(meta.get("record", {})))

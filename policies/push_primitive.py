@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from devices.robots.policy_spec import PolicySpec
 from policies.errors import PolicyError
-from policies.spec import PolicySpec
 
 # name, low, high, default (the hand-set start of the search)
 PARAMS: tuple[tuple[str, float, float, float], ...] = (

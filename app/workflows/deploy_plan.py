@@ -29,10 +29,10 @@ from app.workflows.twin import load_twin
 from devices.errors import DeviceError
 from devices.robots.client import RobotClient
 from devices.robots.driver import RobotInfo
-from devices.robots.policy_runner import OBS_TERMS as AGENT_TERMS
+from devices.robots.policy_spec import TERMS as AGENT_TERMS
+from devices.robots.policy_spec import PolicySpec
 from policies.errors import PolicyError
 from policies.policy import Policy
-from policies.spec import PolicySpec
 from policies.tasks import get_task, task_config
 from policies.tasks.base import TaskConfig
 from twins.spec import TwinSpec

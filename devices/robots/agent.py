@@ -28,7 +28,8 @@ from devices.errors import DeviceError
 from devices.robots.agent_log import AgentLog
 from devices.robots.driver import RobotDriver, RobotState, fresh_state, stamp_command_time
 from devices.robots.object_feed import ObjectFeed, ObjectPoseError, ObjectReport
-from devices.robots.policy_runner import OnnxPolicy, PolicySpec
+from devices.robots.policy_runner import OnnxPolicy
+from devices.robots.policy_spec import PolicySpec
 from devices.robots.policy_worker import (
     CHILD_NICE,
     CHILD_NICE_RT,
@@ -280,7 +281,7 @@ class Agent:
         `run_policy` must name."""
         with self._lock:
             self._check_upload(owner)
-        pspec = PolicySpec.from_dict(spec, self.n)
+        pspec = PolicySpec.from_dict(spec, robot_joints=self.info.joint_names)
         cfg = self.base_safety
         if safety:
             cfg = self.base_safety.tightened(SafetyConfig.from_dict(safety, "policy safety config"))

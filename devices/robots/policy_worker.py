@@ -47,11 +47,11 @@ from devices.robots.object_feed import ObjectFeed
 from devices.robots.policy_runner import (
     ModelIO,
     OnnxPolicy,
-    PolicySpec,
     load_session,
     obs_shape,
     output_values,
 )
+from devices.robots.policy_spec import PolicySpec
 
 PolicyFn = Callable[[RobotState], NDArray[np.float64]]
 

@@ -1,5 +1,5 @@
 """`TwinEnv`: a Gymnasium environment over a twin that sees and acts exactly like a policy
-on the robot agent (policies/spec.py, devices/robots/PROTOCOL.md).
+on the robot agent (devices/robots/policy_spec.py, devices/robots/PROTOCOL.md).
 
 Per control tick (the robot's rate): the policy gets the observation the agent would build
 (terms of its `PolicySpec`, through the episode's sensor noise, latency and tracking
@@ -27,11 +27,11 @@ from numpy.typing import NDArray
 
 from devices.poses import drop_spin
 from devices.robots.driver import JointLimits, RobotInfo, RobotState
+from devices.robots.policy_spec import PolicySpec, build_observation
 from devices.robots.safety import SafetyEnvelope
 from devices.robots.safety_config import default_config
 from policies.errors import PolicyError
 from policies.randomization import Conditions, Randomization, SensorNoise
-from policies.spec import PolicySpec
 from twins.actuators import Actuators
 from twins.builder import TwinWorld
 from twins.errors import TwinError
@@ -384,7 +384,8 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         return eff
 
     def _observe(self) -> NDArray[np.float32]:
-        """The agent's observation vector from the (delayed, noisy) measured state."""
+        """The agent's observation vector from the (delayed, noisy) measured state, built
+        by the agent's own builder (policy_spec.build_observation)."""
         noise: SensorNoise = self.conditions.noise
         rng = self._rng
         q, qd, _ = self._true[0]  # joints: the agent's state latency
@@ -394,19 +395,17 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         if noise.joint_vel_std:
             qd = qd + rng.normal(0.0, noise.joint_vel_std, qd.shape)
         self._last_obs_q = q
-        parts: list[Vec] = []
-        for term in self.observation_terms:
-            if term == "joint_pos":
-                parts.append(q)
-            elif term == "joint_vel":
-                parts.append(qd)
-            elif term == "target":
-                parts.append(self.target)
-            elif term == "object_pose":
-                parts.append(self._tracked_object(obj, noise))
-            elif term == "object_goal":
-                parts.append(self._object_goal())
-        self._last_obs = np.concatenate(parts).astype(np.float32)
+        pose = None
+        if "object_pose" in self.policy_spec.observation:
+            pose = self._tracked_object(obj, noise)
+        self._last_obs = build_observation(
+            self.policy_spec,
+            q,
+            qd,
+            target=self.target,
+            object_pose=pose,
+            object_goal=self._object_goal(),
+        )
         return self._last_obs
 
     def _object_goal(self) -> Vec:

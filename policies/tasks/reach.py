@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from devices.robots.policy_spec import PolicySpec
 from policies.errors import PolicyError
-from policies.spec import PolicySpec
 from policies.tasks.base import TaskConfig, TwinEnv, Vec
 
 

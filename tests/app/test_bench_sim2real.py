@@ -21,8 +21,8 @@ from benches.sim2real_lab import (
     twin_episode,
 )
 from devices.lab.scenes import get_scene
+from devices.robots.policy_spec import PolicySpec
 from policies.export import to_onnx
-from policies.spec import PolicySpec
 from policies.tasks import task_config
 from policies.tasks.push import PushConfig
 

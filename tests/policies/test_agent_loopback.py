@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from app.workflows.deploy_plan import check_robot
 from devices.robots.agent import Agent
 from devices.robots.auth import new_token
 from devices.robots.client import RobotClient
@@ -48,9 +49,9 @@ def test_exported_policy_runs_on_the_agent_and_reaches(demo_twin: TwinSpec) -> N
     assert run_episodes(job)[0]["success"]
 
     with pytest.raises(PolicyError, match="joint1"):
-        spec.check_robot(panda_like_info().joint_names, 250.0)
+        check_robot(spec, panda_like_info(250.0))
     info = dataclasses.replace(panda_like_info(250.0), joint_names=spec.joints)
-    spec.check_robot(info.joint_names, info.control_rate_hz)
+    check_robot(spec, info)
     driver = IdealDriver(info)
     agent = Agent(driver)
     agent.start()
@@ -60,7 +61,7 @@ def test_exported_policy_runs_on_the_agent_and_reaches(demo_twin: TwinSpec) -> N
     try:
         with RobotClient("127.0.0.1", server.port, token) as c:
             assert c.info is not None
-            spec.check_robot(c.info.joint_names, c.info.control_rate_hz)
+            check_robot(spec, c.info)
             start = c.latest_state().joint_pos.copy()
             assert np.max(np.abs(start - goal)) > 0.1
             summary = c.upload_policy(pol.onnx, spec.to_dict())

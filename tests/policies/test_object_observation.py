@@ -10,7 +10,7 @@ import numpy as np
 from devices.robots.driver import JointLimits, RobotInfo, RobotState
 from devices.robots.object_feed import ObjectFeed
 from devices.robots.policy_runner import OnnxPolicy
-from devices.robots.policy_runner import PolicySpec as AgentSpec
+from devices.robots.policy_spec import PolicySpec
 from policies.randomization import Randomization, SensorNoise
 from policies.tasks import make_env
 from tests.devices.robots.helpers import linear_policy
@@ -34,7 +34,7 @@ def test_twin_and_agent_build_the_same_observation(demo_twin: TwinSpec) -> None:
         n = spec.n
         lim = JointLimits(-np.ones(n) * 3, np.ones(n) * 3, np.ones(n) * 2, np.ones(n) * 80)
         info = RobotInfo("test", tuple(spec.joints), lim, 250.0)
-        aspec = AgentSpec.from_dict(spec.to_dict(), n)
+        aspec = PolicySpec.from_dict(spec.to_dict(), robot_joints=info.joint_names)
         feed = ObjectFeed()
         feed.expect([str(spec.object)], 0.0)
         pose = env.world.object_pose(str(spec.object))

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 from devices.errors import DeviceError
-from devices.robots.policy_runner import PolicySpec as AgentSpec
+from devices.robots.policy_spec import JOINT_TERMS, PolicySpec
 from policies.errors import PolicyError
-from policies.spec import JOINT_TERMS, PolicySpec
 from policies.tasks import TASKS, make_env, task_config
 from policies.tasks.push import PushEnv
 from policies.tasks.reach import ReachEnv, oracle
@@ -50,8 +49,8 @@ def test_task_spaces_and_steps(name: str, demo_twin: TwinSpec) -> None:
         d = env.deploy_spec.to_dict()
         assert PolicySpec.from_dict(d) == env.deploy_spec
         # the agent reads the same spec into the same observation layout
-        agent = AgentSpec.from_dict(d, spec.n)
-        assert agent.obs_dim(spec.n) == spec.obs_dim
+        agent = PolicySpec.from_dict(d, robot_joints=spec.joints)
+        assert agent == env.deploy_spec and agent.obs_dim == spec.obs_dim
         assert agent.observation == spec.observation
         assert agent.action_type == "delta" and agent.action_scale == spec.action_scale
         if not set(spec.observation) <= set(JOINT_TERMS):
@@ -60,7 +59,7 @@ def test_task_spaces_and_steps(name: str, demo_twin: TwinSpec) -> None:
             assert agent.object_max_age_s == spec.object_max_age_s
             bad = {k: v for k, v in d.items() if k != "object"}
             with pytest.raises(DeviceError, match="names no 'object'"):
-                AgentSpec.from_dict(bad, spec.n)
+                PolicySpec.from_dict(bad, robot_joints=spec.joints)
     finally:
         env.close()
 

@@ -26,7 +26,8 @@ import pytest
 from devices.errors import DeviceError
 from devices.robots.driver import JointLimits, RobotInfo, RobotState
 from devices.robots.object_feed import ObjectFeed
-from devices.robots.policy_runner import OnnxPolicy, PolicySpec
+from devices.robots.policy_runner import OnnxPolicy
+from devices.robots.policy_spec import PolicySpec
 from devices.robots.policy_worker import CHILD_NICE, OnnxProcessWorker, PolicyWorker
 from devices.robots.timing import set_realtime
 from tests.devices.robots.helpers import (
@@ -39,13 +40,14 @@ from tests.devices.robots.helpers import (
 
 N = 7
 OBS_DIM = 2 * N
-SPEC = PolicySpec.from_dict({"observation": ["joint_pos", "joint_vel"]}, N)
+JOINTS = tuple(f"j{i}" for i in range(N))
+SPEC = PolicySpec.from_dict({"observation": ["joint_pos", "joint_vel"]}, robot_joints=JOINTS)
 REPO = Path(__file__).resolve().parents[3]
 
 
 def _info() -> RobotInfo:
     lim = JointLimits(-np.ones(N) * 3, np.ones(N) * 3, np.ones(N) * 2, np.ones(N) * 80)
-    return RobotInfo("test", tuple(f"j{i}" for i in range(N)), lim, 250.0)
+    return RobotInfo("test", JOINTS, lim, 250.0)
 
 
 def _state(q0: float = 0.0, seed: int = 0) -> RobotState:
@@ -153,7 +155,7 @@ def test_object_pose_is_observed_from_the_agents_feed(workers: list[OnnxProcessW
             "object": "puck",
             "object_goal": [0.5, -0.2],
         },
-        N,
+        robot_joints=JOINTS,
     )
     rng = np.random.default_rng(5)
     model = linear_policy(rng.normal(size=(N + 9, N)), rng.normal(size=N))
