@@ -1,8 +1,10 @@
-"""Add a robot: connect to an agent (`agent serve` on the robot's computer), check it with a
-live joint readout and a slow test motion inside the envelope, stop it, attach it to the
-session. The GUI's "Add robot…" dialog (widgets/add_robot.py) is a thin view of this.
+"""Add a robot: connect to an agent (`agent serve` on the robot's computer; the link is
+app/robot_link.py's), check it with a live joint readout and a slow test motion inside the
+envelope, stop it, attach it to the session. The GUI's "Add robot…" dialog
+(widgets/add_robot.py) is a thin view of this; the drivers it offers are the agent's own
+(`devices.robots.drivers.DRIVER_NAMES`, built by `registry.DRIVERS`).
 
-    link = connect_agent("192.168.1.20:7700", token, fingerprint)
+    link = connect_agent("192.168.1.20:7700", token, fingerprint)    # app.robot_link
     motion = TestMotion(link); motion.start(); ...; motion.stop()
     controller.attach_robot(link, detail=...)
 """
@@ -10,113 +12,20 @@ session. The GUI's "Add robot…" dialog (widgets/add_robot.py) is a thin view o
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from app.session import DeviceStateName, camera_health, link_health
+from app.robot_link import AgentLink
 from devices.errors import DeviceError
-from devices.robots.client import RobotClient
-from devices.robots.driver import RobotInfo, RobotState
+from devices.robots.driver import RobotInfo
 from devices.robots.motion import Motion
 from devices.robots.stream import MotionStopped, MotionStream
 
-DRIVERS = ("franka", "dynamixel", "feetech", "lab")
 TEST_AMPLITUDE_RAD = 0.15  # at most; and at most 10 % of each joint's range
 TEST_PERIOD_S = 4.0
-
-
-class AgentLink:
-    """A RobotClient connected to a robot agent. Satisfies `app.session.RobotLink` (with
-    `watch`, `health`, `camera_health`): a dropped link is dialled again by the client and
-    the devices panel says so."""
-
-    def __init__(self, client: RobotClient, address: str) -> None:
-        self.client, self.address = client, address
-
-    def info(self) -> RobotInfo:
-        assert self.client.info is not None
-        return self.client.info
-
-    @property
-    def cameras(self) -> list[str]:
-        return [
-            str(c.get("name", c)) if isinstance(c, dict) else str(c) for c in self.client.cameras
-        ]
-
-    def latest_state(self) -> RobotState | None:
-        try:
-            return self.client.latest_state(timeout_s=0.0)
-        except DeviceError:
-            return None
-
-    def watch(self, callback: Callable[[str, str], None]) -> None:
-        """`callback(state, message)` on the link's news (reconnecting, connected, lost)."""
-        self.client.on_link = callback
-
-    def health(self) -> tuple[DeviceStateName, str]:
-        return link_health(self.client)
-
-    def camera_health(self) -> tuple[DeviceStateName, str] | None:
-        if not self.cameras:
-            return None
-        return camera_health(
-            self.client, f"cameras of the robot at {self.address}: {', '.join(self.cameras)}"
-        )
-
-    def command_position(self, joint_pos: NDArray[np.float64]) -> None:
-        self.client.command_position(joint_pos)
-
-    def stop(self, reason: str) -> None:
-        self.client.stop(reason)
-
-    def protocol_client(self) -> RobotClient | None:
-        return self.client if self.client.connected else None
-
-    def bundle(self) -> dict[str, Any] | None:
-        """The robot-description bundle the agent sent (URDF, limits, calibration)."""
-        b = self.info().meta.get("bundle")
-        return b if isinstance(b, dict) else None
-
-    def close(self) -> None:
-        self.client.close()
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    host, _, port = address.strip().rpartition(":")
-    try:
-        if not host:
-            raise ValueError
-        return host, int(port)
-    except ValueError:
-        raise DeviceError(
-            f"robot address {address!r}: expected HOST:PORT, e.g. 127.0.0.1:7700"
-        ) from None
-
-
-def connect_agent(address: str, token: str, fingerprint: str | None = None) -> AgentLink:
-    """Connect to the agent at HOST:PORT and wait for its first state."""
-    host, port = parse_address(address)
-    if not token.strip():
-        raise DeviceError(f"robot at {address}: give the agent's access token")
-    client = RobotClient(
-        host,
-        port,
-        token.strip(),
-        name="twinbench-add-robot",
-        tls_fingerprint=fingerprint or None,
-        reconnect=True,  # a busy laptop's hiccup is not a lost robot: dial it again
-    )
-    try:
-        client.connect()
-        client.latest_state(timeout_s=5.0)
-    except BaseException:
-        client.close()
-        raise
-    return AgentLink(client, f"{host}:{port}")
 
 
 def test_targets(info: RobotInfo, q0: NDArray[np.float64], t: float) -> NDArray[np.float64]:

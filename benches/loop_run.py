@@ -204,18 +204,19 @@ class GuiLoop:
     def _attach_lab(self) -> None:
         """The robot: the virtual lab as its own process, connected as the app connects it
         (a link that dials again after a drop)."""
-        from app.demo import LabLink, lab_client
+        from app.robot_link import AgentLink, launched_client
         from devices.robots.launch import start_lab_process
 
         lab = start_lab_process("panda_table", extra_args=["--no-cameras"])
         try:
-            client = lab_client(lab, name="gui-loop")
+            client = launched_client(lab, name="gui-loop")
             client.connect()
             client.latest_state(timeout_s=10.0)
         except BaseException:
             lab.terminate()
             raise
-        self.controller.attach_robot(LabLink(lab, client, "panda_table"), detail="lab")
+        link = AgentLink(client, f"{lab.host}:{lab.port}", process=lab, is_lab=True)
+        self.controller.attach_robot(link, detail="lab")
 
     def _scan(self) -> None:
         page = self.window.show_step("scan")

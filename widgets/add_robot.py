@@ -1,6 +1,7 @@
 """The "Add robot…" dialog: driver, address, token, calibration; connect, watch the live joint
 readout, run a slow test motion inside the envelope, stop it, add the robot to the session.
-A thin view of app/robot_check.py (which does all the talking to the robot)."""
+A thin view of app/robot_check.py and app/robot_link.py (which do all the talking to the
+robot); the drivers offered are the agent's own (`devices.robots.drivers.DRIVER_NAMES`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 
 from PySide6 import QtCore, QtWidgets
 
-from app import robot_check
+from app import robot_check, robot_link
 from app.session import AppController
+from devices.robots.drivers import DRIVER_NAMES
 from resources.errors import TwinbenchError
 
 
@@ -20,11 +22,11 @@ class AddRobotDialog(QtWidgets.QDialog):
         super().__init__(parent)
         self.setWindowTitle("Add robot")
         self.controller = controller
-        self.link: robot_check.AgentLink | None = None
+        self.link: robot_link.AgentLink | None = None
         self.motion: robot_check.TestMotion | None = None
         form = QtWidgets.QFormLayout()
         self.driver = QtWidgets.QComboBox()
-        self.driver.addItems(list(robot_check.DRIVERS))
+        self.driver.addItems(list(DRIVER_NAMES))
         self.address = QtWidgets.QLineEdit("127.0.0.1:7700")
         self.token = QtWidgets.QLineEdit()
         self.token.setEchoMode(QtWidgets.QLineEdit.EchoMode.Password)
@@ -107,7 +109,7 @@ class AddRobotDialog(QtWidgets.QDialog):
     def _connect(self) -> None:
         self._disconnect()
         try:
-            self.link = robot_check.connect_agent(
+            self.link = robot_link.connect_agent(
                 self.address.text(), self.token.text(), self.fingerprint.text().strip() or None
             )
         except TwinbenchError as exc:

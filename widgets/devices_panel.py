@@ -19,6 +19,7 @@ from collections import deque
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
+from app.robot_link import AgentLink
 from app.session import AppController, DeviceStatus
 from devices.robots.driver import RobotState
 from devices.trajectory import Trajectory
@@ -229,9 +230,7 @@ class DevicesPanel(QtWidgets.QWidget):
             self._rate_window.clear()
             self.table.show()
             self.no_robot.hide()
-            from app.demo import LabLink
-
-            is_lab = isinstance(self.controller.robot_link, LabLink)
+            is_lab = bool(getattr(self.controller.robot_link, "is_lab", False))
             for b in (self.move_button, self.record_button):
                 b.setVisible(is_lab)
                 b.setEnabled(True)
@@ -257,7 +256,7 @@ class DevicesPanel(QtWidgets.QWidget):
         from app import demo
 
         link = self.controller.robot_link
-        if not isinstance(link, demo.LabLink):
+        if not isinstance(link, AgentLink) or not link.is_lab:
             return
         self.move_button.setEnabled(False)
         enable = lambda *_: self.move_button.setEnabled(True)  # noqa: E731
@@ -269,7 +268,7 @@ class DevicesPanel(QtWidgets.QWidget):
         from app import demo
 
         link = self.controller.robot_link
-        if not isinstance(link, demo.LabLink):
+        if not isinstance(link, AgentLink) or not link.is_lab:
             return
         self.record_button.setEnabled(False)
 

@@ -31,7 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "describe":
-        from app.robot_check import connect_agent, save_bundle
+        from app.robot_check import save_bundle
+        from app.robot_link import connect_agent
         from devices.robots.auth import load_token
 
         link = connect_agent(

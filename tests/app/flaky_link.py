@@ -4,7 +4,7 @@ a starved laptop looks from the other end; bytes wait in the kernel buffers and 
 afterwards. New connections are accepted meanwhile but their bytes wait too.
 
 `Robot`: the ideal driver's agent and server (with a synthetic camera) behind such a relay;
-`FakeLab`: what `app.demo.LabLink` needs of a lab process, without the process."""
+`FakeLab`: what `app.robot_link.AgentLink` needs of a lab process it launched, without the process."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ class Robot:
 
 
 class FakeLab:
-    """What LabLink needs of a lab process, without the process."""
+    """What AgentLink needs of a launched lab process, without the process."""
 
     def __init__(self, port: int, token: str) -> None:
         self.host, self.port, self.token = "127.0.0.1", port, token

@@ -18,6 +18,7 @@ import pytest
 
 from app import demo, robot_check
 from app.jobs import run_to_end
+from app.robot_link import AgentLink
 from app.workflows.connected_arm import ConnectedArm
 from app.workflows.record import play_motion
 from app.workflows.scan_plan import RobotScanPlan
@@ -148,7 +149,8 @@ def test_record_refuses_an_over_limit_motion_before_anything_moves(robot: Robot)
 
 def test_the_demo_motion_refuses_an_amplitude_past_the_limits(robot: Robot) -> None:
     client = robot.client()
-    link = demo.LabLink(FakeLab(robot.port, robot.token), client, "ideal")
+    lab = FakeLab(robot.port, robot.token)
+    link = AgentLink(client, f"{lab.host}:{lab.port}", process=lab, is_lab=True)
     try:
         q0 = client.latest_state().joint_pos.copy()
         with pytest.raises(MotionError, match="refused 'demo motion' before moving.*panda_joint"):
@@ -163,7 +165,7 @@ def test_the_robot_check_refuses_a_test_motion_faster_than_the_agent_allows(
 ) -> None:
     """The agent reports a 5 % speed envelope; the test motion (0.24 rad/s) breaks it."""
     client = slow_robot.client()
-    link = robot_check.AgentLink(client, f"127.0.0.1:{slow_robot.port}")
+    link = AgentLink(client, f"127.0.0.1:{slow_robot.port}")
     try:
         q0 = client.latest_state().joint_pos.copy()
         motion = robot_check.TestMotion(link, seconds=4.0)
@@ -177,7 +179,7 @@ def test_the_robot_check_refuses_a_test_motion_faster_than_the_agent_allows(
 
 def test_the_robot_check_test_motion_runs_inside_the_limits(robot: Robot) -> None:
     client = robot.client()
-    link = robot_check.AgentLink(client, f"127.0.0.1:{robot.port}")
+    link = AgentLink(client, f"127.0.0.1:{robot.port}")
     try:
         q0 = client.latest_state().joint_pos.copy()
         motion = robot_check.TestMotion(link, seconds=2.0)

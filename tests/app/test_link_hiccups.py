@@ -103,17 +103,17 @@ def test_the_lab_process_outlives_a_1_5_s_stop_and_the_app_keeps_it(tmp_path: An
     """The user's report: a 1 s hiccup dropped the link and the workbench stopped the lab.
     Here the lab process itself is stopped (SIGSTOP) for 1.5 s while the app polls it as
     the devices panel does: the lab stays up, attached and connected."""
-    from app import demo
+    from app import robot_link
 
     controller = AppController(config=tmp_path / "config")
     # what the devices panel calls while it shows the robot (poll_devices: the rows' truth)
     poll = getattr(controller, "poll_devices", lambda: None)
-    link = run_to_end(demo.lab_job())
+    link = run_to_end(robot_link.lab_job())
     controller.attach_robot(link, detail="lab")
     try:
         assert wait_for(lambda: controller.robot_state() is not None, 5.0)
         seq0 = controller.robot_state().seq  # type: ignore[union-attr]
-        os.kill(link.lab.proc.pid, signal.SIGSTOP)
+        os.kill(link.process.proc.pid, signal.SIGSTOP)
         try:
             end = time.monotonic() + 1.5
             while time.monotonic() < end:
@@ -122,33 +122,33 @@ def test_the_lab_process_outlives_a_1_5_s_stop_and_the_app_keeps_it(tmp_path: An
                 time.sleep(0.05)
         finally:
             with contextlib.suppress(ProcessLookupError):  # (stopped by the app: the bug)
-                os.kill(link.lab.proc.pid, signal.SIGCONT)
+                os.kill(link.process.proc.pid, signal.SIGCONT)
 
         def flowing() -> bool:
             st = controller.robot_state()
             poll()
             return st is not None and st.seq > seq0 + 100
 
-        assert link.lab.alive and controller.robot_link is link, controller.devices()
+        assert link.process.alive and controller.robot_link is link, controller.devices()
         assert wait_for(flowing, 10.0, 0.05)
         assert wait_for(lambda: controller.devices()["robot"].state == "connected", 5.0)
         assert link.client.connected and link.client.epoch == 0
     finally:
         controller.shutdown()
-    assert not link.lab.alive  # closing the session is what stops it
+    assert not link.process.alive  # closing the session is what stops it
 
 
 def test_a_dropped_link_reconnects_by_itself_keeps_the_lab_and_says_so(
     robot: Robot, tmp_path: Any
 ) -> None:
-    from app.demo import LabLink
+    from app.robot_link import AgentLink
 
     lab = FakeLab(robot.link.port, robot.token)
     client = robot.client(stale_timeout_s=1.0, reconnect=True, reconnect_while=lambda: lab.alive)
     controller = AppController(config=tmp_path / "config")
     controller.install_log_handler()
     seen = _rows(controller)
-    link = LabLink(lab, client, "ideal")
+    link = AgentLink(client, f"{lab.host}:{lab.port}", process=lab, is_lab=True)
     controller.attach_robot(link, detail="ideal (virtual lab)")
     controller.poll_devices()
     try:
@@ -217,7 +217,7 @@ def test_a_streaming_motion_ends_as_an_error_naming_the_drop(robot: Robot) -> No
 
 
 def test_robot_and_camera_rows_go_stale_within_2_s_and_recover(robot: Robot, tmp_path: Any) -> None:
-    from app.robot_check import AgentLink
+    from app.robot_link import AgentLink
 
     client = robot.client(stale_timeout_s=8.0, reconnect=True)
     controller = AppController(config=tmp_path / "config")

@@ -16,6 +16,7 @@ from PySide6 import QtCore
 from app.session import AppController
 from devices.robots.agent import Agent
 from devices.robots.auth import new_token
+from devices.robots.drivers import DRIVER_NAMES
 from devices.robots.drivers.calibration import default_calibration
 from devices.robots.drivers.feetech import make_driver
 from devices.robots.emulators.feetech import FeetechBus
@@ -104,5 +105,5 @@ def test_devices_panel_opens_the_dialog(qtbot: Any, controller: AppController) -
     qtbot.mouseClick(panel.add_robot_button, QtCore.Qt.MouseButton.LeftButton)
     dialogs = panel.findChildren(AddRobotDialog)
     assert len(dialogs) == 1 and dialogs[0].isVisible()
-    assert dialogs[0].driver.count() == 4
+    assert dialogs[0].driver.count() == len(DRIVER_NAMES)  # the agent's own driver list
     dialogs[0].reject()

@@ -7,15 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app import demo
+from app import demo, robot_link
+from app.robot_link import AgentLink
 
 pytestmark = [pytest.mark.gui, pytest.mark.slow]
 
 
 @pytest.fixture
 def lab_window(window, controller, qtbot):  # type: ignore[no-untyped-def]
-    if demo.lab_problem() is not None:
-        pytest.fail(demo.lab_problem())
+    if robot_link.lab_problem() is not None:
+        pytest.fail(robot_link.lab_problem())
     window.act_start_lab.trigger()  # Devices ▸ Start virtual lab
     assert controller.devices()["robot"].state == "connecting"
     qtbot.waitUntil(lambda: controller.devices()["robot"].state != "connecting", timeout=60000)
@@ -26,7 +27,7 @@ def lab_window(window, controller, qtbot):  # type: ignore[no-untyped-def]
 def test_devices_panel_shows_lab_robot_live(lab_window, controller, qtbot) -> None:
     panel = lab_window.devices_panel
     link = controller.robot_link
-    assert isinstance(link, demo.LabLink) and link.lab.alive
+    assert isinstance(link, AgentLink) and link.is_lab and link.process.alive
     qtbot.waitUntil(lambda: panel.refreshes > 2, timeout=5000)
     assert "connected" in panel.rows["robot"].label.text()
     assert "virtual lab" in panel.rows["robot"].label.text()
@@ -69,8 +70,8 @@ def test_demo_motion_moves_arm_and_cancel_holds(lab_window, controller, qtbot) -
 def test_closing_window_stops_lab(lab_window, controller, qtbot) -> None:
     link = controller.robot_link
     lab_window.close()
-    assert not link.lab.alive
-    assert link.lab.proc.returncode is not None
+    assert not link.process.alive
+    assert link.process.proc.returncode is not None
     assert controller.devices()["robot"].state == "disconnected"
     assert not lab_window.devices_panel.timer.isActive()
 
@@ -113,7 +114,7 @@ def _lab_children() -> list[int]:
 
 def test_cancelling_lab_start_leaves_no_lab_process(window, qtbot) -> None:
     assert _lab_children() == []
-    task = window.runner.start("Start virtual lab", demo.lab_job())
+    task = window.runner.start("Start virtual lab", robot_link.lab_job())
     with qtbot.waitSignal(task.sig_progress, timeout=5000):
         pass
     task.cancel()  # lands while the lab is starting, or at its next yield
@@ -126,10 +127,10 @@ def test_lab_crash_shows_connection_lost(lab_window, controller, qtbot) -> None:
     link = controller.robot_link
     panel = lab_window.devices_panel
     qtbot.waitUntil(lambda: panel.refreshes > 0, timeout=5000)
-    link.lab.proc.kill()  # the robot vanishes mid-stream
+    link.process.proc.kill()  # the robot vanishes mid-stream
     qtbot.waitUntil(lambda: controller.devices()["robot"].state == "error", timeout=5000)
     detail = controller.devices()["robot"].detail
-    assert "connection lost" in detail and str(link.lab.port) in detail
+    assert "connection lost" in detail and str(link.process.port) in detail
     qtbot.waitUntil(lambda: "error" in panel.rows["robot"].label.text(), timeout=2000)
     assert not panel.timer.isActive() and panel.no_robot.isVisible()
     assert controller.robot_link is None

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from app.demo import LabLink
+from app.robot_link import AgentLink
 from tests.app.flaky_link import FakeLab, Robot
 from widgets.devices_panel import DevicesPanel
 
@@ -41,7 +41,10 @@ def test_rows_say_reconnecting_then_connected_and_the_rate_recovers(
 ) -> None:
     lab = FakeLab(robot.link.port, robot.token)
     client = robot.client(stale_timeout_s=1.0, reconnect=True, reconnect_while=lambda: lab.alive)
-    controller.attach_robot(LabLink(lab, client, "ideal"), detail="ideal (virtual lab)")
+    controller.attach_robot(
+        AgentLink(client, f"{lab.host}:{lab.port}", process=lab, is_lab=True),
+        detail="ideal (virtual lab)",
+    )
     panel = DevicesPanel(controller, with_3d=False)
     qtbot.addWidget(panel)
     panel.show()

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from app.demo import LabLink
+from app.robot_link import AgentLink
 from devices.robots.client import RobotClient
 from devices.robots.launch import start_lab_process
 from widgets.record_panel import RecordPanel
@@ -24,7 +24,9 @@ def lab_controller(controller, tmp_path) -> Iterator[object]:  # type: ignore[no
     client = RobotClient(lab.host, lab.port, lab.token, name="test-gui")
     client.connect()
     client.latest_state(timeout_s=5.0)
-    controller.attach_robot(LabLink(lab, client, "panda_table"), detail="lab")
+    controller.attach_robot(
+        AgentLink(client, f"{lab.host}:{lab.port}", process=lab, is_lab=True), detail="lab"
+    )
     controller.new_project(tmp_path / "p")
     yield controller
     controller.detach_robot()

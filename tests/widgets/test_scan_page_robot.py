@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.gui, pytest.mark.slow]
 
 
 class _Link:
-    """The RobotLink the GUI holds (like app.demo.LabLink): info, state, close, client."""
+    """The RobotLink the GUI holds (like app.robot_link.AgentLink): info, state, close, client."""
 
     def protocol_client(self) -> Any:
         return self.client if self.client.connected else None

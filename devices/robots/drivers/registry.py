@@ -18,6 +18,7 @@ import numpy as np
 
 from devices.errors import DeviceError
 from devices.robots.driver import RobotDriver
+from devices.robots.drivers import DRIVER_NAMES
 from devices.robots.safety_config import SafetyConfig, default_config
 from devices.robots.server import CameraFeed
 
@@ -146,12 +147,9 @@ def _ideal(args: argparse.Namespace) -> Served:
     return Served(driver, default_config(driver.info()), label="ideal")
 
 
+# one builder per name in DRIVER_NAMES (devices/robots/drivers/__init__.py), named `_<name>`
 DRIVERS: dict[str, Callable[[argparse.Namespace], Served]] = {
-    "lab": _lab,
-    "dynamixel": _dynamixel,
-    "feetech": _feetech,
-    "franka": _franka,
-    "ideal": _ideal,
+    name: globals()[f"_{name}"] for name in DRIVER_NAMES
 }
 
 
