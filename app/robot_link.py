@@ -155,9 +155,7 @@ class AgentLink:
     def take_control(self) -> None:
         self.client.take_control()
 
-    def command_position(self, joint_pos: NDArray[np.float64]) -> None:
-        self.client.command_position(joint_pos)
-
+    # no command method: motions reach the arm only through devices.robots.stream (checked)
     def stop(self, reason: str) -> None:
         self.client.stop(reason)
 

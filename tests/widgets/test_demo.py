@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.gui, pytest.mark.slow]
 @pytest.fixture
 def lab_window(window, controller, qtbot):  # type: ignore[no-untyped-def]
     if robot_link.lab_problem() is not None:
-        pytest.fail(robot_link.lab_problem())
+        pytest.fail(str(robot_link.lab_problem()))
     window.act_start_lab.trigger()  # Devices ▸ Start virtual lab
     assert controller.devices()["robot"].state == "connecting"
     qtbot.waitUntil(lambda: controller.devices()["robot"].state != "connecting", timeout=60000)
