@@ -43,22 +43,18 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 from devices.trajectory import Trajectory
 from twins.errors import TwinError
 from twins.executor import Executor, SerialExecutor
 from twins.fit_channels import channel_scales, noise_level
-from twins.fit_latency import latency_candidates
 from twins.fit_posterior import (
     channel_masks,
     latency_resolution,
     smc_posterior_steps,
     with_identifiability,
 )
+from twins.fit_search import FitSearch, Step
 from twins.objective import (
-    FAILED_RESIDUAL,
     Outcome,
     Problem,
     Space,
@@ -67,24 +63,15 @@ from twins.objective import (
     limit_excursions,
     replay_rmse,
     residual_blocks,
-    residual_size,
     rmse,
     rotation_lengths,
     windows,
 )
 from twins.posterior import (
     ParamPosterior,
-    curvature_probes,
-    curvature_scale,
     laplace,
-    laplace_covariance,
 )
 from twins.spec import TwinSpec
-
-FD_STEP = 0.01  # central-difference step in normalised units (1 % of the range)
-STALL_TOL = 0.01  # CMA-ES stalls when its best loss improves less than this share
-
-Step = tuple[float | None, str, Any]
 
 
 @dataclass(frozen=True)
@@ -225,23 +212,64 @@ def fit_steps(
     validation: Sequence[Trajectory] = (),
     resume: Mapping[str, Any] | None = None,
 ) -> Generator[Step, None, FitResult]:
-    """The fit as a job (see the module docstring). Raises TwinError for a bad choice of
-    parameters, channels or recordings before any simulation runs."""
-    import warnings
-
-    from scipy.optimize import least_squares
-
-    with warnings.catch_warnings():  # cma warns that matplotlib (for its plots) is missing
-        warnings.simplefilter("ignore", UserWarning)
-        import cma
-
+    """The fit as a job (see the module docstring; its stages are twins/fit_search.py).
+    Raises TwinError for a bad choice of parameters, channels or recordings before any
+    simulation runs."""
     t_start = time.perf_counter()
-    ex = executor or SerialExecutor()
+    notes: list[str] = []
+    space, train_w, train, val = _problems(spec, recordings, validation, config, notes)
+    s = FitSearch(space, train, config, executor or SerialExecutor(), notes, resume)
+    start_out = yield from s.start(len(train_w))
+    val_before = rmse(s.run([s.u0], val)[0]) if val else {}
+    yield from s.global_stage()
+    s.plan_total()
+    yield from s.cmaes()
+    s.latency_scan(train_w)
+    yield from s.polish()
+    yield (0.99, f"uncertainty ({config.posterior}) and validation", None)
+    final = s.run([s.best_u])[0]
+    posterior = yield from _posterior(s, spec, final)
+    val_after = rmse(s.run([s.best_u], val)[0]) if val else {}
+    if s.failed:
+        notes.append(
+            f"{s.failed} of {s.evals} simulations failed and were scored as failed samples "
+            f"(last: {s.last_error[:200]})"
+        )
+    result = FitResult(
+        config=config,
+        start=space.values(s.u0),
+        estimate=space.values(s.best_u),
+        posterior=posterior,
+        train_rmse_before=rmse(start_out),
+        train_rmse_after=rmse(final),
+        validation_rmse_before=val_before,
+        validation_rmse_after=val_after,
+        loss_before=start_out.loss,
+        loss_after=final.loss,
+        evaluations=s.evals,
+        rollouts=s.evals * len(train_w),
+        failed=s.failed,
+        history=tuple(s.history),
+        wall_s=round(time.perf_counter() - t_start, 3),
+        notes=tuple(notes),
+    )
+    yield (1.0, f"fit done: loss {start_out.loss:.4g} -> {final.loss:.4g}", None)
+    return result
+
+
+def _problems(
+    spec: TwinSpec,
+    recordings: Sequence[Trajectory],
+    validation: Sequence[Trajectory],
+    config: FitConfig,
+    notes: list[str],
+) -> tuple[Space, list[Trajectory], Problem, Problem | None]:
+    """Check the choice, cut the windows and build the training and validation problems
+    (the search space, the windows' command history, the channels and their scales)."""
     if not recordings:
         raise TwinError("fit: choose at least one recording")
     if config.posterior not in ("laplace", "smc"):
         raise TwinError(f"fit: posterior '{config.posterior}' is not one of laplace, smc")
-    notes: list[str] = []
     for r in (*recordings, *validation):
         check_recording(spec, r)
         notes += limit_excursions(spec, r)  # warned, then fitted as asked
@@ -265,276 +293,42 @@ def fit_steps(
     val = Problem(spec, space, tuple(val_w), chans, rot) if val_w else None
     if spec.robot is not None and not any(n.endswith(".latency") for n in space.names):
         notes.append("latency not fitted (add robot.actuators.<joint>.latency to fit it)")
-    u0 = space.to_u(np.array([spec.params[n].nominal for n in space.names]))
-    counters = {"evals": 0, "failed": 0}
-    history: list[dict[str, Any]] = list(resume.get("history", [])) if resume else []
-    last_error = [""]
+    return space, train_w, train, val
 
-    def run(us: Sequence[NDArray[np.float64]], prob: Problem = train) -> list[Outcome]:
-        outs = list(ex.map(evaluate, [(prob, np.asarray(u, dtype=float)) for u in us]))
-        if prob is train:
-            counters["evals"] += len(outs)
-            bad = [o for o in outs if o.residuals is None]
-            counters["failed"] += len(bad)
-            if bad:
-                last_error[0] = bad[-1].error
-        return outs
 
-    yield (0.0, f"scoring the start on {len(train_w)} windows", None)
-    start_out = run([u0])[0]
-    loss0 = start_out.loss
-    val_before = rmse(run([u0], val)[0]) if val else {}
-    best_u, best_loss = u0.copy(), loss0
-    mean_u, sigma = u0, config.sigma0
-    done_before = 0
-    if resume:
-        mean_u = np.asarray(resume["mean_u"], dtype=float)
-        sigma = float(resume["sigma"])
-        best_u = np.asarray(resume["best_u"], dtype=float)
-        best_loss = float(resume["best_loss"])
-        done_before = int(resume.get("evals", 0))
-        counters["evals"] += done_before
-    budget = max(config.budget - done_before, 0)
-    n = len(space.names)
-    g_evals = 0
-    if config.global_samples > 0 and not resume:
-        # coarse global stage: a local search from the start can settle in the wrong
-        # basin (restitution and friction trade off against each other in a bounce)
-        from scipy.stats import qmc
-
-        m2 = 1 << max(int(math.ceil(math.log2(config.global_samples))), 0)
-        pts = qmc.Sobol(n, scramble=True, seed=config.seed).random(m2)[: config.global_samples]
-        outs = run(list(pts))
-        g_evals = len(outs)
-        losses = [o.loss for o in outs]
-        k = int(np.argmin(losses))
-        if losses[k] < best_loss:
-            best_u, best_loss = np.asarray(pts[k], dtype=float), losses[k]
-            mean_u = best_u.copy()
-        rec = {
-            "stage": "global",
-            "evals": counters["evals"],
-            "best_loss": best_loss,
-            "failed": counters["failed"],
-            "best": space.values(best_u),
-        }
-        history.append(rec)
-        yield (None, f"global stage ({len(pts)} points): loss {best_loss:.4g}", rec)
-    opts: dict[str, Any] = {
-        "bounds": [0.0, 1.0],
-        "seed": config.seed + 1 + done_before,
-        "verbose": -9,
-        "maxfevals": budget,
-        "tolfun": 1e-9,
-    }
-    if config.popsize:
-        opts["popsize"] = config.popsize
-    # the progress bar counts the polish too: a round takes up to 6 (2n + 1) evaluations,
-    # usually about a third of that
-    polish = config.polish_rounds * 2 * (2 * n + 1)
-    total = g_evals + budget + polish + 1 + 2 * n  # + curvature probes
-
-    def fraction() -> float:
-        return min((counters["evals"] - done_before - 1) / total, 0.99)
-
-    if budget > 0:
-        # cma needs two dimensions; a one-parameter fit carries a dummy coordinate that
-        # the objective ignores
-        pad = 1 if n == 1 else 0
-        start = list(mean_u) + [0.5] * pad
-        es = cma.CMAEvolutionStrategy(start, sigma, opts)
-        gen = 0
-        bests: list[float] = []
-        while not es.stop():
-            raw = es.ask()
-            X = [np.clip(np.asarray(x)[:n], 0.0, 1.0) for x in raw]
-            outs = run(X)
-            losses = [o.loss for o in outs]
-            es.tell(raw, losses)
-            k = int(np.argmin(losses))
-            if losses[k] < best_loss:
-                best_u, best_loss = X[k].copy(), losses[k]
-            gen += 1
-            rec = {
-                "stage": "cmaes",
-                "generation": gen,
-                "evals": counters["evals"],
-                "best_loss": best_loss,
-                "gen_best_loss": losses[k],
-                "sigma": float(es.sigma),
-                "failed": counters["failed"],
-                "best": space.values(best_u),
-            }
-            history.append(rec)
-            checkpoint = {
-                "mean_u": [float(v) for v in es.mean[:n]],
-                "sigma": float(es.sigma),
-                "best_u": [float(v) for v in best_u],
-                "best_loss": best_loss,
-                # the start's and the global stage's evaluations are not CMA budget
-                "evals": counters["evals"] - 1 - g_evals,
-                "history": history,
-            }
-            yield (
-                fraction(),
-                f"CMA-ES gen {gen}: loss {best_loss:.4g} ({counters['failed']} failed)",
-                {**rec, "checkpoint": checkpoint, "last_error": last_error[0][:300]},
-            )
-            bests.append(best_loss)
-            k_ago = config.stall_generations
-            if k_ago and len(bests) > k_ago and best_loss > (1 - STALL_TOL) * bests[-1 - k_ago]:
-                notes.append(
-                    f"CMA-ES stopped after generation {gen}: the best loss improved less than "
-                    f"{STALL_TOL:.0%} over {k_ago} generations (the polish takes over)"
-                )
-                break
-    scan = latency_candidates(space, train_w, best_u)  # basins of the latency (fit_latency.py)
-    for u, o in zip(scan, run(scan) if scan else [], strict=True):
-        if o.loss < best_loss:
-            best_u, best_loss = u, o.loss
-    # least-squares polish in rounds (so the job can yield and be cancelled)
-    m = residual_size(train)
-
-    def res_of(o: Outcome) -> NDArray[np.float64]:
-        if o.residuals is None or o.residuals.size != m or not np.all(np.isfinite(o.residuals)):
-            return np.full(m, FAILED_RESIDUAL)
-        return o.residuals
-
-    def jacobian(u: NDArray[np.float64]) -> NDArray[np.float64]:
-        pts = []
-        steps = []
-        for i in range(n):
-            hi = min(u[i] + FD_STEP, 1.0)
-            lo = max(u[i] - FD_STEP, 0.0)
-            up, dn = u.copy(), u.copy()
-            up[i], dn[i] = hi, lo
-            pts += [up, dn]
-            steps.append(hi - lo)
-        outs = run(pts)
-        J = np.empty((m, n))
-        for i in range(n):
-            a, b = outs[2 * i], outs[2 * i + 1]
-            if a.residuals is None or b.residuals is None:
-                J[:, i] = np.nan
-            else:
-                J[:, i] = (res_of(a) - res_of(b)) / steps[i]
-        return J
-
-    J_cache: dict[bytes, NDArray[np.float64]] = {}
-
-    def jac_safe(u: NDArray[np.float64]) -> NDArray[np.float64]:
-        key = np.asarray(u).tobytes()
-        if key not in J_cache:
-            J_cache.clear()
-            J_cache[key] = jacobian(np.asarray(u, dtype=float))
-        return np.nan_to_num(J_cache[key])
-
-    for rnd in range(config.polish_rounds):
-        try:
-            sol = least_squares(
-                lambda u: res_of(run([u])[0]),
-                np.clip(best_u, 1e-9, 1 - 1e-9),
-                jac=jac_safe,
-                bounds=(0.0, 1.0),
-                max_nfev=6,
-                method="trf",
-                x_scale="jac",
-            )
-        except (ValueError, np.linalg.LinAlgError) as exc:
-            notes.append(f"least-squares polish stopped: {exc}")
-            break
-        new_loss = float(np.mean(sol.fun**2)) if sol.fun.size else 0.0
-        improved = new_loss < best_loss * (1 - 1e-5)
-        if new_loss < best_loss:
-            best_u, best_loss = np.asarray(sol.x, dtype=float), new_loss
-        rec = {
-            "stage": "polish",
-            "round": rnd + 1,
-            "evals": counters["evals"],
-            "best_loss": best_loss,
-            "failed": counters["failed"],
-            "best": space.values(best_u),
-        }
-        history.append(rec)
-        yield (
-            fraction(),
-            f"least-squares polish {rnd + 1}: loss {best_loss:.4g}",
-            rec,
-        )
-        if not improved:
-            break
-    yield (0.99, f"uncertainty ({config.posterior}) and validation", None)
-    final = run([best_u])[0]
-    J = J_cache.get(best_u.tobytes())
-    if J is None:
-        J = jacobian(best_u)
-    r_final, blocks, masks = res_of(final), residual_blocks(train), channel_masks(train)
-    # the Gauss-Newton curvature checked at the interval's own scale (2n replays): a loss
-    # flatter or more jagged there than its local slope says gets a wider interval
-    cov_u = laplace_covariance(np.nan_to_num(J), r_final, blocks, masks)[0]
-    probes, steps = curvature_probes(best_u, np.sqrt(np.clip(np.diag(cov_u), 0.0, None)))
-    outs = run(probes)
-    probe_loss = np.array(
-        [o.loss if o.residuals is not None else np.nan for o in outs], dtype=float
-    ).reshape(n, 2)
-    var_scale = curvature_scale(np.nan_to_num(J), r_final, steps, probe_loss)
-    for name, k in zip(space.names, var_scale, strict=True):
-        if k > 2.0:
-            notes.append(
-                f"{name}: the loss is flatter at its interval's scale than its local slope "
-                f"says; interval widened x{math.sqrt(k):.1f}"
-            )
+def _posterior(
+    s: FitSearch, spec: TwinSpec, final: Outcome
+) -> Generator[Step, None, ParamPosterior]:
+    """Laplace at the optimum (its curvature checked), or SMC started from it; then which
+    parameters the data pins down."""
+    config, train = s.config, s.train
+    r_final, blocks, masks = s.residuals(final), residual_blocks(train), channel_masks(train)
+    J, var_scale = s.uncertainty(r_final, blocks, masks)
     posterior = laplace(
-        space.names,
-        best_u,
+        s.space.names,
+        s.best_u,
         J,
         r_final,
-        space.to_x,
+        s.space.to_x,
         seed=config.seed,
-        history=history,
+        history=s.history,
         blocks=blocks,
         channels=masks,
         var_scale=var_scale,
     )
     if config.posterior == "smc":
-        before = counters["evals"]
+        before = s.evals
         posterior, smc_run = yield from smc_posterior_steps(
-            run, posterior, best_u, J, res_of(final), residual_blocks(train), space.to_x,
+            s.run, posterior, s.best_u, J, r_final, blocks, s.space.to_x,
             config.particles, config.seed,
         )  # fmt: skip
-        notes.append(
+        s.notes.append(
             f"posterior: SMC, {config.particles} particles, {smc_run.stages} stages, "
-            f"{counters['evals'] - before} replays, acceptance {smc_run.acceptance:.2f}"
+            f"{s.evals - before} replays, acceptance {smc_run.acceptance:.2f}"
         )
     else:
         posterior = latency_resolution(posterior, spec)
-    posterior = with_identifiability(posterior, J, notes)
-    val_after = rmse(run([best_u], val)[0]) if val else {}
-    if counters["failed"]:
-        notes.append(
-            f"{counters['failed']} of {counters['evals']} simulations failed and were scored "
-            f"as failed samples (last: {last_error[0][:200]})"
-        )
-    result = FitResult(
-        config=config,
-        start=space.values(u0),
-        estimate=space.values(best_u),
-        posterior=posterior,
-        train_rmse_before=rmse(start_out),
-        train_rmse_after=rmse(final),
-        validation_rmse_before=val_before,
-        validation_rmse_after=val_after,
-        loss_before=loss0,
-        loss_after=final.loss,
-        evaluations=counters["evals"],
-        rollouts=counters["evals"] * len(train_w),
-        failed=counters["failed"],
-        history=tuple(history),
-        wall_s=round(time.perf_counter() - t_start, 3),
-        notes=tuple(notes),
-    )
-    yield (1.0, f"fit done: loss {loss0:.4g} -> {final.loss:.4g}", None)
-    return result
+    return with_identifiability(posterior, J, s.notes)
 
 
 def fit(
