@@ -14,6 +14,7 @@ applied from then (plus the twin's latency) rather than from its sample time.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -154,15 +155,51 @@ def replay(spec: TwinSpec, values: Mapping[str, float] | None, real: Trajectory)
 
 def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
     """`replay` in an already built world (reset first: every rollout starts the same)."""
-    spec, cid = world.spec, world.cid
+    spec = world.spec
     real.check_finite(f"trajectory replayed in twin '{spec.name}'")
     world.reset()
     t = np.asarray(real.t)
-    dt = world.dt
-    rid = world.robot_id
     joints = [j.name for j in spec.robot.joints] if spec.robot else []
-    jids = world.joint_ids(joints) if joints else []
-    # initial state
+    _start_from_recording(world, real, joints)
+    # the command schedule, one row per physics step
+    steps = int(round((t[-1] - t[0]) / world.dt))
+    rec_step = np.clip(np.rint((t - t[0]) / world.dt).astype(int), 0, steps)
+    plan = _CommandPlan.of(world, real, t, steps) if "robot/command" in real.channels else None
+    run = _run_and_record(world, joints, plan, rec_step.tolist(), steps)
+    objs = {n: _com_to_body(*run.objects[n], world.bodies[n].T_com_body) for n in run.objects}
+    _check_finite(t, run.Q, run.QD, joints, objs, spec.name)
+    channels: dict[str, np.ndarray] = {}
+    units: dict[str, str] = {}
+    if joints:
+        channels["robot/joint_pos"], channels["robot/joint_vel"] = run.Q, run.QD
+        unit = {"prismatic": ("m", "m/s")}
+        kind = spec.robot.joints[0].kind if spec.robot is not None else "revolute"
+        units["robot/joint_pos"], units["robot/joint_vel"] = unit.get(kind, ("rad", "rad/s"))
+    meta = {
+        "twin": spec.name,
+        "replay_of": dict(real.meta).get("name", ""),
+        "joint_names": joints,
+        "params": dict(world.values),
+        "time_step": world.dt,
+    }
+    if plan is not None:
+        bank = plan.bank
+        if len(bank.pd) or len(bank.tq):
+            channels["robot/joint_effort"] = plan.efforts(joints, rec_step, steps, run)
+            units["robot/joint_effort"] = "N*m"
+        channels["robot/command"] = real["robot/command"]
+        units["robot/command"] = real.units.get("robot/command", "")
+        meta["command_joints"] = bank.joints
+    for n, P in objs.items():
+        channels[f"objects/{n}/pose"] = P
+        units[f"objects/{n}/pose"] = POSE_UNIT
+    return Trajectory(t, channels, units, "sim", meta)
+
+
+def _start_from_recording(world: TwinWorld, real: Trajectory, joints: list[str]) -> None:
+    """The recording's first sample as the world's state: joints, and each recorded object
+    placed (with the twist it was thrown with, when the recording carries one)."""
+    spec = world.spec
     if joints and "robot/joint_pos" in real.channels:
         st_names = _names(
             real.meta, "joint_names", real["robot/joint_pos"].shape[1], joints, "robot/joint_pos"
@@ -186,31 +223,81 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
                 T_bc = world.bodies[name].T_body_com
                 com = start_twist(p0, tw, T_bc, bool(falling.get(name)), g, world.dt)
             world.set_object_pose(name, p0, com)
-    # command schedule, one row per physics step
-    steps = int(round((t[-1] - t[0]) / dt))
-    rec_step = np.clip(np.rint((t - t[0]) / dt).astype(int), 0, steps)
-    bank = None
-    if "robot/command" in real.channels:
+
+
+@dataclass
+class _CommandPlan:
+    """The recorded commands as the actuators will apply them, per physics step (latency
+    and hold before the first command included); `changed`: the steps where they change."""
+
+    bank: Actuators
+    U_ext: np.ndarray
+    u_steps: np.ndarray
+    changed: np.ndarray
+    tau_steps: np.ndarray
+
+    @classmethod
+    def of(cls, world: TwinWorld, real: Trajectory, t: np.ndarray, steps: int) -> _CommandPlan:
+        spec, dt = world.spec, world.dt
         if spec.robot is None:
             raise TwinError(f"twin '{spec.name}' has no robot but the trajectory has commands")
         cj = command_joints(spec, real)
         bank = Actuators(world, cj)
         bank.units_ok(real.units.get("robot/command", ""))
-        U = real["robot/command"]
         q_now, _ = world.joint_state(cj)
-        U_ext = np.vstack([bank.hold_command(q_now), U])
+        U_ext = np.vstack([bank.hold_command(q_now), real["robot/command"]])
         ts = t[0] + np.arange(steps) * dt
         u_steps = step_commands(command_times(real), U_ext, ts, dt, bank.latency)
         changed = np.ones(steps, dtype=bool)
         changed[1:] = np.any(u_steps[1:] != u_steps[:-1], axis=1)
-        tau_steps = bank.torques(u_steps)
-    # record buffers
-    K = len(t)
+        return cls(bank, U_ext, u_steps, changed, bank.torques(u_steps))
+
+    def efforts(
+        self, joints: list[str], rec_step: np.ndarray, steps: int, run: _Recorded
+    ) -> np.ndarray:
+        """Joint efforts at the samples: the actuator model's, except PD joints, which
+        report the torque they applied over the last step (as a robot does)."""
+        bank, K = self.bank, len(rec_step)
+        at = np.clip(rec_step - 1, 0, max(steps - 1, 0))
+        u_at = self.u_steps[at] if steps else self.U_ext[[0] * K]
+        sel = [joints.index(j) for j in bank.joints]
+        eff = np.stack([bank.effort(u_at[i], run.Q[i, sel], run.QD[i, sel]) for i in range(K)])
+        if run.PDT is not None:
+            ok = np.isfinite(run.PDT[:, 0])
+            eff[np.ix_(ok, bank.pd)] = run.PDT[ok]
+        return eff
+
+
+@dataclass
+class _Recorded:
+    """What a replay sampled: joint positions and velocities, each object's centre of mass
+    (position, quaternion) and the PD joints' applied torques (None without PD joints)."""
+
+    Q: np.ndarray
+    QD: np.ndarray
+    objects: dict[str, tuple[np.ndarray, np.ndarray]]
+    PDT: np.ndarray | None
+
+
+def _run_and_record(
+    world: TwinWorld,
+    joints: list[str],
+    plan: _CommandPlan | None,
+    rec_at: list[int],
+    steps: int,
+) -> _Recorded:
+    """Step the world `steps` times, applying the plan's commands where they change and
+    sampling the state after the steps `rec_at` names (the hot loop of every replay)."""
+    spec, cid, rid = world.spec, world.cid, world.robot_id
+    jids = world.joint_ids(joints) if joints else []
+    obj_names = [o.name for o in spec.objects]
+    K = len(rec_at)
     Q, QD = np.zeros((K, len(jids))), np.zeros((K, len(jids)))
     com_pos = {n: np.zeros((K, 3)) for n in obj_names}
     com_orn = {n: np.zeros((K, 4)) for n in obj_names}
     bodies = {n: world.bodies[n].body_id for n in obj_names}
     get_js, get_base, step = pb.getJointStates, pb.getBasePositionAndOrientation, pb.stepSimulation
+    bank = plan.bank if plan is not None else None
 
     body_ids = list(bodies.values())
     # what PyBullet returns per recorded sample, converted to arrays once after the run
@@ -229,8 +316,7 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
         if body_ids:
             base_rows.append([get_base(b, physicsClientId=cid) for b in body_ids])
 
-    rec_at = rec_step.tolist()  # plain ints and bools: cheaper to test every step
-    changed_at = changed.tolist() if bank is not None else []
+    changed_at = plan.changed.tolist() if plan is not None else []  # plain bools: cheaper
     k = 0
     while k < K and rec_at[k] == 0:
         record(k)
@@ -239,9 +325,9 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
     # servo-only commands (the common arm case): targets prepared once, one call per change
     fast = bank is not None and not per_step
     if fast:
-        assert bank is not None
+        assert bank is not None and plan is not None
         set_motors, sv_ids, mode = pb.setJointMotorControlArray, bank.sv_ids, pb.POSITION_CONTROL
-        targets = u_steps[:, bank.sv].tolist()
+        targets = plan.u_steps[:, bank.sv].tolist()
         zeros = [0.0] * len(sv_ids)
         kp, kd, force = bank.sv_kp, bank.sv_kd, bank.sv_force
     for s in range(steps):
@@ -258,9 +344,9 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
                     forces=force,
                     physicsClientId=cid,
                 )
-        elif bank is not None:
+        elif bank is not None and plan is not None:
             if changed_at[s]:
-                bank.apply(u_steps[s], tau_steps[s])
+                bank.apply(plan.u_steps[s], plan.tau_steps[s])
             if per_step:
                 bank.before_step()
         step(physicsClientId=cid)
@@ -274,41 +360,7 @@ def replay_in(world: TwinWorld, real: Trajectory) -> Trajectory:
         if base_rows:
             com_pos[name][:k] = [r[i][0] for r in base_rows]
             com_orn[name][:k] = [r[i][1] for r in base_rows]
-    objs = {n: _com_to_body(com_pos[n], com_orn[n], world.bodies[n].T_com_body) for n in obj_names}
-    _check_finite(t, Q, QD, joints, objs, spec.name)
-    channels: dict[str, np.ndarray] = {}
-    units: dict[str, str] = {}
-    if jids:
-        channels["robot/joint_pos"], channels["robot/joint_vel"] = Q, QD
-        unit = {"prismatic": ("m", "m/s")}
-        kind = spec.robot.joints[0].kind if spec.robot is not None else "revolute"
-        units["robot/joint_pos"], units["robot/joint_vel"] = unit.get(kind, ("rad", "rad/s"))
-    if bank is not None and (len(bank.pd) or len(bank.tq)):
-        at = np.clip(rec_step - 1, 0, max(steps - 1, 0))
-        u_at = u_steps[at] if steps else U_ext[[0] * K]
-        sel = [joints.index(j) for j in bank.joints]
-        eff = np.stack([bank.effort(u_at[i], Q[i, sel], QD[i, sel]) for i in range(K)])
-        if PDT is not None:
-            ok = np.isfinite(PDT[:, 0])
-            eff[np.ix_(ok, bank.pd)] = PDT[ok]
-        channels["robot/joint_effort"] = eff
-        units["robot/joint_effort"] = "N*m"
-    if bank is not None:
-        channels["robot/command"] = real["robot/command"]
-        units["robot/command"] = real.units.get("robot/command", "")
-    for n, P in objs.items():
-        channels[f"objects/{n}/pose"] = P
-        units[f"objects/{n}/pose"] = POSE_UNIT
-    meta = {
-        "twin": spec.name,
-        "replay_of": dict(real.meta).get("name", ""),
-        "joint_names": joints,
-        "params": dict(world.values),
-        "time_step": dt,
-    }
-    if bank is not None:
-        meta["command_joints"] = bank.joints
-    return Trajectory(t, channels, units, "sim", meta)
+    return _Recorded(Q, QD, {n: (com_pos[n], com_orn[n]) for n in obj_names}, PDT)
 
 
 Policy = Callable[[float, Mapping[str, np.ndarray]], np.ndarray]
