@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from app.jobs import Job, Progress, run_to_end
-from app.project import Project, ProjectError
 from devices.robots.driver import RobotInfo, RobotState
 from devices.trajectory import Trajectory
 from resources import atomic
+from resources.project import Project, ProjectError
 
 if TYPE_CHECKING:
     from app.workflows.scan_frames import ScanOptions

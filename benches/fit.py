@@ -202,15 +202,35 @@ def _command_timing(recs: list[Any], dt: float) -> dict[str, Any]:
     }
 
 
+# What the figures do and do not cover (the run adds the fit's own notes after these).
+NOTES = [
+    "unknowns: damping and Coulomb friction of joints 1-4, one latency for all joints; "
+    "known: controller gains, force limits, rotor inertias (lab config), link masses "
+    "(URDF)",
+    "object parameters not fitted (the excitation does not touch the objects); "
+    "track_err_mm is `bench track`'s quick run (a lab push seen by the fixed camera, "
+    "same code path), outside fit_wall_s",
+    "suggested_vs_random_recordings is `bench design`'s quick loop (Panda twin with "
+    "known servo bandwidths of 2 joints; the lab's 9 parameters would need a loop of "
+    "lab recordings and fits per policy), outside fit_wall_s",
+    "wall_s is the whole bench (lab start, real-time recording, fit, the plain-cma "
+    "comparison and the parallel timing); fit_wall_s is the fit alone; "
+    "load_avg_1min: the machine's load at the start and the end",
+    "damping behind the lab's PD (kv 40-45 N*m*s/rad) is a 2 % effect on the motion, "
+    "worth c/kp = 1.3-1.5 ms of command delay: commands that reach the lab a 2 ms "
+    "step late are replayed as recorded (robot/command_delay), and the twin holds the "
+    "joints no command moves (the Panda's fingers) as the lab does; left free, they "
+    "slid to their stops and knocked whenever the hand turned, which fits took as "
+    "10-20 % extra damping of joints 1 and 3",
+]
+
+
 def run(
     quick: bool = False, lab_config: Path | None = None, posterior: str = "laplace"
 ) -> dict[str, Any]:
-    from benches.fit_lab import fitted_truth, lab_replay, lab_twin, tied_latency
+    from benches.fit_lab import fitted_truth, lab_twin, tied_latency
     from devices.lab.config import LabConfig
     from devices.lab.scenes import get_scene
-    from twins.executor import LocalExecutor
-    from twins.fit import FitConfig, Problem, _channels, _split, fit
-    from twins.objective import Space, evaluate, replay_rmse
 
     cfg = (
         LabConfig.load(Path(lab_config))
@@ -240,127 +260,184 @@ def run(
         truth = fitted_truth(cfg)
         tie = tied_latency(cfg)
         params = tuple(truth)
-        config = FitConfig(
-            params=params,
-            channels=CHANNELS,
-            window_s=WINDOW_S,
-            budget=40 if quick else 60,  # the latency scan and the polish finish the search
-            polish_rounds=1,
-            seed=0,
-            tie=tie,
-            validation=0.25,
-            stall_generations=3,
-            posterior=posterior,
-        )
-        t0, cpu0, load_fit = time.perf_counter(), _cpu_s(), os.getloadavg()[0]
-        with LocalExecutor(workers) as ex:  # its workers are reaped on exit: their CPU counts
-            res = fit(spec, train, config, ex)
-        fit_s, fit_cpu = time.perf_counter() - t0, _cpu_s() - cpu0
-        load_fit_end = os.getloadavg()[0]
-        post = res.posterior
+        config = _fit_config(params, tie, quick, posterior)
+        res, fit_timing = _timed_fit(spec, train, config, workers)
         start = {n: spec.params[n].nominal for n in params}
         fitted = dict(res.estimate)
         fitted.update({d: fitted[s] for s, ds in tie.items() for d in ds})
-
-        def held_rmse(values: dict[str, float]) -> float:
-            return replay_rmse(spec, held, WINDOW_S, values, ("robot/joint_pos",))[
-                "robot/joint_pos"
-            ]
-
-        before = held_rmse({**start})
-        after = held_rmse(fitted)
-        # the lab against itself: the held-out commands replayed twice, different noise
-        a = lab_replay(cfg, held[0], seed=101)
-        b = lab_replay(cfg, held[0], seed=202)
-        floor = float(np.sqrt(np.mean((a - b) ** 2)))
+        heldout = _heldout(spec, cfg, held, start, fitted)
         # the problems the fit saw, for the plain-cma comparison and the timing
-        space = Space.of(spec, params, None, tie)
-        lead = spec.params[params[-1]].high + 0.01
-        tw, vw = _split(train, [], config, lead)
-        chans = _channels(tw + vw, config)
-        tprob = Problem(spec, space, tuple(tw), chans)
-        vprob = Problem(spec, space, tuple(vw), chans)
-        rows = {}
-        errs, covered = [], []
-        for n in params:
-            lo, hi = post.interval90[n]
-            true = truth[n]
-            rel = abs(fitted[n] - true) / abs(true) if true else float("nan")
-            ident = bool(post.identifiable[n])
-            rows[n] = {
-                "true": _r(true),
-                "start": _r(start[n]),
-                "fitted": _r(fitted[n]),
-                "rel_err": _r(rel, 3),
-                "interval90": [_r(lo), _r(hi)],
-                "identifiable": ident,
-                "why": post.why[n],
-                "sensitivity": _r(post.sensitivity[n], 3),
-            }
-            if ident:
-                errs.append(rel)
-                covered.append(lo <= true <= hi)
-        out["params"] = rows
-        out["n_params"] = len(params)
-        out["param_rel_err_max_identifiable"] = _r(max(errs) if errs else float("nan"), 3)
-        out["posterior_coverage_90"] = _r(float(np.mean(covered)) if covered else float("nan"), 3)
-        out["posterior_method"] = post.method
-        out["correlation_max"] = _r(_max_offdiag(post.correlation), 3)
-        out["heldout_rmse_before"] = _r(before)
-        out["heldout_rmse_after"] = _r(after)
-        out["noise_floor_rmse"] = _r(floor)
-        out["heldout_over_noise"] = _r(after / floor if floor > 0 else float("nan"), 3)
-        out["heldout_unit"] = "rad (joint angles, windowed replay)"
+        space, tw, tprob, vprob = _fit_problems(spec, params, tie, train, config)
+        out.update(_param_report(params, truth, start, fitted, res.posterior))
+        out.update(heldout)
         out["validation_rmse_after"] = _r(
             res.validation_rmse_after.get("robot/joint_pos", math.nan)
         )
-        out["fit_wall_s"] = round(fit_s, 2)
-        out["fit_cpu_s"] = round(fit_cpu, 2)
-        out["fit_load_avg_1min"] = [round(load_fit, 2), round(load_fit_end, 2)]
+        out.update(fit_timing)
         out["rollouts"] = res.rollouts
         out["evaluations"] = res.evaluations
         out["failed"] = res.failed
         u_fit = space.to_u(np.array([res.estimate[n] for n in params]))
-        target = evaluate((vprob, u_fit)).loss
-        out["validation_loss_after"] = _r(target)
-        cap = 2 * res.evaluations
-        t0 = time.perf_counter()
-        evals_default, reached = _cmaes_default(spec, tprob, vprob, target, cap)
-        out["cmaes_default_s"] = round(time.perf_counter() - t0, 2)
-        out["rollouts_cmaes_default"] = evals_default * len(tw)
-        out["cmaes_default_reached"] = reached
-        if not reached:
-            notes.append(
-                f"plain cma did not reach the fit's validation error within {cap} evaluations "
-                "(rollouts_cmaes_default is that cap, a lower bound)"
-            )
-        out["rollout_ratio"] = _r(res.rollouts / max(out["rollouts_cmaes_default"], 1), 3)
+        _plain_cma_comparison(spec, tprob, vprob, u_fit, res, len(tw), out, notes)
         out["parallel_efficiency"] = _r(_parallel_efficiency(tprob), 3)
         out.update(_design(notes, workers))
         out.update(_tracking(notes))
         out["workers"] = workers
         out["load_avg_1min"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
         out["cpu_count"] = os.cpu_count()
-        notes += [
-            "unknowns: damping and Coulomb friction of joints 1-4, one latency for all joints; "
-            "known: controller gains, force limits, rotor inertias (lab config), link masses "
-            "(URDF)",
-            "object parameters not fitted (the excitation does not touch the objects); "
-            "track_err_mm is `bench track`'s quick run (a lab push seen by the fixed camera, "
-            "same code path), outside fit_wall_s",
-            "suggested_vs_random_recordings is `bench design`'s quick loop (Panda twin with "
-            "known servo bandwidths of 2 joints; the lab's 9 parameters would need a loop of "
-            "lab recordings and fits per policy), outside fit_wall_s",
-            "wall_s is the whole bench (lab start, real-time recording, fit, the plain-cma "
-            "comparison and the parallel timing); fit_wall_s is the fit alone; "
-            "load_avg_1min: the machine's load at the start and the end",
-            "damping behind the lab's PD (kv 40-45 N*m*s/rad) is a 2 % effect on the motion, "
-            "worth c/kp = 1.3-1.5 ms of command delay: commands that reach the lab a 2 ms "
-            "step late are replayed as recorded (robot/command_delay), and the twin holds the "
-            "joints no command moves (the Panda's fingers) as the lab does; left free, they "
-            "slid to their stops and knocked whenever the hand turned, which fits took as "
-            "10-20 % extra damping of joints 1 and 3",
-            *res.notes,
-        ]
+        notes += [*NOTES, *res.notes]
         out["notes"] = notes
     return out
+
+
+def _fit_config(params: tuple[str, ...], tie: Any, quick: bool, posterior: str) -> Any:
+    """The fit's settings: joint angles and efforts in 0.5 s windows, a quarter held back
+    for validation, a short CMA-ES budget that the latency scan and the polish finish."""
+    from twins.fit import FitConfig
+
+    return FitConfig(
+        params=params,
+        channels=CHANNELS,
+        window_s=WINDOW_S,
+        budget=40 if quick else 60,  # the latency scan and the polish finish the search
+        polish_rounds=1,
+        seed=0,
+        tie=tie,
+        validation=0.25,
+        stall_generations=3,
+        posterior=posterior,
+    )
+
+
+def _timed_fit(
+    spec: Any, train: list[Any], config: Any, workers: int
+) -> tuple[Any, dict[str, Any]]:
+    """Step 3: the fit on its own process pool, and its wall time, CPU time (its workers
+    are reaped when the pool closes, so their CPU counts) and the load at its start and end."""
+    from twins.executor import LocalExecutor
+    from twins.fit import fit
+
+    t0, cpu0, load_fit = time.perf_counter(), _cpu_s(), os.getloadavg()[0]
+    with LocalExecutor(workers) as ex:  # its workers are reaped on exit: their CPU counts
+        res = fit(spec, train, config, ex)
+    fit_s, fit_cpu = time.perf_counter() - t0, _cpu_s() - cpu0
+    load_fit_end = os.getloadavg()[0]
+    return res, {
+        "fit_wall_s": round(fit_s, 2),
+        "fit_cpu_s": round(fit_cpu, 2),
+        "fit_load_avg_1min": [round(load_fit, 2), round(load_fit_end, 2)],
+    }
+
+
+def _heldout(
+    spec: Any, cfg: Any, held: list[Any], start: dict[str, float], fitted: dict[str, float]
+) -> dict[str, Any]:
+    """Step 4: the held-out recording's windowed replay RMSE (joint angles) at the start
+    values and at the fit, against the noise floor: the lab replaying the same commands
+    twice with different sensor-noise seeds."""
+    from benches.fit_lab import lab_replay
+    from twins.objective import replay_rmse
+
+    def held_rmse(values: dict[str, float]) -> float:
+        return replay_rmse(spec, held, WINDOW_S, values, ("robot/joint_pos",))["robot/joint_pos"]
+
+    before = held_rmse({**start})
+    after = held_rmse(fitted)
+    # the lab against itself: the held-out commands replayed twice, different noise
+    a = lab_replay(cfg, held[0], seed=101)
+    b = lab_replay(cfg, held[0], seed=202)
+    floor = float(np.sqrt(np.mean((a - b) ** 2)))
+    return {
+        "heldout_rmse_before": _r(before),
+        "heldout_rmse_after": _r(after),
+        "noise_floor_rmse": _r(floor),
+        "heldout_over_noise": _r(after / floor if floor > 0 else float("nan"), 3),
+        "heldout_unit": "rad (joint angles, windowed replay)",
+    }
+
+
+def _fit_problems(
+    spec: Any, params: tuple[str, ...], tie: Any, train: list[Any], config: Any
+) -> tuple[Any, list[Any], Any, Any]:
+    """The search space and the training/validation problems as the fit built them:
+    (space, training windows, training problem, validation problem)."""
+    from twins.fit import Problem, _channels, _split
+    from twins.objective import Space
+
+    space = Space.of(spec, params, None, tie)
+    lead = spec.params[params[-1]].high + 0.01
+    tw, vw = _split(train, [], config, lead)
+    chans = _channels(tw + vw, config)
+    tprob = Problem(spec, space, tuple(tw), chans)
+    vprob = Problem(spec, space, tuple(vw), chans)
+    return space, tw, tprob, vprob
+
+
+def _param_report(
+    params: tuple[str, ...],
+    truth: dict[str, float],
+    start: dict[str, float],
+    fitted: dict[str, float],
+    post: Any,
+) -> dict[str, Any]:
+    """Each parameter against the lab's truth (start, fit, relative error, 90 % interval,
+    identifiability), and over the identifiable ones the largest error and how many of
+    their intervals hold the truth."""
+    rows = {}
+    errs, covered = [], []
+    for n in params:
+        lo, hi = post.interval90[n]
+        true = truth[n]
+        rel = abs(fitted[n] - true) / abs(true) if true else float("nan")
+        ident = bool(post.identifiable[n])
+        rows[n] = {
+            "true": _r(true),
+            "start": _r(start[n]),
+            "fitted": _r(fitted[n]),
+            "rel_err": _r(rel, 3),
+            "interval90": [_r(lo), _r(hi)],
+            "identifiable": ident,
+            "why": post.why[n],
+            "sensitivity": _r(post.sensitivity[n], 3),
+        }
+        if ident:
+            errs.append(rel)
+            covered.append(lo <= true <= hi)
+    return {
+        "params": rows,
+        "n_params": len(params),
+        "param_rel_err_max_identifiable": _r(max(errs) if errs else float("nan"), 3),
+        "posterior_coverage_90": _r(float(np.mean(covered)) if covered else float("nan"), 3),
+        "posterior_method": post.method,
+        "correlation_max": _r(_max_offdiag(post.correlation), 3),
+    }
+
+
+def _plain_cma_comparison(
+    spec: Any,
+    tprob: Any,
+    vprob: Any,
+    u_fit: np.ndarray,
+    res: Any,
+    n_windows: int,
+    out: dict[str, Any],
+    notes: list[str],
+) -> None:
+    """Step 5: rollouts plain cma needs to reach the fit's validation loss (capped at twice
+    the fit's evaluations), and the ratio of the fit's rollouts to that."""
+    from twins.objective import evaluate
+
+    target = evaluate((vprob, u_fit)).loss
+    out["validation_loss_after"] = _r(target)
+    cap = 2 * res.evaluations
+    t0 = time.perf_counter()
+    evals_default, reached = _cmaes_default(spec, tprob, vprob, target, cap)
+    out["cmaes_default_s"] = round(time.perf_counter() - t0, 2)
+    out["rollouts_cmaes_default"] = evals_default * n_windows
+    out["cmaes_default_reached"] = reached
+    if not reached:
+        notes.append(
+            f"plain cma did not reach the fit's validation error within {cap} evaluations "
+            "(rollouts_cmaes_default is that cap, a lower bound)"
+        )
+    out["rollout_ratio"] = _r(res.rollouts / max(out["rollouts_cmaes_default"], 1), 3)

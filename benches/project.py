@@ -36,8 +36,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import app.project as store
-from app.project import KINDS, MANIFEST, Project, ProjectError
+from resources.project import JOURNAL, KINDS, LOCK, MANIFEST, Project, ProjectError, store
+from resources.project.files import TMP_PREFIX
+from resources.project.journal import FORMAT
 
 DESCRIPTION = "project store: add/open cost at 1k and 10k artifacts, containment, kill -9 safety"
 
@@ -70,7 +71,7 @@ def _orphans(proj: Project) -> int:
         if base.is_symlink() or not base.is_dir():
             continue
         for e in os.scandir(base):
-            if e.name.startswith(store.TMP_PREFIX):
+            if e.name.startswith(TMP_PREFIX):
                 n += 1
             elif e.is_dir(follow_symlinks=False) and (kind, e.name) not in listed:
                 n += 1
@@ -117,7 +118,7 @@ def _roundtrip(tmp: Path, n: int) -> dict[str, Any]:
 def _prepare(root: Path, n: int) -> None:
     """A version-1 project (snapshot only, the older format) with n complete artifacts."""
     Project.create(root)
-    (root / store.JOURNAL).unlink()  # version 1 had no journal
+    (root / JOURNAL).unlink()  # version 1 had no journal
     arts = []
     base = root / "trajectories"
     base.mkdir()
@@ -138,7 +139,7 @@ def _prepare(root: Path, n: int) -> None:
             }
         )
     manifest = {
-        "format": store.FORMAT,
+        "format": FORMAT,
         "format_version": 1,
         "name": root.name,
         "created": t,
@@ -159,10 +160,10 @@ def _scale(tmp: Path, n: int, adds: int, fill_journal: bool) -> dict[str, float]
     times = [_ms(lambda i=i: _add(proj, i)) for i in range(adds)]  # type: ignore[misc]
     if fill_journal:  # open's worst case: a journal just short of its compaction
         i = adds
-        while len((root / store.JOURNAL).read_bytes().splitlines()) < store.JOURNAL_COMPACT_LINES:
+        while len((root / JOURNAL).read_bytes().splitlines()) < store.JOURNAL_COMPACT_LINES:
             _add(proj, i)
             i += 1
-    lines = len((root / store.JOURNAL).read_bytes().splitlines())
+    lines = len((root / JOURNAL).read_bytes().splitlines())
     opens, cpu = [], []
     for _ in range(7):
         c0 = time.process_time()
@@ -216,8 +217,8 @@ def _escape_attempts(tmp: Path) -> dict[str, bool]:
         return "outside" in (path / "twin.json").read_text()
 
     def lock_write(root: Path, out: Path) -> bool:
-        (root / store.LOCK).unlink()
-        (root / store.LOCK).symlink_to(out / "created-by-lock")
+        (root / LOCK).unlink()
+        (root / LOCK).symlink_to(out / "created-by-lock")
         try:
             _add(Project.open(root), 0)
         except ProjectError:
@@ -226,9 +227,9 @@ def _escape_attempts(tmp: Path) -> dict[str, bool]:
 
     def journal_write(root: Path, out: Path) -> bool:
         (out / "journal").write_bytes(b"")
-        if (root / store.JOURNAL).exists():
-            (root / store.JOURNAL).unlink()
-        (root / store.JOURNAL).symlink_to(out / "journal")
+        if (root / JOURNAL).exists():
+            (root / JOURNAL).unlink()
+        (root / JOURNAL).symlink_to(out / "journal")
         try:
             _add(Project.open(root), 0)
         except ProjectError:
@@ -297,7 +298,7 @@ def _bounded_parse(tmp: Path) -> bool:
     cases: list[tuple[str, Callable[[Path], None], str]] = [
         ("deep", _deep_manifest, MANIFEST),
         ("huge", lambda r: _sparse(r / MANIFEST, 65 * 2**20), MANIFEST),
-        ("deep-line", _deep_journal_line, store.JOURNAL),
+        ("deep-line", _deep_journal_line, JOURNAL),
     ]
     for name, spoil, fname in cases:
         root = tmp / f"bounded-{name}"
@@ -324,7 +325,7 @@ def _sparse(path: Path, size: int) -> None:
 
 def _deep_journal_line(root: Path) -> None:
     payload = ("[" * 100000 + "]" * 100000).encode()
-    with open(root / store.JOURNAL, "ab") as fh:
+    with open(root / JOURNAL, "ab") as fh:
         fh.write(b"%08x %s\n" % (zlib.crc32(payload), payload))
 
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from app.project import Artifact, printable
+from resources.project import Artifact, printable
 
 SEP = " — "
 NAME_CHARS = 60  # a longer summary ends in "…" in the list (the tooltip has all of it)

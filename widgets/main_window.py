@@ -17,9 +17,9 @@ from PySide6 import QtCore, QtGui, QtWidgets
 import resources
 from app import workflows
 from app.jobs import preload_step_libraries
-from app.project import Project
 from app.session import AppController, JobRequest
 from resources.errors import TwinbenchError
+from resources.project import Project
 from widgets.calibrate_page import CalibratePage
 from widgets.deploy_page import DeployPage
 from widgets.devices_panel import DevicesPanel

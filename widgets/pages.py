@@ -31,8 +31,8 @@ from typing import Any
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from app import workflows
-from app.project import Project
 from app.session import AppController, DeviceStatus
+from resources.project import Project
 
 _STYLE = """
 QFrame#emptyState { background: palette(base); border: 1px solid palette(mid); border-radius: 8px; }

@@ -22,9 +22,9 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
 from app.jobs import tap_progress
-from app.project import Project
 from app.workflows import train as train_flow
 from app.workflows.sim_real import sim_real_table
+from resources.project import Project
 from widgets.pages import StatusLine, WorkflowPage, preview
 from widgets.policies_views import DistributionView, PolicyTable
 from widgets.policy_setup import TrainSetup, wrapped_label

@@ -14,9 +14,9 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
-from app.project import Project
 from app.workflows import train as train_flow
 from policies.tasks import task_config
+from resources.project import Project
 
 log = logging.getLogger(__name__)
 MAX_HIST = 4  # parameters drawn (the rest are named in a line below)

@@ -460,8 +460,8 @@ def demo_project() -> str:
     """The preview's project: <data dir>/twin-preview with the procedural demo twin (made
     once, reused after)."""
     from app.jobs import run_to_end
-    from app.project import Project
     from app.session import data_dir
+    from resources.project import Project
 
     root = data_dir() / "twin-preview"
     # A folder that exists but does not open is someone's data: the error says why, and

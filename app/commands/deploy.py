@@ -54,13 +54,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
-    from app.project import Project
     from app.workflows.close_loop import RefitError, refit_job
     from app.workflows.deploy import deploy_job
     from app.workflows.deploy_plan import plan_deploy
     from app.workflows.object_feed import policy_object_source
     from devices.robots.auth import load_token
     from devices.robots.client import RobotClient
+    from resources.project import Project
 
     project = Project.open(args.project)
     with RobotClient(

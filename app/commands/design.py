@@ -63,8 +63,8 @@ def _sigma(items: list[str]) -> dict[str, float] | None:
 
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
-    from app.project import Project
     from app.workflows.design import record_command, suggest_job
+    from resources.project import Project
 
     project = Project.open(args.project)
     ranked = run_cli(

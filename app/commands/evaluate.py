@@ -38,9 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
-    from app.project import Project
     from app.workflows.train import evaluate_job
     from policies.errors import PolicyError
+    from resources.project import Project
 
     project = Project.open(args.project)
     if args.sim_vs_real:

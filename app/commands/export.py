@@ -19,8 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.project import Project
     from app.workflows.fit import export_recording
+    from resources.project import Project
 
     out = export_recording(Project.open(args.project), args.trajectory, args.out)
     print(f"wrote {out}")

@@ -129,8 +129,8 @@ def _compare_table(rows: list[dict], keys: list[str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
-    from app.project import Project
     from app.workflows.fit import apply_fit, fit_job, fit_summary
+    from resources.project import Project
     from twins.errors import TwinError
     from twins.fit import FitConfig
 

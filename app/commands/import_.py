@@ -42,9 +42,9 @@ def mapping_path(name: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.project import Project
     from app.workflows.fit import import_recording, import_rig_twin
     from devices.errors import DataFileError
+    from resources.project import Project
 
     project = Project.open(args.project)
     if args.rig:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.project import Project
+from resources.project import Project
 
 HELP = "Create a project folder, or list its artifacts and their lineage."
 

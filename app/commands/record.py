@@ -63,13 +63,13 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
-    from app.project import Project
     from app.workflows.record import motion_names, plan_motion, record_job
     from devices.errors import DeviceError
     from devices.robots.auth import load_token
     from devices.robots.client import RobotClient
     from devices.robots.excitation import EXCITATIONS
     from devices.robots.motion import derivatives
+    from resources.project import Project
 
     if args.list:
         for name, ex in EXCITATIONS.items():

@@ -114,10 +114,10 @@ def parse_depth_range(text: str) -> tuple[float, float] | str:
 
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
-    from app.project import Project
     from app.workflows.scan import save_scan, scan_recording
     from app.workflows.scan_frames import ScanOptions
     from reconstruction.scan_result import require_usable
+    from resources.project import Project
 
     if args.list_cameras:
         from devices.cameras.realsense import list_devices

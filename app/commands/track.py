@@ -42,8 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
-    from app.project import Project
     from app.workflows.track import track_artifact, track_camera_file
+    from resources.project import Project
 
     project = Project.open(args.project)
     if args.camera_file is not None:

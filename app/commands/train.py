@@ -95,11 +95,11 @@ def _jsonable(x: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli, run_to_end
-    from app.project import Project
     from app.workflows.train import TrainRequest, load_policy, train_job
     from policies.cem import CemSettings
     from policies.ppo import PpoSettings
     from policies.train import TrainSettings
+    from resources.project import Project
 
     project = Project.open(args.project)
     if args.retrain:

@@ -59,8 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
-    from app.project import Project
     from app.workflows.twin import build_twin, load_twin, set_twin_values, twin_summary
+    from resources.project import Project
     from resources.text import count
 
     project = Project.open(args.project)

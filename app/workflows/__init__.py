@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.project import Project
+from resources.project import Project
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from app.project import Project
 from devices.trajectory import Trajectory
+from resources.project import Project
 
 # the "real" values of the recording (the twin starts at its nominals)
 TRUTH = {

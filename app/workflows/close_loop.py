@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 from app.jobs import Job
-from app.project import Project, ProjectError
 from app.workflows.train import fits_of_twin, load_policy, policy_overview
 from devices.trajectory import COMMAND_DELAY
 from policies.errors import PolicyError
 from resources.errors import TwinbenchError
+from resources.project import Project, ProjectError
 
 REPLAY_SHARE = 0.3  # share of training episodes that start from a failed real run
 # channels every windowed replay reads (twins/objective.py): a NaN in one fails the window

@@ -43,7 +43,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.jobs import Job, Progress
-from app.project import Project
 from app.workflows.deploy_plan import DeployPlan, Shadow, check_robot, final_error
 from app.workflows.object_feed import (
     ObjectPoseFeeder,
@@ -57,6 +56,7 @@ from devices.trajectory import COMMAND_DELAY, Trajectory
 from policies.errors import PolicyError
 from reconstruction.object_tracks import add_object_tracks
 from resources import atomic
+from resources.project import Project
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from app.project import Project
 from app.workflows.object_feed import (
     ObjectSource,
     object_source,
@@ -35,6 +34,7 @@ from policies.errors import PolicyError
 from policies.policy import Policy
 from policies.tasks import get_task, task_config
 from policies.tasks.base import TaskConfig
+from resources.project import Project
 from twins.spec import TwinSpec
 
 log = logging.getLogger(__name__)

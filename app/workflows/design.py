@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.jobs import Job, Progress
-from app.project import Project, ProjectError
 from app.workflows.fit import load_recording
 from app.workflows.twin import load_twin
+from resources.project import Project, ProjectError
 from twins.design import (
     Suggestion,
     default_candidates,

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from app.jobs import Job, Progress
-from app.project import Project
 from app.workflows.scan_frames import ScanOptions, reconstruct_frames, scan_summary
 from app.workflows.scan_handheld import (
     HandheldOptions,
@@ -28,6 +27,7 @@ from app.workflows.scan_handheld import (
     scan_source,
 )
 from reconstruction.scan_result import ScanResult
+from resources.project import Project
 
 log = logging.getLogger(__name__)
 

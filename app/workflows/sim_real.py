@@ -17,8 +17,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from app.project import Project
 from policies.evaluate import wilson
+from resources.project import Project
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ import trimesh
 from numpy.typing import NDArray
 
 from app.jobs import Job, Progress
-from app.project import Project
 from devices.frames import RGBDFrame
 from devices.trajectory import Trajectory
 from reconstruction.object_track_types import FrameTracks, ObjectModel, ObjectTrackSettings
@@ -36,6 +35,7 @@ from reconstruction.object_tracks import add_object_tracks
 from reconstruction.scan_result import ScanResult
 from reconstruction.segment import Plane
 from resources.errors import TwinbenchError
+from resources.project import Project
 
 
 class TrackError(TwinbenchError):

@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from app.jobs import Job, Progress
-from app.project import Project, ProjectError
 from app.workflows.twin import load_twin
 from policies.errors import PolicyError
 from policies.policy import Policy
@@ -47,6 +46,7 @@ from policies.randomization import (
 )
 from policies.train import TrainSettings, train_steps
 from resources import atomic
+from resources.project import Project, ProjectError
 
 DR_MODES = ("none", "manual", "posterior")
 NOISE = {"none": SensorNoise(), "typical": TYPICAL_NOISE}

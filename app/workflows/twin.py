@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from app.jobs import Job, Progress
-from app.project import Project
+from resources.project import Project
 from resources.text import count
 from twins.from_scan import PANDA, build_twin_steps
 from twins.params import Param
@@ -224,7 +224,7 @@ def _number_in_unit(param: Param, raw: str) -> float:
 
 
 def _twin_to_edit(project: Project, twin_id: str) -> TwinSpec:
-    from app.project import ProjectError
+    from resources.project import ProjectError
     from twins.errors import TwinError
 
     try:

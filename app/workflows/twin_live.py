@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from app.project import Project
 from app.workflows.twin import TwinSession
 from resources.errors import TwinbenchError
+from resources.project import Project
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 
 from app.jobs import run_to_end
-from app.project import Project
 from app.workflows.twin import build_twin, load_twin
 from devices.trajectory import Trajectory
 from policies.export import to_onnx
@@ -20,6 +19,7 @@ from policies.motion_primitives import torch_module
 from policies.policy import Policy
 from policies.tasks import make_env
 from resources import atomic
+from resources.project import Project
 
 FIT_CONFIG = {
     "params": ["robot.joints.panda_joint2.damping"],

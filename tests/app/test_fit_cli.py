@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from app.cli import main
-from app.project import Project
 from devices.trajectory import Trajectory
 from resources import shared_data
+from resources.project import Project
 from twins.rigs import qube_twin
 from twins.simulate import replay
 from twins.spec import TwinSpec

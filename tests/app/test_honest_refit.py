@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 import twins.objective as objective
-from app.project import Project
 from app.workflows.close_loop import refit_job
 from devices.trajectory import COMMAND_DELAY, Trajectory
 from resources.errors import TwinbenchError
+from resources.project import Project
 from tests.app.refit_rig import done_fits, fake_run, policy_project
 from twins.errors import TwinError
 

@@ -35,7 +35,7 @@ def _tum_folder() -> Path:
 
 
 def _project(tmp_path: Path) -> Path:
-    from app.project import Project
+    from resources.project import Project
 
     Project.create(tmp_path / "proj")
     return tmp_path / "proj"

@@ -13,10 +13,10 @@ import pytest
 
 from app import demo, workflows
 from app.jobs import Job, Progress
-from app.project import MANIFEST, Project, ProjectError
 from app.session import MAX_RECENT, AppController, DeviceStatus
 from devices.errors import DeviceError
 from devices.robots.driver import JointLimits, RobotInfo, RobotState
+from resources.project import MANIFEST, Project, ProjectError
 
 
 @pytest.fixture

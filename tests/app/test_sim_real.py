@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from app.cli import main
-from app.project import Project
 from app.workflows.sim_real import sim_real_table
 from policies.evaluate import wilson
+from resources.project import Project
 
 # name -> (real successes of 4 runs, shadow-predicted successes, twin evaluation rate | None)
 POLICIES = {"good": (4, 4, 0.95), "fair": (2, 3, 0.6), "poor": (0, 1, 0.1), "blind": (1, 2, None)}

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from app.cli import main as cli
-from app.project import JOURNAL, Project
 from app.workflows.twin import load_twin
 from devices.trajectory import Trajectory
+from resources.project import JOURNAL, Project
 from twins.simulate import replay
 
 DAMPING = "robot.joints.panda_joint1.damping"  # N*m*s/rad, [0, 5], nominal 0

@@ -9,8 +9,8 @@ import pytest
 
 from app.cli import main as cli
 from app.jobs import run_to_end
-from app.project import MANIFEST, Project
 from app.workflows import twin as twin_flow
+from resources.project import MANIFEST, Project
 from twins.errors import TwinError
 
 

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from app.jobs import run_to_end
-from app.project import Project
 from app.workflows.deploy import deploy_job
 from app.workflows.deploy_plan import plan_deploy
 from app.workflows.object_feed import ObjectPoseFeeder, ObjectSource, object_source
@@ -34,6 +33,7 @@ from devices.trajectory import Trajectory
 from policies.ppo import PpoSettings
 from policies.train import TrainSettings
 from reconstruction.object_tracks import pose_channel, quality_channel
+from resources.project import Project
 
 pytestmark = [pytest.mark.slow, pytest.mark.realtime]  # the feed must keep up with the clock
 

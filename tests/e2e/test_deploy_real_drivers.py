@@ -26,7 +26,6 @@ import pytest
 
 from app.cli import main
 from app.jobs import run_to_end
-from app.project import Project
 from app.workflows.deploy import deploy_job
 from app.workflows.deploy_plan import plan_deploy
 from devices.robots.auth import write_token_file
@@ -37,6 +36,7 @@ from devices.robots.emulators.franky_peer import start_franky_sim
 from devices.robots.emulators.judge import unsafe_goals
 from devices.robots.launch import LabProcess, start_agent_process
 from devices.trajectory import Trajectory
+from resources.project import Project
 
 pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 

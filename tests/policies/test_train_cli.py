@@ -13,7 +13,6 @@ import pytest
 
 from app.cli import main
 from app.jobs import Progress, run_to_end
-from app.project import Project
 from app.workflows.train import (
     TrainRequest,
     load_policy,
@@ -25,6 +24,7 @@ from policies.cem import CemSettings
 from policies.errors import PolicyError
 from policies.train import TrainSettings
 from resources import atomic
+from resources.project import Project
 
 pytestmark = pytest.mark.slow
 TINY = ["--budget", "1", "--population", "4", "--episodes", "1", "--set", "episode_s=1.0"]

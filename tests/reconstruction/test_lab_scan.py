@@ -76,9 +76,9 @@ def test_objects_match_lab_truth(lab_scan) -> None:  # type: ignore[no-untyped-d
 
 def test_recording_replays_through_cli(lab_scan, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from app.cli import main
-    from app.project import Project
     from devices.cameras.playback import PlaybackSource
     from reconstruction.scan_result import ScanResult
+    from resources.project import Project
 
     res, rec, _ = lab_scan
     with PlaybackSource(rec) as pb:

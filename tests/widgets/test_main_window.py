@@ -13,8 +13,8 @@ import pytest
 from PySide6 import QtWidgets
 
 from app import workflows
-from app.project import MANIFEST, Project
 from app.session import JobRequest
+from resources.project import MANIFEST, Project
 
 pytestmark = pytest.mark.gui
 

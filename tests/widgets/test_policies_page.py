@@ -13,9 +13,9 @@ import pytest
 from PySide6 import QtCore
 
 from app.jobs import run_to_end
-from app.project import Project
 from app.workflows import train as train_flow
 from app.workflows import twin as twin_flow
+from resources.project import Project
 
 pytestmark = [pytest.mark.gui, pytest.mark.slow]
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from PySide6 import QtCore, QtWidgets
 
-from app.project import Project
 from app.session import AppController
 from devices.cameras.software import DB3Writer
+from resources.project import Project
 
 pytestmark = pytest.mark.gui
 

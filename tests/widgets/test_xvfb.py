@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.project import Project
+from resources.project import Project
 
 pytestmark = [pytest.mark.xvfb, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]

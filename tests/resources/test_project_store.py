@@ -17,8 +17,19 @@ from typing import Any
 
 import pytest
 
-import app.project as store
-from app.project import JOURNAL, LOCK, MANIFEST, Artifact, Project, ProjectError
+import resources.project.store as store
+from resources.project import (
+    FORMAT_VERSION,
+    JOURNAL,
+    KINDS,
+    LOCK,
+    MANIFEST,
+    Artifact,
+    Project,
+    ProjectError,
+)
+from resources.project.artifact import artifacts_from_json
+from resources.project.files import MAX_FILE_BYTES
 
 MARK = "complete"
 
@@ -174,7 +185,7 @@ def test_oversized_manifest_is_refused_before_reading(tmp_path: Path) -> None:
     root = tmp_path / "p"
     Project.create(root)
     with open(root / MANIFEST, "wb") as fh:
-        fh.truncate(store.MAX_FILE_BYTES + 1)  # sparse: costs nothing to make
+        fh.truncate(MAX_FILE_BYTES + 1)  # sparse: costs nothing to make
     t0 = time.perf_counter()
     with pytest.raises(ProjectError, match="MiB limit") as err:
         Project.open(root)
@@ -222,7 +233,7 @@ def test_version_1_project_opens_and_is_upgraded_on_first_write(tmp_path: Path) 
     assert [a.summary for a in proj.artifacts()] == ["e0", "e1", "e2"]
     _add(proj, 3)
     data = json.loads((root / MANIFEST).read_text())
-    assert data["format_version"] == store.FORMAT_VERSION == 2
+    assert data["format_version"] == FORMAT_VERSION == 2
     assert len(data["artifacts"]) == 4  # the upgrade wrote everything into the snapshot
     assert len(Project.open(root).artifacts()) == 4
 
@@ -265,9 +276,9 @@ def test_bulk_check_matches_entry_by_entry(tmp_path: Path) -> None:
         with pytest.raises(ValueError) as one:
             Artifact.from_json(entries[-1])
         with pytest.raises(ValueError) as bulk:
-            store._artifacts_from_json(entries)
+            artifacts_from_json(entries)
         assert str(bulk.value) == str(one.value)
-    assert store._artifacts_from_json(good) == [Artifact.from_json(e) for e in good]
+    assert artifacts_from_json(good) == [Artifact.from_json(e) for e in good]
 
 
 # -- orphans, kill -9, concurrency -----------------------------------------------------------
@@ -339,7 +350,7 @@ def test_writer_killed_at_random_moments_leaves_complete_project(tmp_path: Path)
         proj.clean_orphans()
         leftovers = [p for p in _listing(root) if ".tmp" in p]
         assert leftovers == []
-        for kind, folder in store.KINDS.items():
+        for kind, folder in KINDS.items():
             if (root / folder).is_dir():
                 assert {p.name for p in (root / folder).iterdir()} <= {
                     a.id for a in proj.artifacts(kind)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.project import MANIFEST, Project, ProjectError
+from resources.project import MANIFEST, Project, ProjectError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -122,7 +122,7 @@ def test_create_refuses_non_empty_folder(tmp_path: Path) -> None:
 
 _WRITER = """
 import sys, time
-from app.project import Project
+from resources.project import Project
 proj = Project.open(sys.argv[1])
 i = 0
 while True:
@@ -256,7 +256,7 @@ def test_two_processes_adding_artifacts_lose_none(tmp_path: Path) -> None:
     child = textwrap.dedent(
         f"""
         from pathlib import Path
-        from app.project import Project
+        from resources.project import Project
         p = Project.open(Path({str(root)!r}))
         for i in range(20):
             with p.new_artifact("run", summary=f"child {{i}}") as f:
