@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from app.jobs import Job, Progress, run_to_end
 from app.robot_link import AgentLink, lab_job, lab_problem
 from app.session import AppController, data_dir
 from devices.robots.driver import RobotInfo
@@ -28,6 +27,7 @@ from devices.robots.motion import Motion
 from devices.robots.stream import MotionStream
 from devices.trajectory import COMMAND_DELAY, Trajectory
 from resources.errors import TwinbenchError
+from resources.jobs import Job, Progress, run_to_end
 from resources.project import MANIFEST, Project
 
 log = logging.getLogger(__name__)

@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.jobs import Job, Progress
 from app.session import DeviceStateName, camera_health, link_health
 from devices.errors import DeviceError
 from devices.robots.client import RobotClient
 from devices.robots.driver import RobotInfo, RobotState
 from resources.errors import TwinbenchError
+from resources.jobs import Job, Progress
 from twins.kinematics import RobotKinematics
 
 log = logging.getLogger(__name__)

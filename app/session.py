@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
-from app.jobs import Job, Progress, run_to_end
 from devices.robots.driver import RobotInfo, RobotState
 from devices.trajectory import Trajectory
 from resources import atomic
+from resources.jobs import Job, Progress, run_to_end
 from resources.project import Project, ProjectError
 
 if TYPE_CHECKING:

@@ -80,7 +80,6 @@ def _stale_stop_ms(onnx: bytes, spec: dict[str, Any], runs: int) -> list[float]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from app.jobs import run_to_end
     from app.workflows.deploy import deploy_job
     from app.workflows.deploy_plan import plan_deploy
     from app.workflows.object_feed import object_source
@@ -93,6 +92,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     from devices.robots.launch import start_lab_process
     from policies.ppo import PpoSettings
     from policies.train import TrainSettings
+    from resources.jobs import run_to_end
     from resources.project import Project
 
     t0 = time.monotonic()

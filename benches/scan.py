@@ -24,7 +24,6 @@ DESCRIPTION = (
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from app.jobs import run_to_end
     from app.workflows.scan import scan_recording
     from app.workflows.scan_frames import ScanOptions
     from app.workflows.scan_robot import scan_lab
@@ -35,6 +34,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     from devices.poses import pose_to_matrix, rotation_angle_deg
     from reconstruction.metrics import chamfer_fscore, match_objects
     from reconstruction.tsdf import TSDFIntegrator, TSDFSettings
+    from resources.jobs import run_to_end
 
     table_file, calib_file = default_config_path("panda_table"), default_config_path("panda_calib")
     cfg, calib_cfg = LabConfig.load(table_file), LabConfig.load(calib_file)

@@ -50,10 +50,10 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 def _shared(quick: bool) -> dict[str, Any]:
     from app.commands.scan import HandheldOptions, scan_source
-    from app.jobs import run_to_end
     from devices.cameras.tum import TumFolderSource
     from reconstruction.metrics import absolute_trajectory_error
     from resources import shared_data
+    from resources.jobs import run_to_end
 
     folder = shared_data("real", SEQUENCE)
     if not folder.is_dir():
@@ -110,11 +110,11 @@ def _shared(quick: bool) -> dict[str, Any]:
 def _lab(quick: bool) -> dict[str, Any]:
     os.environ.setdefault("MUJOCO_GL", "egl")
     from app.commands.scan import HandheldOptions, scan_handheld
-    from app.jobs import run_to_end
     from devices.lab.camera import LabCamera
     from devices.lab.handheld import hand_path, handheld_frames
     from devices.lab.sim import LabSim
     from reconstruction.metrics import absolute_trajectory_error
+    from resources.jobs import run_to_end
 
     duration = 4.0 if quick else 8.0
     t, T = hand_path(duration_s=duration, fps=30.0)

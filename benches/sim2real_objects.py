@@ -83,11 +83,11 @@ def object_source(cfg: Any, description: str) -> Any:
 def record_pushes(cfg: Any, cfg_path: Path, folder: Path, n: int) -> list[Any]:
     """`n` pushes of PUSHES through a `lab serve` subprocess, each tracked (real time);
     fewer when one fails (the next one would not know where to aim)."""
-    from app.jobs import run_to_end
     from app.workflows.object_fit import last_tracked, record_push
     from devices.robots.client import RobotClient
     from devices.robots.launch import start_lab_process
     from resources.errors import TwinbenchError
+    from resources.jobs import run_to_end
 
     pose = np.asarray(next(o.pose for o in cfg.objects if o.name == OBJECT), float)
     out = []

@@ -165,10 +165,10 @@ def score(run_: LabRun, tracks: list[Any]) -> dict[str, Any]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from app.jobs import run_to_end
     from app.workflows.track import RobotSurface, track_frames
     from reconstruction.object_tracks import add_object_tracks
     from reconstruction.segment import Plane
+    from resources.jobs import run_to_end
 
     fps = 7.5 if quick else 15.0
     t0 = time.perf_counter()

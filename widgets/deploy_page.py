@@ -24,8 +24,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
-from app.jobs import Job, Progress
 from resources.errors import TwinbenchError
+from resources.jobs import Job, Progress
 from widgets.artifact_combo import ArtifactCombo
 from widgets.file_field import FileField
 from widgets.jobs import JobRunner, JobTask, Throttled

@@ -18,9 +18,9 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
-from app.jobs import tap_progress
 from app.session import AppController
 from app.workflows import fit as fit_flow
+from resources.jobs import tap_progress
 
 log = logging.getLogger(__name__)
 MAX_PAIR = 5  # parameters in the pair plot (the most sensitive first)
@@ -32,7 +32,7 @@ def _short(name: str) -> str:
 
 
 def _apply_job(project: Any, fit_id: str) -> Any:
-    from app.jobs import Progress
+    from resources.jobs import Progress
 
     yield Progress(None, f"saving {fit_id} as a new twin version")
     return fit_flow.apply_fit(project, fit_id)

@@ -1,4 +1,4 @@
-"""The one job runner of the GUI: runs app.jobs generators on a QThreadPool worker.
+"""The one job runner of the GUI: runs jobs (resources/jobs.py) on a QThreadPool worker.
 
 ```
 runner = JobRunner()
@@ -21,9 +21,9 @@ from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
-from app.jobs import Job, Progress
 from app.session import JobRequest
 from resources.errors import TwinbenchError
+from resources.jobs import Job, Progress
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
-from app.jobs import tap_progress
 from app.workflows import train as train_flow
 from app.workflows.sim_real import sim_real_table
+from resources.jobs import tap_progress
 from resources.project import Project
 from widgets.pages import StatusLine, WorkflowPage, preview
 from widgets.policies_views import DistributionView, PolicyTable

@@ -18,11 +18,11 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
-from app.jobs import Job, Progress
 from app.session import AppController
 from devices.robots.excitation import EXCITATIONS
 from devices.robots.motion import Motion
 from resources.errors import TwinbenchError
+from resources.jobs import Job, Progress
 from widgets.jobs import JobRunner, JobTask
 from widgets.pages import spin_box
 

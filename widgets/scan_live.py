@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from PySide6 import QtGui
 
-from app.jobs import Job, Progress
+from resources.jobs import Job, Progress
 
 
 def qimage(rgb: np.ndarray) -> QtGui.QImage:

@@ -459,8 +459,8 @@ class TwinPage(WorkflowPage):
 def demo_project() -> str:
     """The preview's project: <data dir>/twin-preview with the procedural demo twin (made
     once, reused after)."""
-    from app.jobs import run_to_end
     from app.session import data_dir
+    from resources.jobs import run_to_end
     from resources.project import Project
 
     root = data_dir() / "twin-preview"

@@ -94,11 +94,12 @@ def _jsonable(x: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.jobs import run_cli, run_to_end
+    from app.jobs import run_cli
     from app.workflows.train import TrainRequest, load_policy, train_job
     from policies.cem import CemSettings
     from policies.ppo import PpoSettings
     from policies.train import TrainSettings
+    from resources.jobs import run_to_end
     from resources.project import Project
 
     project = Project.open(args.project)

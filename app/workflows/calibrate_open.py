@@ -31,9 +31,9 @@ class CalibrationInputs:
 def open_job(project: Any, twin_id: str | None, trajectory_ids: Sequence[str]) -> Any:
     """Job: load twin `twin_id` (the latest when None), the recordings and the twin's
     meshes off the GUI thread; returns `CalibrationInputs`."""
-    from app.jobs import Progress
     from app.workflows.fit import load_recording
     from app.workflows.twin import load_twin
+    from resources.jobs import Progress
     from twins.builder import TwinWorld
     from twins.objective import check_recording
     from twins.view import drawables
@@ -82,8 +82,8 @@ def _lighter(d: Any) -> Any:
 def save_job(project: Any, inputs: CalibrationInputs, values: dict[str, float]) -> Any:
     """Job: `values` saved as a new twin whose parent is the open one and whose inputs add
     the recordings; returns the new twin's id."""
-    from app.jobs import Progress
     from app.workflows.twin import save_twin_edit
+    from resources.jobs import Progress
 
     yield Progress(None, f"saving the tuned values of {inputs.twin_id} as a new twin")
     names = ", ".join(sorted(values))[:120]

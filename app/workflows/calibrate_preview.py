@@ -60,8 +60,8 @@ def panda_recording(spec: Any, duration_s: float = 5.0, rate_hz: float = 100.0) 
 def make_project(root: Path, name: str = "calibrate preview") -> tuple[Project, str, str]:
     """A project with the procedural Panda twin and the 5 s recording; (project, twin id,
     trajectory id)."""
-    from app.jobs import run_to_end
     from app.workflows.twin import build_twin, load_twin
+    from resources.jobs import run_to_end
 
     proj = Project.create(root, name)
     tid = run_to_end(build_twin(proj, None, procedural=True, name="demo twin"))

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from app.jobs import Job
 from app.workflows.train import fits_of_twin, load_policy, policy_overview
 from devices.trajectory import COMMAND_DELAY
 from policies.errors import PolicyError
 from resources.errors import TwinbenchError
+from resources.jobs import Job
 from resources.project import Project, ProjectError
 
 REPLAY_SHARE = 0.3  # share of training episodes that start from a failed real run

@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.jobs import Job, Progress
 from app.workflows.scan_plan import RobotScanError, RobotScanPlan
 from devices.errors import DeviceError
 from devices.frames import RGBDFrame
 from devices.robots.client import RobotClient, load_per_core
 from devices.robots.stream import MotionStream, ramp_to, robot_limits
+from resources.jobs import Job, Progress
 
 # --- how long to wait for a robot's camera ---------------------------------------------------
 IK_LIMIT_MARGIN = 0.05  # rad: scan and calibration poses keep this far inside the joint limits

@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.jobs import Job, Progress
 from app.workflows.deploy_plan import DeployPlan, Shadow, check_robot, final_error
 from app.workflows.object_feed import (
     ObjectPoseFeeder,
@@ -56,6 +55,7 @@ from devices.trajectory import COMMAND_DELAY, Trajectory
 from policies.errors import PolicyError
 from reconstruction.object_tracks import add_object_tracks
 from resources import atomic
+from resources.jobs import Job, Progress
 from resources.project import Project
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from app.jobs import Job, Progress
 from app.workflows.fit import load_recording
 from app.workflows.twin import load_twin
+from resources.jobs import Job, Progress
 from resources.project import Project, ProjectError
 from twins.design import (
     Suggestion,

@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.jobs import Job, Progress
 from app.workflows.twin import load_twin, save_twin_edit
 from devices.trajectory import Trajectory
 from resources import atomic
 from resources.errors import TwinbenchError
+from resources.jobs import Job, Progress
 from resources.project import Project, ProjectError
 from twins.errors import TwinError
 from twins.fit import FitConfig, FitResult, check_recording, fit_steps, limit_excursions

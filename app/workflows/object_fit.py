@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.jobs import Job, Progress
 from devices.robots.client import RobotClient
 from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
+from resources.jobs import Job, Progress
 
 OBJECT_PARAMS = ("density", "friction")
 LEAD_S = 0.4  # recording kept from this long before the object starts to move

@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.jobs import Job, Progress
 from app.workflows.record_camera import CameraCapture
 from devices.errors import DeviceError
 from devices.robots import excitation
@@ -39,6 +38,7 @@ from devices.robots.motion import Motion, MotionError
 from devices.robots.stream import MotionStopped, MotionStream
 from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
+from resources.jobs import Job, Progress
 from resources.project import Project
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from app.jobs import Job, Progress
 from app.workflows.scan_frames import ScanOptions, reconstruct_frames, scan_summary
 from app.workflows.scan_handheld import (
     HandheldOptions,
@@ -27,6 +26,7 @@ from app.workflows.scan_handheld import (
     scan_source,
 )
 from reconstruction.scan_result import ScanResult
+from resources.jobs import Job, Progress
 from resources.project import Project
 
 log = logging.getLogger(__name__)

@@ -19,13 +19,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.jobs import Job, Progress
 from devices.errors import DataFileError
 from devices.frames import RGBDFrame
 from reconstruction.pipeline import ScanSession, SegmentSettings
 from reconstruction.scan_process import ScanProcess
 from reconstruction.scan_result import ScanResult
 from reconstruction.tsdf import TSDFSettings
+from resources.jobs import Job, Progress
 from resources.text import count
 
 log = logging.getLogger(__name__)

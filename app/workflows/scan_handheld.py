@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from app.jobs import Job, Progress
 from app.workflows.scan_frames import ScanOptions, reconstruct_frames, scan_summary
 from devices.errors import DataFileError
 from devices.frames import RGBDFrame
@@ -30,6 +29,7 @@ from reconstruction.scan_result import ScanResult
 from reconstruction.stream import read_ahead
 from reconstruction.tracking import choose_depth_range
 from reconstruction.tsdf import TSDFSettings
+from resources.jobs import Job, Progress
 from resources.project import Project
 
 

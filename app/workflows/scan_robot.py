@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.jobs import Job, Progress, sub_job
 from app.workflows.connected_arm import ConnectedArm, camera_poses
 from app.workflows.scan_frames import ScanOptions, reconstruct_frames
 from app.workflows.scan_plan import (
@@ -48,6 +47,7 @@ from reconstruction.scan_process import ScanProcess
 from reconstruction.scan_result import ScanResult
 from reconstruction.tsdf import TSDFSettings
 from resources.errors import TwinbenchError
+from resources.jobs import Job, Progress, sub_job
 
 if TYPE_CHECKING:
     from reconstruction.board import BoardView

@@ -27,7 +27,6 @@ import numpy as np
 import trimesh
 from numpy.typing import NDArray
 
-from app.jobs import Job, Progress
 from devices.frames import RGBDFrame
 from devices.trajectory import Trajectory
 from reconstruction.object_track_types import FrameTracks, ObjectModel, ObjectTrackSettings
@@ -35,6 +34,7 @@ from reconstruction.object_tracks import add_object_tracks
 from reconstruction.scan_result import ScanResult
 from reconstruction.segment import Plane
 from resources.errors import TwinbenchError
+from resources.jobs import Job, Progress
 from resources.project import Project
 
 

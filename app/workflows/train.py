@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from app.jobs import Job, Progress
 from app.workflows.twin import load_twin
 from policies.errors import PolicyError
 from policies.policy import Policy
@@ -46,6 +45,7 @@ from policies.randomization import (
 )
 from policies.train import TrainSettings, train_steps
 from resources import atomic
+from resources.jobs import Job, Progress
 from resources.project import Project, ProjectError
 
 DR_MODES = ("none", "manual", "posterior")

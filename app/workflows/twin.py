@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.jobs import Job, Progress
+from resources.jobs import Job, Progress
 from resources.project import Project
 from resources.text import count
 from twins.from_scan import PANDA, build_twin_steps

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 
-from app.jobs import run_to_end
 from app.workflows.twin import build_twin, load_twin
 from devices.trajectory import Trajectory
 from policies.export import to_onnx
@@ -19,6 +18,7 @@ from policies.motion_primitives import torch_module
 from policies.policy import Policy
 from policies.tasks import make_env
 from resources import atomic
+from resources.jobs import run_to_end
 from resources.project import Project
 
 FIT_CONFIG = {

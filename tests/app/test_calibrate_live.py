@@ -161,9 +161,9 @@ def test_worker_processes_give_the_in_thread_numbers() -> None:
 
 
 def test_a_state_only_recording_is_refused_with_a_reason(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from app.jobs import run_to_end
     from app.workflows import fit as fit_flow
     from app.workflows.calibrate_open import open_job
+    from resources.jobs import run_to_end
     from resources.project import Project
 
     proj = Project.create(tmp_path / "p")

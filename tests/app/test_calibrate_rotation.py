@@ -13,9 +13,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from app.jobs import Progress, run_to_end
 from app.workflows.scan_plan import CalibrationPlan, RobotScanError, RobotScanPlan
 from app.workflows.scan_robot import calibrate_robot
+from resources.jobs import Progress, run_to_end
 from tests.app.kinematic_lab import KinematicLabClient
 
 pytestmark = pytest.mark.slow

@@ -10,10 +10,10 @@ import re
 
 import pytest
 
-from app.jobs import Progress
 from app.workflows import connected_arm as ca
 from app.workflows.connected_arm import ConnectedArm, camera_waits, stated_fps
 from app.workflows.scan_plan import RobotScanError
+from resources.jobs import Progress
 from tests.app.kinematic_lab import KinematicLabClient
 
 

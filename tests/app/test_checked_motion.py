@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from app import demo, robot_check
-from app.jobs import run_to_end
 from app.robot_link import AgentLink
 from app.workflows.connected_arm import ConnectedArm
 from app.workflows.record import play_motion
@@ -31,6 +30,7 @@ from devices.robots.safety_config import SafetyConfig
 from devices.robots.server import RobotServer
 from devices.robots.stream import MotionStream, ramp_to, robot_limits
 from devices.robots.watchdog import WatchdogConfig
+from resources.jobs import run_to_end
 from tests.app.flaky_link import FakeLab
 from tests.devices.robots.helpers import synthetic_frames
 

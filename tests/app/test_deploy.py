@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.jobs import run_to_end
 from app.workflows.close_loop import refit_request
 from app.workflows.deploy import deploy_job
 from app.workflows.deploy_plan import plan_deploy
@@ -33,6 +32,7 @@ from policies.export import to_onnx
 from policies.motion_primitives import torch_module
 from policies.policy import Policy
 from policies.tasks import make_env
+from resources.jobs import run_to_end
 from resources.project import Project, ProjectError
 
 # 2 shared cores under load: a policy output may come 20+ ms late (the agent's default

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from app.jobs import run_to_end
 from app.workflows.twin import build_twin, load_twin
 from devices.robots.excitation import plan
+from resources.jobs import run_to_end
 from resources.project import Project
 from twins.design import robot_info_for, simulate_motion, start_pose
 

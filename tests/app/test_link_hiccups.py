@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from app.jobs import run_to_end
 from app.session import AppController, DeviceStatus
 from devices.errors import DeviceError
+from resources.jobs import run_to_end
 from tests.app.flaky_link import FakeLab, Robot
 from tests.devices.robots.helpers import wait_for
 

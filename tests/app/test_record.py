@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.jobs import run_to_end
 from app.workflows.record import plan_motion, play_motion, record_job
 from devices.errors import DeviceError
 from devices.robots.auth import write_token_file
@@ -24,6 +23,7 @@ from devices.robots.client import RobotClient
 from devices.robots.launch import REPO_ROOT, LabProcess, start_lab_process
 from devices.robots.motion import MotionError
 from devices.trajectory import Trajectory
+from resources.jobs import run_to_end
 from resources.project import Project
 
 pytestmark = [pytest.mark.slow, pytest.mark.realtime]

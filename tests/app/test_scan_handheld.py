@@ -89,9 +89,9 @@ def test_scan_page_tracks_a_handheld_recording_in_the_chosen_range(
 
 
 def test_recording_source_streams_previews_with_the_range_from_the_data(hand_recording) -> None:  # type: ignore[no-untyped-def]
-    from app.jobs import Progress
     from app.workflows.scan import scan_recording
     from app.workflows.scan_frames import CloudPreview, ScanOptions
+    from resources.jobs import Progress
 
     rec, frames, truth = hand_recording
     job = scan_recording(rec, ScanOptions(preview_hz=1000.0))
@@ -115,9 +115,9 @@ def test_recording_source_streams_previews_with_the_range_from_the_data(hand_rec
 
 
 def test_recording_without_depth_is_an_error_not_an_empty_scan(tmp_path: Path) -> None:
-    from app.jobs import run_to_end
     from app.workflows.scan import scan_recording
     from reconstruction.errors import ReconstructionError
+    from resources.jobs import run_to_end
 
     frames, _ = _lab_hand_frames(0.3)
     blank = [replace(f, depth=np.zeros_like(f.depth)) for f in frames]

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.jobs import run_to_end
 from app.workflows.scan_frames import ScanOptions
 from app.workflows.scan_robot import RobotScanError, RobotScanPlan, scan_robot
 from devices.robots.client import RobotClient
 from devices.robots.launch import LabProcess, start_lab_process
+from resources.jobs import run_to_end
 
 pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from app import demo, workflows
-from app.jobs import Job, Progress
 from app.session import MAX_RECENT, AppController, DeviceStatus
 from devices.errors import DeviceError
 from devices.robots.driver import JointLimits, RobotInfo, RobotState
+from resources.jobs import Job, Progress
 from resources.project import MANIFEST, Project, ProjectError
 
 

@@ -13,7 +13,6 @@ import pytest
 import trimesh
 
 from app.cli import main
-from app.jobs import run_to_end
 from app.workflows.track import (
     RobotSurface,
     TrackError,
@@ -29,6 +28,7 @@ from devices.trajectory import Trajectory
 from reconstruction.object_tracks import add_object_tracks
 from reconstruction.scan_result import ScannedObject, ScanResult
 from reconstruction.segment import Plane
+from resources.jobs import run_to_end
 from resources.project import Project
 
 TABLE = Plane(np.array([0.0, 0.0, 1.0]), 0.0)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from app.cli import main as cli
-from app.jobs import run_to_end
 from app.workflows import twin as twin_flow
+from resources.jobs import run_to_end
 from resources.project import MANIFEST, Project
 from twins.errors import TwinError
 

@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.jobs import run_to_end
 from app.workflows.deploy import deploy_job
 from app.workflows.deploy_plan import plan_deploy
 from app.workflows.object_feed import ObjectPoseFeeder, ObjectSource, object_source
@@ -33,6 +32,7 @@ from devices.trajectory import Trajectory
 from policies.ppo import PpoSettings
 from policies.train import TrainSettings
 from reconstruction.object_tracks import pose_channel, quality_channel
+from resources.jobs import run_to_end
 from resources.project import Project
 
 pytestmark = [pytest.mark.slow, pytest.mark.realtime]  # the feed must keep up with the clock

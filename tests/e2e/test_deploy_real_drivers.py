@@ -25,7 +25,6 @@ import numpy as np
 import pytest
 
 from app.cli import main
-from app.jobs import run_to_end
 from app.workflows.deploy import deploy_job
 from app.workflows.deploy_plan import plan_deploy
 from devices.robots.auth import write_token_file
@@ -36,6 +35,7 @@ from devices.robots.emulators.franky_peer import start_franky_sim
 from devices.robots.emulators.judge import unsafe_goals
 from devices.robots.launch import LabProcess, start_agent_process
 from devices.trajectory import Trajectory
+from resources.jobs import run_to_end
 from resources.project import Project
 
 pytestmark = [pytest.mark.slow, pytest.mark.realtime]

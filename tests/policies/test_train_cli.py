@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from app.cli import main
-from app.jobs import Progress, run_to_end
 from app.workflows.train import (
     TrainRequest,
     load_policy,
@@ -24,6 +23,7 @@ from policies.cem import CemSettings
 from policies.errors import PolicyError
 from policies.train import TrainSettings
 from resources import atomic
+from resources.jobs import Progress, run_to_end
 from resources.project import Project
 
 pytestmark = pytest.mark.slow

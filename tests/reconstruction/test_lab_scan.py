@@ -16,9 +16,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 
 @pytest.fixture(scope="module")
 def lab_scan(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    from app.jobs import run_to_end
     from app.workflows.scan_frames import ScanOptions
     from app.workflows.scan_robot import scan_lab
+    from resources.jobs import run_to_end
 
     rec = tmp_path_factory.mktemp("lab") / "lab.db3"
     previews = []

@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.jobs import run_to_end
 from app.workflows.twin import build_twin, load_twin
 from devices.robots.agent import Agent
 from devices.robots.auth import new_token
@@ -28,6 +27,7 @@ from policies.export import to_onnx
 from policies.motion_primitives import torch_module
 from policies.policy import Policy
 from policies.tasks import make_env
+from resources.jobs import run_to_end
 from widgets.deploy_page import DeployPage
 
 # 2 shared cores under load: a policy output may come 20+ ms late (the agent's default

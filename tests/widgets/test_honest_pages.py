@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.jobs import Job, Progress
 from app.workflows import fit as fit_flow
 from app.workflows.twin import load_twin, save_twin_edit
 from devices.errors import DeviceError
 from resources.errors import TwinbenchError
+from resources.jobs import Job, Progress
 from resources.project import Project
 
 pytestmark = [pytest.mark.gui]

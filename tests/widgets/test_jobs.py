@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.jobs import Job, Progress
 from devices.errors import DeviceError
+from resources.jobs import Job, Progress
 
 pytestmark = pytest.mark.gui
 

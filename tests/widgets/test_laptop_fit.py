@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from PySide6 import QtCore, QtWidgets
 
-from app.jobs import run_to_end
 from app.session import idle_job
 from app.workflows import twin as twin_flow
+from resources.jobs import run_to_end
 
 pytestmark = [pytest.mark.gui, pytest.mark.slow]
 

@@ -265,8 +265,8 @@ def test_unexpected_exception_is_shown_and_logged_and_app_lives_on(window, qtbot
 def test_quit_asks_before_losing_an_edited_twin(
     window, controller, qtbot, tmp_path, monkeypatch
 ) -> None:  # type: ignore[no-untyped-def]
-    from app.jobs import run_to_end
     from app.workflows import twin as twin_flow
+    from resources.jobs import run_to_end
 
     proj = controller.new_project(tmp_path / "q")
     run_to_end(twin_flow.build_twin(proj, None, procedural=True))

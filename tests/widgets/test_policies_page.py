@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from PySide6 import QtCore
 
-from app.jobs import run_to_end
 from app.workflows import train as train_flow
 from app.workflows import twin as twin_flow
+from resources.jobs import run_to_end
 from resources.project import Project
 
 pytestmark = [pytest.mark.gui, pytest.mark.slow]

@@ -17,9 +17,9 @@ import sys
 import numpy as np
 import pytest
 
-from app.jobs import run_to_end
 from app.workflows import twin as twin_flow
 from devices.trajectory import Trajectory
+from resources.jobs import run_to_end
 
 pytestmark = [pytest.mark.gui, pytest.mark.slow, pytest.mark.realtime]
 

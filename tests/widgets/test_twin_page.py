@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.jobs import run_to_end
 from app.session import AppController
 from app.workflows import twin as twin_flow
+from resources.jobs import run_to_end
 
 pytestmark = [pytest.mark.gui, pytest.mark.slow]
 

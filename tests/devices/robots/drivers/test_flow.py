@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from app.jobs import run_to_end
 from app.workflows.record import plan_motion, play_motion
 from devices.robots.client import RobotClient
 from devices.robots.emulators.franky_peer import FrankySim, start_franky_sim
 from devices.robots.launch import LabProcess, start_agent_process
+from resources.jobs import run_to_end
 from tests.devices.robots.helpers import constant_policy
 
 pytestmark = pytest.mark.slow
