@@ -66,6 +66,18 @@ class DeployPage(WorkflowPage):
         side = QtWidgets.QVBoxLayout(side_box)
         side.setContentsMargins(0, 0, 0, 0)
         row.addWidget(side_box, 0)
+        side.addLayout(self._build_form())
+        self._build_steps(side)
+        self._build_plots(row)
+        self.timer = QtCore.QTimer(self)
+        self.timer.setInterval(100)
+        self.timer.timeout.connect(self._draw_live)
+        self.policy_box.currentIndexChanged.connect(self._invalidate)
+        self.policy_box.currentIndexChanged.connect(self._show_camera_row)
+
+    def _build_form(self) -> QtWidgets.QFormLayout:
+        """What to deploy and how: the policy, the robot it goes to, the task's goal, the
+        camera that sees the object (push policies), the start ramp and how long it runs."""
         form = QtWidgets.QFormLayout()
         self.policy_box = ArtifactCombo(  # the newest policy unless one was chosen
             min_chars=24, what="a trained policy of the open project (Policies page)"
@@ -98,7 +110,11 @@ class DeployPage(WorkflowPage):
         self._form = form
         form.addRow("Start ramp", self.ramp)
         form.addRow("Run for", self.duration)
-        side.addLayout(form)
+        return form
+
+    def _build_steps(self, side: QtWidgets.QVBoxLayout) -> None:
+        """The four steps as numbered buttons (predict, run, refit, retrain) with what each
+        said under it, the STOP button, the progress bar and the status line."""
         self.predict_button = QtWidgets.QPushButton("1. Check and predict in the twin")
         self.predict_button.setToolTip(
             "Check the policy against the robot, then run it in its twin from the robot's "
@@ -154,6 +170,9 @@ class DeployPage(WorkflowPage):
         side.addStretch(1)
         self.status = StatusLine("")
         side.addWidget(self.status)
+
+    def _build_plots(self, row: QtWidgets.QHBoxLayout) -> None:
+        """The joint plot (prediction dashed, measured solid, commands dotted) and its key."""
         plots = QtWidgets.QVBoxLayout()
         row.addLayout(plots, 1)
         self.plot = pg.PlotWidget()
@@ -169,11 +188,6 @@ class DeployPage(WorkflowPage):
         )
         self.key.setWordWrap(True)
         plots.addWidget(self.key)
-        self.timer = QtCore.QTimer(self)
-        self.timer.setInterval(100)
-        self.timer.timeout.connect(self._draw_live)
-        self.policy_box.currentIndexChanged.connect(self._invalidate)
-        self.policy_box.currentIndexChanged.connect(self._show_camera_row)
 
     # -- state ---------------------------------------------------------------------------
     def has_content(self) -> bool:
