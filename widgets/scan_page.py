@@ -57,6 +57,35 @@ class ScanPage(WorkflowPage):
         # a new scan whose parent it is (artifacts are immutable).
         self._saved_id: str | None = None
         self._edited = False
+        self._build_controls(layout)
+        self._build_scan_options(layout)
+        layout.addWidget(self.status)  # its own row, full width
+        split = QtWidgets.QSplitter()
+        left = self._build_previews()
+        self.scene = SceneView(native_window=True)
+        right = self._build_tables()
+        panes: tuple[QtWidgets.QWidget, ...] = (left, self.scene, right)
+        for pane in panes:
+            split.addWidget(pane)
+        split.setStretchFactor(1, 3)
+        split.setSizes([240, 520, 320])
+        split.setChildrenCollapsible(False)
+        right.setMinimumWidth(260)
+        layout.addWidget(split, 1)
+        self.start_btn.clicked.connect(self.start_scan)
+        self.pause_btn.toggled.connect(self._pause)
+        self.stop_btn.clicked.connect(self._stop)
+        self.accept_btn.clicked.connect(self.accept_scan)
+        self.color_btn.clicked.connect(self._recolor)
+        self.drop_btn.clicked.connect(self._drop)
+        self.timer = QtCore.QTimer(self)
+        self.timer.setInterval(100)  # 10 Hz: the 3D view and previews redraw at this rate
+        self.timer.timeout.connect(self._tick)
+        self._set_running(False)
+
+    def _build_controls(self, layout: QtWidgets.QVBoxLayout) -> None:
+        """The top bar: the camera source, Start / Pause / Stop & reconstruct and, at the
+        right, Accept; the status line is made here and gets its own row below the options."""
         bar = QtWidgets.QHBoxLayout()
         self.source = QtWidgets.QComboBox()
         self.source.setSizeAdjustPolicy(
@@ -82,6 +111,10 @@ class ScanPage(WorkflowPage):
         bar.addStretch(1)
         bar.addWidget(self.accept_btn)
         layout.addLayout(bar)
+
+    def _build_scan_options(self, layout: QtWidgets.QVBoxLayout) -> None:
+        """The second row: a saved scan to open, and how a hand-held camera is tracked (depth
+        range, loop closure)."""
         saved_row = QtWidgets.QHBoxLayout()
         saved_row.addWidget(QtWidgets.QLabel("Saved scans:"))
         self.saved = ArtifactCombo(
@@ -107,8 +140,9 @@ class ScanPage(WorkflowPage):
         )
         saved_row.addWidget(self.loop_closure)
         layout.addLayout(saved_row)
-        layout.addWidget(self.status)  # its own row, full width
-        split = QtWidgets.QSplitter()
+
+    def _build_previews(self) -> QtWidgets.QWidget:
+        """The left pane: the colour and depth previews, dark until frames arrive."""
         left = QtWidgets.QWidget()
         ll = QtWidgets.QVBoxLayout(left)
         ll.setContentsMargins(0, 0, 0, 0)
@@ -125,7 +159,11 @@ class ScanPage(WorkflowPage):
             ll.addWidget(lab)
         self._placeholders(IDLE_PREVIEW)
         ll.addStretch(1)
-        self.scene = SceneView(native_window=True)
+        return left
+
+    def _build_tables(self) -> QtWidgets.QWidget:
+        """The right pane: the object list (rename, colour, drop), the calibration residuals per
+        board view with their summary, and the warnings."""
         right = QtWidgets.QWidget()
         rl = QtWidgets.QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
@@ -155,24 +193,7 @@ class ScanPage(WorkflowPage):
         self.warn.setWordWrap(True)
         self.warn.setStyleSheet("color: #b26a00;")
         rl.addWidget(self.warn)
-        panes: tuple[QtWidgets.QWidget, ...] = (left, self.scene, right)
-        for pane in panes:
-            split.addWidget(pane)
-        split.setStretchFactor(1, 3)
-        split.setSizes([240, 520, 320])
-        split.setChildrenCollapsible(False)
-        right.setMinimumWidth(260)
-        layout.addWidget(split, 1)
-        self.start_btn.clicked.connect(self.start_scan)
-        self.pause_btn.toggled.connect(self._pause)
-        self.stop_btn.clicked.connect(self._stop)
-        self.accept_btn.clicked.connect(self.accept_scan)
-        self.color_btn.clicked.connect(self._recolor)
-        self.drop_btn.clicked.connect(self._drop)
-        self.timer = QtCore.QTimer(self)
-        self.timer.setInterval(100)  # 10 Hz: the 3D view and previews redraw at this rate
-        self.timer.timeout.connect(self._tick)
-        self._set_running(False)
+        return right
 
     def has_content(self) -> bool:
         return self.controller.project is not None
