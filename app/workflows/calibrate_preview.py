@@ -1,8 +1,8 @@
 """The Calibrate page's preview project: the procedural Panda twin and a 5 s recording of
 the Panda with 3 objects, made with the twin at other parameter values (the arm sweeps while
 the box and the cylinder drop onto the table), so there is something to tune by eye without
-a robot. The window's preview (widgets/calibrate_draw.demo_project) and `bench calibrate`
-(benches/calibrate.py) both make it here.
+a robot. The window's preview (widgets/calibrate_draw.demo_project) makes it, and so does
+`bench calibrate` for the project it tunes in.
 """
 
 from __future__ import annotations
