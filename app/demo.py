@@ -125,10 +125,10 @@ def motion_job(
         link.info(), client.latest_state().joint_pos, duration_s, rate_hz, amplitude_rad
     )
     stream = MotionStream(client, motion, rate_hz=rate_hz)
-    for fraction, _ in stream.play():
-        if fraction < 1.0:
-            t = fraction * duration_s
-            yield Progress(fraction, f"demo motion {t:.1f}/{duration_s:.0f} s")
+    for p in stream.play():
+        if p.fraction is not None and p.fraction < 1.0:  # (the stream always says how far)
+            t = p.fraction * duration_s
+            yield Progress(p.fraction, f"demo motion {t:.1f}/{duration_s:.0f} s")
     yield Progress(1.0, "back at the start pose")
     return stream.sent
 

@@ -1,8 +1,8 @@
 """The fast trainer of motion primitives: cross-entropy search (CEM) over a primitive
 family's parameters (policies/motion_primitives.py).
 
-`cem_steps` is a job-like generator: each generation's candidates run through the
-executor (`EpisodeJob`s, policies/rollouts.py), it yields (fraction, message, partial) with
+`cem_steps` is a job (resources/jobs.py): each generation's candidates run through the
+executor (`EpisodeJob`s, policies/rollouts.py), then it yields a `Progress` whose partial holds
 the learning curve and a checkpoint (mean, std, generation, curve) that `resume` continues
 from.
 """
@@ -10,7 +10,7 @@ from.
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,10 +22,11 @@ from policies.errors import PolicyError
 from policies.motion_primitives import initial_mean, n_params
 from policies.randomization import Randomization
 from policies.rollouts import EpisodeJob, run_episodes
+from resources.jobs import Job, Progress
 from twins.executor import Executor
 from twins.spec import TwinSpec
 
-Steps = Generator[tuple[float, str, dict[str, Any]], None, "CemResult"]
+Steps = Job["CemResult"]
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def cem_steps(
             "curve": curve,
             "evaluations": evals,
         }
-        yield (
+        yield Progress(
             (g + 1) / settings.generations,
             f"CEM generation {g + 1}/{settings.generations}: best return "
             f"{row['best_return']:.1f}, success {row['success_best']:.2f}",

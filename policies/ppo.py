@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from policies.errors import PolicyError
 from policies.randomization import Randomization
 from policies.tasks import make_env
 from resources import atomic
+from resources.jobs import Job, Progress
 from twins.spec import TwinSpec
 
 
@@ -77,8 +78,8 @@ def ppo_steps(
     ckpt_dir: Path,
     seed: int = 0,
     resume: bool = False,
-) -> Generator[tuple[float, str, dict[str, Any]], None, PpoResult]:
-    """Train PPO; yields (fraction, message, partial) after each chunk; returns PpoResult."""
+) -> Job[PpoResult]:
+    """Train PPO; yields Progress after each chunk; returns PpoResult."""
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -157,7 +158,7 @@ def ppo_steps(
                 meta_path, {"timesteps": done, "curve": curve, "settings": settings.to_json()}
             )
             succ = "n/a" if row["success"] is None else f"{row['success']:.2f}"
-            yield (
+            yield Progress(
                 min(1.0, done / settings.timesteps),
                 f"PPO {done}/{settings.timesteps} steps: success {succ}",
                 {"curve": row, "checkpoint": str(ckpt_dir)},

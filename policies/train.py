@@ -1,6 +1,6 @@
 """One training run, trainer-agnostic: task + twin + randomization -> `Policy` (ONNX).
 
-`train_steps` is a job-like generator of (fraction, message, partial): it trains with the
+`train_steps` is a job (resources/jobs.py: it yields `Progress`): it trains with the
 motion-primitive trainer (`cem`, policies/motion_primitives.py: `joint_pd` for reach, the
 closed-loop `push_ik` law for push, picked by the task's observation unless `primitive`
 names one) or PPO (`ppo`, policies/ppo.py),
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,11 +30,12 @@ from policies.ppo import PpoSettings, ppo_steps
 from policies.randomization import Randomization
 from policies.tasks import make_env, task_config
 from resources import atomic
+from resources.jobs import Job, Progress
 from twins.executor import Executor, SerialExecutor
 from twins.spec import TwinSpec
 
 TRAINERS = ("cem", "ppo")
-Steps = Generator[tuple[float | None, str, dict[str, Any]], None, "TrainOutcome"]
+Steps = Job["TrainOutcome"]
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ def train_steps(
     probe.close()
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    yield 0.0, f"training {task} with {settings.trainer} (checkpoints in {ckpt_dir.name})", {}
+    yield Progress(
+        0.0, f"training {task} with {settings.trainer} (checkpoints in {ckpt_dir.name})", {}
+    )
     if settings.trainer == "cem":
         n_params(family, pspec)  # refuse a task the primitive cannot drive, now
         ckpt_path = ckpt_dir / "cem.json"
@@ -132,12 +135,12 @@ def train_steps(
         try:
             while True:
                 try:
-                    frac, msg, part = next(gen)
+                    p = next(gen)
                 except StopIteration as stop:
                     res = stop.value
                     break
-                atomic.write_json(ckpt_path, part["checkpoint"])
-                yield 0.9 * frac, msg, {"curve": part["curve"]}
+                atomic.write_json(ckpt_path, p.partial["checkpoint"])
+                yield Progress(0.9 * (p.fraction or 0.0), p.message, {"curve": p.partial["curve"]})
         finally:
             gen.close()
         module = torch_module(family, pspec, res.params, chain)
@@ -148,16 +151,16 @@ def train_steps(
         try:
             while True:
                 try:
-                    frac, msg, part = next(pgen)
+                    p = next(pgen)
                 except StopIteration as stop:
                     pres = stop.value
                     break
-                yield 0.9 * frac, msg, {"curve": part["curve"]}
+                yield Progress(0.9 * (p.fraction or 0.0), p.message, {"curve": p.partial["curve"]})
         finally:
             pgen.close()
         module, curve = pres.module, pres.curve
         extra = {"timesteps": pres.timesteps}
-    yield 0.92, "exporting to ONNX and checking it against the trainer", {}
+    yield Progress(0.92, "exporting to ONNX and checking it against the trainer", {})
     onnx = to_onnx(module, pspec.obs_dim)
     X = sample_observations(task, spec, cfg_json, dr, 64, settings.seed + 7)
     err = verify(onnx, module, X)

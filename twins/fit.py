@@ -1,8 +1,7 @@
 """Fit twin parameters to recordings (system identification), with honest uncertainty.
 
-`fit_steps(spec, recordings, config, executor)` is a generator: it yields plain
-`(fraction, message, partial)` tuples (twins/ cannot import app/; app/workflows/fit.py wraps
-them as `Progress`) and returns a `FitResult`. Cancel = `close()` between yields; every
+`fit_steps(spec, recordings, config, executor)` is a job (resources/jobs.py): it yields
+`Progress` and returns a `FitResult`. Cancel = `close()` between yields; every
 yield's `partial["checkpoint"]` lets `fit_steps(..., resume=checkpoint)` continue.
 
 - **Parameters** are dotted names from the twin's ParamSet, searched in a normalised space
@@ -39,11 +38,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from devices.trajectory import Trajectory
+from resources.jobs import Job, Progress, run_to_end
 from twins.errors import TwinError
 from twins.executor import Executor, SerialExecutor
 from twins.fit_channels import channel_scales, noise_level
@@ -53,7 +53,7 @@ from twins.fit_posterior import (
     smc_posterior_steps,
     with_identifiability,
 )
-from twins.fit_search import FitSearch, Step
+from twins.fit_search import FitSearch
 from twins.objective import (
     Outcome,
     Problem,
@@ -211,7 +211,7 @@ def fit_steps(
     executor: Executor | None = None,
     validation: Sequence[Trajectory] = (),
     resume: Mapping[str, Any] | None = None,
-) -> Generator[Step, None, FitResult]:
+) -> Job[FitResult]:
     """The fit as a job (see the module docstring; its stages are twins/fit_search.py).
     Raises TwinError for a bad choice of parameters, channels or recordings before any
     simulation runs."""
@@ -226,7 +226,7 @@ def fit_steps(
     yield from s.cmaes()
     s.latency_scan(train_w)
     yield from s.polish()
-    yield (0.99, f"uncertainty ({config.posterior}) and validation", None)
+    yield Progress(0.99, f"uncertainty ({config.posterior}) and validation")
     final = s.run([s.best_u])[0]
     posterior = yield from _posterior(s, spec, final)
     val_after = rmse(s.run([s.best_u], val)[0]) if val else {}
@@ -253,7 +253,7 @@ def fit_steps(
         wall_s=round(time.perf_counter() - t_start, 3),
         notes=tuple(notes),
     )
-    yield (1.0, f"fit done: loss {start_out.loss:.4g} -> {final.loss:.4g}", None)
+    yield Progress(1.0, f"fit done: loss {start_out.loss:.4g} -> {final.loss:.4g}")
     return result
 
 
@@ -296,9 +296,7 @@ def _problems(
     return space, train_w, train, val
 
 
-def _posterior(
-    s: FitSearch, spec: TwinSpec, final: Outcome
-) -> Generator[Step, None, ParamPosterior]:
+def _posterior(s: FitSearch, spec: TwinSpec, final: Outcome) -> Job[ParamPosterior]:
     """Laplace at the optimum (its curvature checked), or SMC started from it; then which
     parameters the data pins down."""
     config, train = s.config, s.train
@@ -339,12 +337,7 @@ def fit(
     validation: Sequence[Trajectory] = (),
 ) -> FitResult:
     """`fit_steps` run to the end (scripts and tests)."""
-    gen = fit_steps(spec, recordings, config, executor, validation)
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+    return run_to_end(fit_steps(spec, recordings, config, executor, validation))
 
 
 __all__ = [

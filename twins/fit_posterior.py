@@ -7,19 +7,18 @@ into the posterior."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from resources.jobs import Job, Progress
 from twins.objective import POSE_UNIT, Outcome, Problem
 from twins.posterior import ParamPosterior, from_samples, laplace_covariance, residual_scale
 from twins.smc import SmcResult, smc_steps
 from twins.spec import TwinSpec
-
-Step = tuple[float | None, str, Any]
 
 
 def smc_posterior_steps(
@@ -32,7 +31,7 @@ def smc_posterior_steps(
     to_x: Callable[[NDArray[np.float64]], NDArray[np.float64]],
     particles: int = 64,
     seed: int = 0,
-) -> Generator[Step, None, tuple[ParamPosterior, SmcResult]]:
+) -> Job[tuple[ParamPosterior, SmcResult]]:
     """Sample the fit's posterior. The log target of a candidate u is
     -‖r(u)‖² / (2 s² c): `s²` the residual variance at the fit (inflated for the residuals'
     autocorrelation, as the Laplace part), `c` ≥ 1 the variance inflation the windows'
@@ -56,13 +55,13 @@ def smc_posterior_steps(
     history: list[dict[str, Any]] = []
     while True:
         try:
-            beta, msg = next(gen)
+            p = next(gen)
         except StopIteration as stop:
             res: SmcResult = stop.value
             break
-        rec = {"stage": "smc", "beta": beta, "message": msg}
+        rec = {"stage": "smc", "beta": p.fraction, "message": p.message}
         history.append(rec)
-        yield (None, msg, rec)
+        yield Progress(None, p.message, rec)  # the fraction is the fit's to give
     post = from_samples(base, res.particles, to_x, "smc-abc", history=(*base.history, *history))
     return post, res
 

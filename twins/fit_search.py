@@ -11,20 +11,21 @@
    posterior (twins/posterior.py).
 
 `FitSearch` keeps what the stages share: the problem, the executor, the counters of
-replays and failures, the best point so far and the history. Each stage is a generator
-yielding `(fraction, message, partial)`.
+replays and failures, the best point so far and the history. Each stage is a job
+(resources/jobs.py): it yields `Progress`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from devices.trajectory import Trajectory
+from resources.jobs import Job, Progress
 from twins.executor import Executor
 from twins.fit_latency import latency_candidates
 from twins.objective import (
@@ -43,8 +44,7 @@ if TYPE_CHECKING:
 FD_STEP = 0.01  # central-difference step in normalised units (1 % of the range)
 STALL_TOL = 0.01  # CMA-ES stalls when its best loss improves less than this share
 
-Step = tuple[float | None, str, Any]
-Stage = Generator[Step, None, None]
+Stage = Job[None]
 
 
 class FitSearch:
@@ -137,9 +137,9 @@ class FitSearch:
             self.best_u, self.best_loss = np.asarray(u, dtype=float), loss
 
     # -- stages -----------------------------------------------------------------------------
-    def start(self, n_windows: int) -> Generator[Step, None, Outcome]:
+    def start(self, n_windows: int) -> Job[Outcome]:
         """Score the start; take up a resumed fit's CMA-ES state."""
-        yield (0.0, f"scoring the start on {n_windows} windows", None)
+        yield Progress(0.0, f"scoring the start on {n_windows} windows")
         out = self.run([self.u0])[0]
         self.best_loss = out.loss
         if self.resume:
@@ -179,7 +179,7 @@ class FitSearch:
             "best": self.space.values(self.best_u),
         }
         self.history.append(rec)
-        yield (None, f"global stage ({len(pts)} points): loss {self.best_loss:.4g}", rec)
+        yield Progress(None, f"global stage ({len(pts)} points): loss {self.best_loss:.4g}", rec)
 
     def plan_total(self) -> None:
         """The progress bar's length in replays, the polish included: a round takes up to
@@ -230,7 +230,7 @@ class FitSearch:
                 "best": self.space.values(self.best_u),
             }
             self.history.append(rec)
-            yield (
+            yield Progress(
                 self.fraction(),
                 f"CMA-ES gen {gen}: loss {self.best_loss:.4g} ({self.failed} failed)",
                 {**rec, "checkpoint": self._checkpoint(es), "last_error": self.last_error[:300]},
@@ -296,7 +296,7 @@ class FitSearch:
                 "best": self.space.values(self.best_u),
             }
             self.history.append(rec)
-            yield (
+            yield Progress(
                 self.fraction(),
                 f"least-squares polish {rnd + 1}: loss {self.best_loss:.4g}",
                 rec,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from devices.poses import pose_to_matrix
+from resources.jobs import Job, Progress, run_to_end
 from twins.errors import TwinError
 from twins.export import export_urdfs
 from twins.make import assemble, mesh_object, robot_from_urdf, sim_params, table_box
@@ -17,7 +18,7 @@ from twins.scan_input import ScanInput, load_scan
 from twins.spec import IDENTITY_POSE, TwinSpec
 from twins.urdf import loadable_urdf
 
-Progress = Callable[[float | None, str], None]
+ProgressCallback = Callable[[float | None, str], None]
 PANDA = "pybullet_data:franka_panda/panda.urdf"
 PANDA_HOME = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785, 0.02, 0.02)
 
@@ -115,18 +116,19 @@ def build_twin_steps(
     name: str = "twin",
     density: float = 500.0,
     meta: dict[str, Any] | None = None,
-) -> Generator[tuple[float | None, str], None, TwinSpec]:
+) -> Job[TwinSpec]:
     """Build a twin into `folder` from a scan (ScanResult, scan folder or ScanInput) and a
-    robot URDF reference (None: no robot). Yields (fraction, message); returns the spec,
+    robot URDF reference (None: no robot). Yields Progress; returns the spec,
     already saved as `folder/twin.json` with URDF exports in `folder/urdf/`."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    yield 0.0, "reading scan"
+    yield Progress(0.0, "reading scan")
     sc = load_scan(scan)
     notes = list(sc.notes)
     objects = []
     for i, o in enumerate(sc.objects):
-        yield 0.05 + 0.6 * i / max(len(sc.objects), 1), f"object '{o.name}': inertia, collision"
+        frac = 0.05 + 0.6 * i / max(len(sc.objects), 1)
+        yield Progress(frac, f"object '{o.name}': inertia, collision")
         obj, params, n = mesh_object(
             o.name,
             o.mesh,
@@ -142,7 +144,7 @@ def build_twin_steps(
         notes += n
     rob = None
     if robot:
-        yield 0.7, f"robot {robot}"
+        yield Progress(0.7, f"robot {robot}")
         q0 = PANDA_HOME if robot == PANDA else ()
         r, rp, rn = robot_into(folder, robot, base_pose, initial_joint_pos=q0)
         rob = (r, rp)
@@ -158,15 +160,16 @@ def build_twin_steps(
         base_dir=folder,
         meta={**(meta or {}), "scan": sc.source, "notes": notes},
     )
-    yield 0.85, "checking the twin builds and steps"
+    yield Progress(0.85, "checking the twin builds and steps")
     from twins.builder import TwinWorld
 
     with TwinWorld(spec) as world:
         world.step(10)
-    yield 0.92, "exporting URDFs"
+    yield Progress(0.92, "exporting URDFs")
     export_urdfs(spec, folder / "urdf")
     spec.save(folder)
-    yield 1.0, f"twin '{name}': {len(objects)} objects" + (f", robot {robot}" if robot else "")
+    done = f"twin '{name}': {len(objects)} objects" + (f", robot {robot}" if robot else "")
+    yield Progress(1.0, done)
     return spec
 
 
@@ -178,14 +181,8 @@ def build_twin(
     name: str = "twin",
     density: float = 500.0,
     meta: dict[str, Any] | None = None,
-    progress: Progress | None = None,
+    progress: ProgressCallback | None = None,
 ) -> TwinSpec:
     """`build_twin_steps` run to the end (progress callback optional)."""
     gen = build_twin_steps(scan, folder, robot, base_pose, name, density, meta)
-    try:
-        while True:
-            frac, msg = next(gen)
-            if progress is not None:
-                progress(frac, msg)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+    return run_to_end(gen, None if progress is None else lambda p: progress(p.fraction, p.message))

@@ -24,11 +24,13 @@ executor, so the moves run in parallel).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+
+from resources.jobs import Job, Progress, run_to_end
 
 # batch of normalised points (k, n) -> log target (k,), -inf where a simulation failed
 LogTarget = Callable[[NDArray[np.float64]], NDArray[np.float64]]
@@ -111,9 +113,9 @@ def smc_steps(
     widen: float = 2.0,
     seed: int = 0,
     max_stages: int = 20,
-) -> Generator[tuple[float, str], None, SmcResult]:
+) -> Job[SmcResult]:
     """Sample `logp` (on the unit box) from the Gaussian start a Student t around `mean` with scale `widen² cov`.
-    Yields (fraction done, message) after each stage; returns the particles."""
+    Yields Progress (fraction done: the bridge's β) after each stage; returns the particles."""
     rng = np.random.default_rng(seed)
     n = len(mean)
     cov_q = widen**2 * np.asarray(cov, dtype=float) + 1e-12 * np.eye(n)
@@ -131,7 +133,7 @@ def smc_steps(
     beta, betas = 0.0, [0.0]
     logw = np.zeros(n_particles)
     accepted = proposed = 0
-    yield (0.0, f"SMC: {n_particles} particles from the Laplace start")
+    yield Progress(0.0, f"SMC: {n_particles} particles from the Laplace start")
     for stage in range(1, max_stages + 1):
         dlog = lp - lq
         new_beta = _next_beta(beta, dlog, 0.5 * n_particles) if stage < max_stages else 1.0
@@ -161,7 +163,9 @@ def smc_steps(
             lp, lq = np.where(acc, lpy, lp), np.where(acc, lqy, lq)
             accepted += int(acc.sum())
             proposed += n_particles
-        yield (beta, f"SMC stage {stage}: β {beta:.3g}, acceptance {accepted / proposed:.2f}")
+        yield Progress(
+            beta, f"SMC stage {stage}: β {beta:.3g}, acceptance {accepted / proposed:.2f}"
+        )
         if beta >= 1.0:
             break
     return SmcResult(x, lp, len(betas) - 1, evals, accepted / max(proposed, 1), tuple(betas))
@@ -171,9 +175,4 @@ def smc(
     logp: LogTarget, mean: Sequence[float], cov: NDArray[np.float64], **kw: object
 ) -> SmcResult:
     """`smc_steps` run to its end."""
-    gen = smc_steps(logp, np.asarray(mean, dtype=float), cov, **kw)  # type: ignore[arg-type]
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+    return run_to_end(smc_steps(logp, np.asarray(mean, dtype=float), cov, **kw))  # type: ignore[arg-type]

@@ -229,17 +229,17 @@ def fit_job(
     try:
         while True:
             try:
-                frac, msg, partial = next(gen)
+                p = next(gen)
             except StopIteration as stop:
                 result: FitResult = stop.value
                 break
-            if isinstance(partial, Mapping) and "checkpoint" in partial:
-                checkpoint = partial["checkpoint"]
-            hopeless = _hopeless(partial)
+            if isinstance(p.partial, Mapping) and "checkpoint" in p.partial:
+                checkpoint = p.partial["checkpoint"]
+            hopeless = _hopeless(p.partial)
             if hopeless is not None:  # not a cancel: no checkpoint is kept
                 failed = True
                 raise FitFailedError(f"{what}: {hopeless}; nothing saved", hopeless)
-            yield Progress(frac, msg, partial)
+            yield p
         finished = True
     finally:
         gen.close()

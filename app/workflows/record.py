@@ -117,9 +117,9 @@ def play_motion(
                 stack.enter_context(capture)
             rec = stack.enter_context(client.recording())
             try:
-                for fraction, message in stream.play():
-                    if fraction < 1.0:
-                        yield Progress(fraction, message)
+                for p in stream.play():
+                    if p.fraction is not None and p.fraction < 1.0:  # (always a fraction)
+                        yield p
             except MotionStopped as exc:
                 raise RecordingStopped(f"{exc}, nothing saved") from None
             msgs = list(rec)

@@ -161,11 +161,12 @@ def train_job(project: Project, req: TrainRequest) -> Job[str]:
         try:
             while True:
                 try:
-                    frac, msg, part = next(gen)
+                    p = next(gen)
                 except StopIteration as stop:
                     out = stop.value
                     break
-                yield Progress(None if frac is None else 0.85 * frac, msg, {"run": run, **part})
+                frac = None if p.fraction is None else 0.85 * p.fraction
+                yield Progress(frac, p.message, {"run": run, **p.partial})  # names the run
         finally:
             gen.close()
         policy = out.policy

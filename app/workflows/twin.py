@@ -90,7 +90,7 @@ def build_twin(
         settings=settings,
         summary=f"from {scan_id}" + (f" + {robot}" if robot else ""),
     ) as folder:
-        gen = build_twin_steps(
+        spec: TwinSpec = yield from build_twin_steps(  # closed with this job (a cancel)
             scan_dir,
             folder,
             robot,
@@ -98,14 +98,6 @@ def build_twin(
             name=name or f"twin of {scan_id}",
             meta={"scan_id": scan_id},
         )
-        try:
-            while True:
-                frac, msg = next(gen)
-                yield Progress(frac, msg)
-        except StopIteration as stop:
-            spec: TwinSpec = stop.value
-        finally:
-            gen.close()
         notes = spec.meta.get("notes", [])
         log.info(
             "built twin '%s' with %d objects%s",

@@ -3,7 +3,7 @@ record's library motions, the lab's demo motion, Add robot's test motion and the
 scan's moves all go through `MotionStream`.
 
     stream = MotionStream(client, motion)        # checked here: MotionError, nothing moved
-    for fraction, message in stream.play():      # takes control, streams, stops the arm
+    for progress in stream.play():               # takes control, streams, stops the arm
         ...
 
 Before the first command, always: the plan is for this robot's joints and a command mode
@@ -12,12 +12,11 @@ reports narrowed by the envelope settings its agent reports (`motion.limits_for`
 `check_motion`); a plan that does not is refused with a `MotionError` naming the robot, the
 joint and the limit. The robot's own envelope still guards every command (§7). `play()`
 streams at `rate_hz` (default the robot's control rate, at most `MAX_SEND_HZ`), yields
-`(fraction, message)` about ten times a second (app/ wraps them as `Progress`), and stops
+`Progress` (resources/jobs.py) about ten times a second, and stops
 (holds) the arm on error, on cancel (`close()` of the generator) and on `stop_event`; at
 the end too unless `stop_when_done=False` (a caller that holds the last pose itself).
 
-It lives on the workbench side of devices/robots, below app/: nothing here needs app's
-job types, and every caller above (workflows, the robot link, the GUI's dialogs) can use it.
+It lives on the workbench side of devices/robots, below app/: every caller above (workflows, the robot link, the GUI's dialogs) can use it.
 """
 
 from __future__ import annotations
@@ -25,13 +24,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
 
 import numpy as np
 
 from devices.errors import DeviceError
 from devices.robots.client import RobotClient
 from devices.robots.motion import Limits, Motion, MotionError, check_motion, limits_for
+from resources.jobs import Job, Progress
 
 log = logging.getLogger(__name__)
 
@@ -135,17 +134,17 @@ class MotionStream:
                 "it again"
             )
 
-    def play(self) -> Iterator[tuple[float, str]]:
+    def play(self) -> Job[None]:
         """Take control (unless `take_control` is off: a caller that holds it for a series
         of moves, where a stop in between must end the series, not be cleared by the next
         move) and stream the checked plan: `pre_s` holding its start, the plan, `post_s`
-        holding its end. Yields (fraction, message); stops the arm on error, cancel and
+        holding its end. Yields Progress; stops the arm on error, cancel and
         `stop_event` (MotionStopped), and at the end unless `stop_when_done` is off."""
         motion, client = self.motion, self.client
         self._check_start()  # the arm may have moved since the plan was checked
         hold = motion.at(0.0)
         total = self.pre_s + motion.duration + self.post_s
-        yield (
+        yield Progress(
             0.0,
             f"{motion.name}: "
             + (f"taking control of {self.info.name}" if self.take_control else "moving"),
@@ -177,7 +176,7 @@ class MotionStream:
                 client.command(motion.mode, u)
                 self.sent += 1
                 if self.sent % every == 0:
-                    yield (
+                    yield Progress(
                         min(now / total, 0.99) if total > 0 else 0.99,
                         f"{motion.name}: {max(tm, 0.0):.1f} / {motion.duration:.1f} s",
                     )
@@ -187,7 +186,7 @@ class MotionStream:
         finally:
             if not done or self.stop_when_done:
                 self.halt(f"'{motion.name}' ended" + ("" if done else " before its end"))
-        yield 1.0, f"{motion.name}: done ({self.sent} commands)"
+        yield Progress(1.0, f"{motion.name}: done ({self.sent} commands)")
 
     def halt(self, reason: str) -> None:
         """Stop (hold) the robot; never raises (used in finally blocks)."""

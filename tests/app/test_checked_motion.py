@@ -131,7 +131,7 @@ def test_the_stream_plays_a_motion_that_fits_and_stops_the_arm(robot: Robot) -> 
         move = ramp_to("fits", tuple(client.info.joint_names), q0, q1, robot_limits(client), 1.0)  # type: ignore[union-attr]
         stream = MotionStream(client, move)
         steps = list(stream.play())
-        assert steps[-1][0] == 1.0 and stream.sent > 0.9 * 250 * move.duration
+        assert steps[-1].fraction == 1.0 and stream.sent > 0.9 * 250 * move.duration
         deadline = time.monotonic() + 2.0
         while client.latest_status()["mode"] != "stopped" and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -64,7 +64,7 @@ def test_cem_primitive_learns_to_reach_and_exports(tmp_path: Path, demo_twin: Tw
     )
     assert out is not None and len(out.curve) == 2
     assert json.loads((tmp_path / "ck" / "cem.json").read_text())["generation"] == 2
-    fracs = [r[0] for r in recs]
+    fracs = [r.fraction for r in recs]
     assert fracs == sorted(fracs) and fracs[-1] < 1.0
     pol = _check_export(out, tmp_path / "policy")
     assert pol.spec.to_dict()["observation"] == ["joint_pos", "joint_vel", "target"]

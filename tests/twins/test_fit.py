@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from devices.trajectory import Trajectory
+from resources.jobs import Progress
 from twins.errors import RecordingMismatch, TwinError
 from twins.executor import LocalExecutor, RayExecutor, SerialExecutor, make_executor
 from twins.fit import (
@@ -121,8 +122,10 @@ def test_cancel_then_resume_from_the_checkpoint() -> None:
     )
     gen = fit_steps(spec, [rec], cfg)
     checkpoint = None
-    for frac, _msg, partial in gen:
-        assert frac is None or 0.0 <= frac <= 1.0
+    for p in gen:
+        assert isinstance(p, Progress)
+        assert p.fraction is None or 0.0 <= p.fraction <= 1.0
+        partial = p.partial
         if partial and "checkpoint" in partial and partial["generation"] == 2:
             checkpoint = partial["checkpoint"]
             break
