@@ -10,14 +10,12 @@ that makes it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Any
 
-from app.workflows.fit import load_recording
+from app.workflows.fit import load_fit, load_recording
 from app.workflows.twin import load_twin
 from resources.jobs import Job, Progress
-from resources.project import Project, ProjectError
+from resources.project import Project
 from twins.design import (
     Suggestion,
     default_candidates,
@@ -30,20 +28,6 @@ from twins.errors import TwinError
 
 PUSH_DIRECTIONS = (0.0, 90.0)  # deg
 PUSH_SPEEDS = (0.05, 0.15)  # m/s
-
-
-def _fit_json(project: Project, fit_id: str) -> dict[str, Any]:
-    art = project.artifact(fit_id)
-    if art.kind != "fit":
-        raise ProjectError(f"artifact '{fit_id}' is a {art.kind}, not a fit")
-    path = project.path_of(fit_id) / "fit.json"
-    try:
-        d: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ProjectError(f"{path}: unreadable fit ({exc})") from exc
-    if d.get("status", "done") != "done":
-        raise ProjectError(f"fit '{fit_id}' did not finish ({d.get('status')}); resume it first")
-    return d
 
 
 def suggest_job(
@@ -65,7 +49,7 @@ def suggest_job(
 
     values: dict[str, float] = {}
     if fit_id is not None:
-        d = _fit_json(project, fit_id)
+        d = load_fit(project, fit_id, finished=True)
         twin_id = twin_id or str(d["twin"])
         values = {str(k): float(v) for k, v in d["estimate"].items()}
         params = list(params) or list(values)

@@ -169,7 +169,10 @@ def export_recording(project: Project, trajectory_id: str, out: Path) -> Path:
     return export_lerobot(load_recording(project, trajectory_id), Path(out))
 
 
-def _load_fit(project: Project, fit_id: str) -> dict[str, Any]:
+def load_fit(project: Project, fit_id: str, finished: bool = False) -> dict[str, Any]:
+    """fit.json of a fit artifact (the one loader: the fit, its resume and design read it
+    here). `finished`: refuse a fit that was cancelled or failed (it has no estimate to
+    start from)."""
     art = project.artifact(fit_id)
     if art.kind != "fit":
         raise ProjectError(f"artifact '{fit_id}' is a {art.kind}, not a fit")
@@ -178,6 +181,8 @@ def _load_fit(project: Project, fit_id: str) -> dict[str, Any]:
         d: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ProjectError(f"{path}: unreadable fit ({exc})") from exc
+    if finished and d.get("status", "done") != "done":
+        raise ProjectError(f"fit '{fit_id}' did not finish ({d.get('status')}); resume it first")
     return d
 
 
@@ -206,7 +211,7 @@ def fit_job(
         check_recording(spec, r, rid, twin=tid)  # refused before anything runs
     resume = None
     if resume_from is not None:
-        old = _load_fit(project, resume_from)
+        old = load_fit(project, resume_from)
         resume = old.get("checkpoint")
         if not resume:
             raise ProjectError(f"fit '{resume_from}' has no checkpoint to resume from")
@@ -286,7 +291,7 @@ def _summary(res: FitResult) -> str:
 
 def fit_summary(project: Project, fit_id: str) -> dict[str, Any]:
     """fit.json of a fit artifact."""
-    return _load_fit(project, fit_id)
+    return load_fit(project, fit_id)
 
 
 def compare_twins(
@@ -315,7 +320,7 @@ def compare_twins(
 def apply_fit(project: Project, fit_id: str) -> str:
     """A new twin version at the fit's estimate: parent = the fitted twin, inputs = the
     parent's inputs plus the fit and its recordings. Returns the new twin id."""
-    d = _load_fit(project, fit_id)
+    d = load_fit(project, fit_id)
     if d.get("status") != "done":
         raise ProjectError(f"fit '{fit_id}' did not finish ({d.get('status')}); resume it first")
     art = project.artifact(fit_id)
