@@ -228,8 +228,6 @@ def _predict(pol: Any, twin: Any, config: dict[str, Any], n: int, ex: Any) -> di
 def _protocol(cfg: Any, policy: Any, starts: list[Any], tmp: Path) -> list[dict[str, Any]]:
     """Deploy `policy` through `lab serve` + the camera tracker from each start (the
     object at its scene pose, so the tracker starts where the scan saw it)."""
-    from app.jobs import run_to_end
-    from app.project import Project
     from app.workflows.deploy import deploy_job
     from app.workflows.deploy_plan import plan_deploy
     from app.workflows.object_feed import object_source
@@ -237,6 +235,8 @@ def _protocol(cfg: Any, policy: Any, starts: list[Any], tmp: Path) -> list[dict[
     from devices.lab.truth import truth_camera_pose
     from devices.robots.client import RobotClient
     from devices.robots.launch import start_lab_process
+    from resources.jobs import run_to_end
+    from resources.project import Project
 
     proj = Project.create(tmp / "proto")
     tid = run_to_end(build_twin(proj, None, procedural=True))
@@ -269,19 +269,13 @@ def _protocol(cfg: Any, policy: Any, starts: list[Any], tmp: Path) -> list[dict[
 
 
 def run(quick: bool = False, lab_config: Path | None = None) -> dict[str, Any]:
-    from benches.sim2real_lab import LabStart, draw_starts, lab_episodes, push_twin, true_values
-    from benches.sim2real_objects import PUSHES, fit_object_part, record_pushes
     from devices.lab.config import LabConfig
     from devices.lab.scenes import get_scene
-    from policies import push_primitive as pp
     from policies.cem import CemSettings
-    from policies.randomization import Randomization
     from policies.tasks import task_config
     from policies.tasks.push import PushConfig
     from resources.errors import TwinbenchError
     from twins.executor import LocalExecutor
-    from twins.from_scan import build_twin
-    from twins.scan_input import procedural_scan
 
     t_all = time.perf_counter()
     cfg = LabConfig.load(Path(lab_config)) if lab_config else None
@@ -303,60 +297,9 @@ def run(quick: bool = False, lab_config: Path | None = None) -> dict[str, Any]:
     notes: list[str] = []
     with tempfile.TemporaryDirectory() as tmpd, LocalExecutor(workers) as ex:
         tmp = Path(tmpd)
-        nominal = build_twin(procedural_scan(), tmp / "nominal", name="nominal")
-        base = push_twin(tmp / "push", cfg)
-        cfg_path = tmp / "lab_fit.json"
-        cfg.save(cfg_path)
-        _log("recording multisines through lab serve")
-        t0 = time.perf_counter()
-        recs = _record(cfg_path, cfg, 2.5 if quick else 3.0)
-        out["record_s"] = _r(time.perf_counter() - t0, 1)
-        _log("fitting 9 joint parameters")
-        t0 = time.perf_counter()
-        fitted, post_dr, fres = _fit(base, cfg, recs, 40 if quick else 100, ex)
-        out["fit_s"] = _r(time.perf_counter() - t0, 1)
-        truth = true_values(cfg, base)
-        _log(f"recording {len(PUSHES)} pushes of the cylinder through lab serve + tracker")
-        t0 = time.perf_counter()
-        pushes = record_pushes(cfg, cfg_path, tmp / "pushes", len(PUSHES))
-        out["object_record_s"] = _r(time.perf_counter() - t0, 1)
-        _log("fitting the cylinder's mass and friction, joints held at their fit")
-        fitted, post_dr, okeys = fit_object_part(fitted, post_dr, pushes, truth, 40, ex)
-        out.update(okeys)
-        out["fit_rel_err"] = {
-            n: _r(abs(fres.estimate[n] - truth[n]) / abs(truth[n]), 3)
-            for n in fres.estimate
-            if truth.get(n)
-        }
-        oracle = base.with_values(truth)
-        twins = {
-            "nominal": (nominal, Randomization(noise=sensing())),
-            "calibrated": (fitted, Randomization(noise=sensing())),
-            "calibrated_dr": (fitted, post_dr),
-            "oracle": (oracle, Randomization(noise=sensing())),
-        }
-        policies: dict[str, Any] = {}
-        for name, (tw, dr) in twins.items():
-            _log(f"training in the {name} twin")
-            pol, secs = _train(tw, dr, cem, tmp / f"ck_{name}", ex)
-            policies[name] = pol
-            out[f"train_s_{name}"] = _r(secs, 1)
-        policies["hand_set"] = _variant(policies["calibrated"], fitted, {}, pp.initial_mean())
-        policies["dr_slow_push"] = _variant(policies["calibrated_dr"], fitted, {"v_push": 0.3})
-        policies["dr_sluggish"] = _variant(policies["calibrated_dr"], fitted, {"lead_s": 0.3})
-        # the lab: every policy from the same starts, in-process, 2 workers
-        starts = draw_starts(cfg, n_lab, 7, task)
-        _log(f"{len(policies)} policies x {n_lab} lab episodes in-process")
-        t0 = time.perf_counter()
-        lab: dict[str, list[dict[str, Any]]] = {}
-        per = max(1, math.ceil(n_lab / (2 * workers)))
-        for name, pol in policies.items():
-            jobs = [
-                (cfg, pol.onnx, pol.spec, starts[i : i + per], task.episode_s, task.success_tol)
-                for i in range(0, n_lab, per)
-            ]
-            lab[name] = [r for batch in ex.map(lab_episodes, jobs) for r in batch]
-        out["lab_inprocess_s"] = _r(time.perf_counter() - t0, 1)
+        twins, fitted = _calibrated_twins(cfg, quick, tmp, ex, out)
+        policies = _train_policies(twins, fitted, cem, tmp, ex, out)
+        lab = _lab_inprocess(cfg, policies, task, n_lab, workers, ex, out)
         # the twin's prediction: each policy in the calibrated twin
         _log(f"{len(policies)} policies x {n_twin} episodes in the calibrated twin")
         t0 = time.perf_counter()
@@ -365,61 +308,9 @@ def run(quick: bool = False, lab_config: Path | None = None) -> dict[str, Any]:
             for name, pol in policies.items()
         }
         out["twin_eval_s"] = _r(time.perf_counter() - t0, 1)
-    rates = {k: _rate([r["success"] for r in v]) for k, v in lab.items()}
-    for k in ("nominal", "calibrated", "calibrated_dr", "oracle"):
-        out[f"success_{k}"] = rates[k]["rate"]
-        out[f"success_{k}_ci95"] = rates[k]["ci95"]
-    out["lab_episodes"] = n_lab
-    orc = rates["oracle"]["rate"]
-    out["ratio_dr_over_oracle"] = _r(rates["calibrated_dr"]["rate"] / orc) if orc else None
-    x = np.array([pred[k]["success_rate"] for k in policies])
-    y = np.array([rates[k]["rate"] for k in policies])
-    out["policies"] = {
-        k: {
-            "lab": rates[k]["rate"],
-            "lab_ci95": rates[k]["ci95"],
-            "twin": _r(pred[k]["success_rate"]),
-            "twin_ci95": [_r(v) for v in pred[k]["ci95"]],
-            "lab_stops": sum(1 for r in lab[k] if r["stopped"]),
-        }
-        for k in policies
-    }
-    ok = x.std() > 0 and y.std() > 0
-    out["sim_real_pearson"] = _r(float(np.corrcoef(x, y)[0, 1])) if ok else None
-    if not ok:
-        notes.append("sim_real_pearson undefined: twin or lab success is the same for all")
-    out["sim_real_abs_gap"] = _r(float(np.mean(np.abs(x - y))))
-    out["n_policies"] = len(policies)
+    _compare_twin_and_lab(lab, pred, list(policies), n_lab, out, notes)
     out["twin_episodes"] = n_twin
-    # the real protocol path, calibrated_dr, from the scene's object pose
-    proto_starts = [
-        LabStart(tuple(next(o.pose for o in cfg.objects if o.name == "cylinder")), s.goal, s.seed)
-        for s in draw_starts(cfg, n_proto, 11, task)
-    ]
-    _log(f"{len(proto_starts)} protocol runs (lab serve + tracker)")
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmpd:
-        proto = _protocol(cfg, policies["calibrated_dr"], proto_starts, Path(tmpd))
-    same = lab_episodes(
-        (
-            cfg,
-            policies["calibrated_dr"].onnx,
-            policies["calibrated_dr"].spec,
-            proto_starts,
-            task.episode_s,
-            task.success_tol,
-        )
-    )
-    out["protocol_s"] = _r(time.perf_counter() - t0, 1)
-    out["protocol_episodes"] = len(proto)
-    out["protocol_success"] = _rate([p["success"] for p in proto])["rate"]
-    out["protocol_vs_inprocess_agree"] = sum(
-        p["success"] == q["success"] for p, q in zip(proto, same, strict=True)
-    )
-    out["protocol_runs"] = [
-        {**p, "inprocess_success": q["success"], "inprocess_distance": _r(q["distance"], 4)}
-        for p, q in zip(proto, same, strict=True)
-    ]
+    n_runs = _protocol_runs(cfg, policies["calibrated_dr"], task, n_proto, out)
     out["targets"] = {
         "ratio_dr_over_oracle>=0.9": bool(
             out["ratio_dr_over_oracle"] is not None and out["ratio_dr_over_oracle"] >= 0.9
@@ -431,7 +322,173 @@ def run(quick: bool = False, lab_config: Path | None = None) -> dict[str, Any]:
         "sim_real_abs_gap<=0.1": bool(out["sim_real_abs_gap"] <= 0.1),
         "lab_episodes>=50": n_lab >= 50,
     }
-    notes.append(f"lab episodes in-process except {len(proto)} protocol runs (lab serve + tracker)")
+    notes.append(f"lab episodes in-process except {n_runs} protocol runs (lab serve + tracker)")
     out["notes"] = notes
     out["bench_s"] = _r(time.perf_counter() - t_all, 1)
     return out
+
+
+def _calibrated_twins(
+    cfg: Any, quick: bool, tmp: Path, ex: Any, out: dict[str, Any]
+) -> tuple[dict[str, tuple[Any, Any]], Any]:
+    """Step 1: the four twins (nominal, calibrated, calibrated_dr, oracle) with the
+    randomization each trains under, and the calibrated twin: the joints fitted to multisines
+    and then the cylinder to pushes, both recorded through `lab serve`. Timings and the fit's
+    errors against the truth go into `out`."""
+    from benches.sim2real_lab import push_twin, true_values
+    from benches.sim2real_objects import PUSHES, fit_object_part, record_pushes
+    from policies.randomization import Randomization
+    from twins.from_scan import build_twin
+    from twins.scan_input import procedural_scan
+
+    nominal = build_twin(procedural_scan(), tmp / "nominal", name="nominal")
+    base = push_twin(tmp / "push", cfg)
+    cfg_path = tmp / "lab_fit.json"
+    cfg.save(cfg_path)
+    _log("recording multisines through lab serve")
+    t0 = time.perf_counter()
+    recs = _record(cfg_path, cfg, 2.5 if quick else 3.0)
+    out["record_s"] = _r(time.perf_counter() - t0, 1)
+    _log("fitting 9 joint parameters")
+    t0 = time.perf_counter()
+    fitted, post_dr, fres = _fit(base, cfg, recs, 40 if quick else 100, ex)
+    out["fit_s"] = _r(time.perf_counter() - t0, 1)
+    truth = true_values(cfg, base)
+    _log(f"recording {len(PUSHES)} pushes of the cylinder through lab serve + tracker")
+    t0 = time.perf_counter()
+    pushes = record_pushes(cfg, cfg_path, tmp / "pushes", len(PUSHES))
+    out["object_record_s"] = _r(time.perf_counter() - t0, 1)
+    _log("fitting the cylinder's mass and friction, joints held at their fit")
+    fitted, post_dr, okeys = fit_object_part(fitted, post_dr, pushes, truth, 40, ex)
+    out.update(okeys)
+    out["fit_rel_err"] = {
+        n: _r(abs(fres.estimate[n] - truth[n]) / abs(truth[n]), 3)
+        for n in fres.estimate
+        if truth.get(n)
+    }
+    oracle = base.with_values(truth)
+    twins = {
+        "nominal": (nominal, Randomization(noise=sensing())),
+        "calibrated": (fitted, Randomization(noise=sensing())),
+        "calibrated_dr": (fitted, post_dr),
+        "oracle": (oracle, Randomization(noise=sensing())),
+    }
+    return twins, fitted
+
+
+def _train_policies(
+    twins: dict[str, tuple[Any, Any]],
+    fitted: Any,
+    cem: Any,
+    tmp: Path,
+    ex: Any,
+    out: dict[str, Any],
+) -> dict[str, Any]:
+    """Steps 2-3: a policy trained in each twin (training times into `out`), the primitive's
+    hand-set start and two degraded copies of the calibrated_dr policy."""
+    from policies import push_primitive as pp
+
+    policies: dict[str, Any] = {}
+    for name, (tw, dr) in twins.items():
+        _log(f"training in the {name} twin")
+        pol, secs = _train(tw, dr, cem, tmp / f"ck_{name}", ex)
+        policies[name] = pol
+        out[f"train_s_{name}"] = _r(secs, 1)
+    policies["hand_set"] = _variant(policies["calibrated"], fitted, {}, pp.initial_mean())
+    policies["dr_slow_push"] = _variant(policies["calibrated_dr"], fitted, {"v_push": 0.3})
+    policies["dr_sluggish"] = _variant(policies["calibrated_dr"], fitted, {"lead_s": 0.3})
+    return policies
+
+
+def _lab_inprocess(
+    cfg: Any,
+    policies: dict[str, Any],
+    task: Any,
+    n_lab: int,
+    workers: int,
+    ex: Any,
+    out: dict[str, Any],
+) -> dict[str, list[dict[str, Any]]]:
+    """Step 4: every policy from the same `n_lab` drawn starts in the lab, in-process, in
+    batches over the workers; each policy's episode results."""
+    from benches.sim2real_lab import draw_starts, lab_episodes
+
+    starts = draw_starts(cfg, n_lab, 7, task)
+    _log(f"{len(policies)} policies x {n_lab} lab episodes in-process")
+    t0 = time.perf_counter()
+    lab: dict[str, list[dict[str, Any]]] = {}
+    per = max(1, math.ceil(n_lab / (2 * workers)))
+    for name, pol in policies.items():
+        jobs = [
+            (cfg, pol.onnx, pol.spec, starts[i : i + per], task.episode_s, task.success_tol)
+            for i in range(0, n_lab, per)
+        ]
+        lab[name] = [r for batch in ex.map(lab_episodes, jobs) for r in batch]
+    out["lab_inprocess_s"] = _r(time.perf_counter() - t0, 1)
+    return lab
+
+
+def _compare_twin_and_lab(
+    lab: dict[str, list[dict[str, Any]]],
+    pred: dict[str, dict[str, Any]],
+    names: list[str],
+    n_lab: int,
+    out: dict[str, Any],
+    notes: list[str],
+) -> None:
+    """Step 5: the lab's success rates (Wilson intervals), the DR/oracle ratio, and how well
+    the twin's predicted success follows the lab's over the policies (Pearson, mean gap)."""
+    rates = {k: _rate([r["success"] for r in v]) for k, v in lab.items()}
+    for k in ("nominal", "calibrated", "calibrated_dr", "oracle"):
+        out[f"success_{k}"] = rates[k]["rate"]
+        out[f"success_{k}_ci95"] = rates[k]["ci95"]
+    out["lab_episodes"] = n_lab
+    orc = rates["oracle"]["rate"]
+    out["ratio_dr_over_oracle"] = _r(rates["calibrated_dr"]["rate"] / orc) if orc else None
+    x = np.array([pred[k]["success_rate"] for k in names])
+    y = np.array([rates[k]["rate"] for k in names])
+    out["policies"] = {
+        k: {
+            "lab": rates[k]["rate"],
+            "lab_ci95": rates[k]["ci95"],
+            "twin": _r(pred[k]["success_rate"]),
+            "twin_ci95": [_r(v) for v in pred[k]["ci95"]],
+            "lab_stops": sum(1 for r in lab[k] if r["stopped"]),
+        }
+        for k in names
+    }
+    ok = x.std() > 0 and y.std() > 0
+    out["sim_real_pearson"] = _r(float(np.corrcoef(x, y)[0, 1])) if ok else None
+    if not ok:
+        notes.append("sim_real_pearson undefined: twin or lab success is the same for all")
+    out["sim_real_abs_gap"] = _r(float(np.mean(np.abs(x - y))))
+    out["n_policies"] = len(names)
+
+
+def _protocol_runs(cfg: Any, policy: Any, task: Any, n_proto: int, out: dict[str, Any]) -> int:
+    """The real protocol path for `policy` (calibrated_dr) from the scene's object pose, set
+    beside the in-process run from the same starts; returns how many runs it made."""
+    from benches.sim2real_lab import LabStart, draw_starts, lab_episodes
+
+    proto_starts = [
+        LabStart(tuple(next(o.pose for o in cfg.objects if o.name == "cylinder")), s.goal, s.seed)
+        for s in draw_starts(cfg, n_proto, 11, task)
+    ]
+    _log(f"{len(proto_starts)} protocol runs (lab serve + tracker)")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmpd:
+        proto = _protocol(cfg, policy, proto_starts, Path(tmpd))
+    same = lab_episodes(
+        (cfg, policy.onnx, policy.spec, proto_starts, task.episode_s, task.success_tol)
+    )
+    out["protocol_s"] = _r(time.perf_counter() - t0, 1)
+    out["protocol_episodes"] = len(proto)
+    out["protocol_success"] = _rate([p["success"] for p in proto])["rate"]
+    out["protocol_vs_inprocess_agree"] = sum(
+        p["success"] == q["success"] for p, q in zip(proto, same, strict=True)
+    )
+    out["protocol_runs"] = [
+        {**p, "inprocess_success": q["success"], "inprocess_distance": _r(q["distance"], 4)}
+        for p, q in zip(proto, same, strict=True)
+    ]
+    return len(proto)
