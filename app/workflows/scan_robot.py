@@ -104,12 +104,8 @@ def scan_robot(
     rec: _Recorder | None = None
     sess: ScanProcess | None = None
     try:
-        X = np.asarray((calibration or {}).get("T_hand_camera", arm.T_mount_camera_nominal))
-        calib = _jsonable(calibration or {})
-        calib.setdefault("T_hand_camera", X.tolist())
-        calib["hand_camera_source"] = "hand-eye" if calibration else "nominal mount pose"
+        X, calib, T_fixed = _camera_calibration(arm, calibration)
         fixed = calib.get("fixed_camera")
-        T_fixed = np.asarray(calib["T_base_fixed"]) if fixed in arm.fixed_cameras else None
         log: dict[str, Any] = {"unreachable": 0, "unsettled": 0, "paired": []}
         yield Progress(
             0.0,
@@ -128,23 +124,7 @@ def scan_robot(
             fixed_frames, camera_poses(arm, first_pass, X, plan, log)
         )
         if record is not None:
-            first = next(stream, None)
-            if first is None:
-                raise RobotScanError(f"robot {arm.info.name}: no view of the path is reachable")
-            rec = _Recorder(
-                record,
-                first,
-                f"Twinbench {arm.info.name} {arm.camera}",
-                {
-                    "T_hand_camera": X.tolist(),
-                    "source": "robot",
-                    "robot": arm.info.name,
-                    "calibration": calib,
-                    "exclude": [[lo.tolist(), hi.tolist()] for lo, hi in opt.exclude],
-                    **({"T_base_camera": T_fixed.tolist()} if T_fixed is not None else {}),
-                },
-            )
-            stream = (rec.push(f) for f in _chain([first], stream))
+            rec, stream = _start_recording(record, stream, arm, X, calib, opt, T_fixed)
         second_share = 0.4 if plan.object_views else 0.0
         yield from sub_job(
             reconstruct_frames(
@@ -160,28 +140,7 @@ def scan_robot(
             "orbit: ",
         )
         if plan.object_views and plan.object_elevations_deg and not _stopped(opt):
-            try:
-                plane, clusters = sess.table_objects(opt.seed, list(opt.exclude))
-            except TwinbenchError as exc:
-                clusters = []
-                yield Progress(None, f"no objects for a second pass ({exc})")
-            second = [
-                T
-                for cl in clusters
-                for el in plan.object_elevations_deg
-                for T in Orbit(
-                    plan.object_distance, el, plan.object_views, plan.object_azimuth_deg
-                ).targets(tuple(cl.footprint_centre(plane)), base_azimuth_deg=0)
-            ]
-            more = camera_poses(arm, second, X, plan, log)
-            if rec is not None:
-                more = (rec.push(f) for f in more)
-            yield from sub_job(
-                reconstruct_frames(more, None, opt, session=sess, finish=False, total=len(second)),
-                0.5,
-                0.9,
-                "objects: ",
-            )
+            yield from _object_pass(arm, sess, plan, opt, X, log, rec)
         arm.stop()  # the arm is still for the segmentation
         res = yield from sub_job(
             reconstruct_frames(
@@ -191,30 +150,125 @@ def scan_robot(
             1.0,
         )
         assert res is not None
-        warnings = list(res.warnings)
-        if log["unreachable"]:
-            warnings.append(f"{log['unreachable']} views of the path were out of reach")
-        if log["unsettled"]:
-            warnings.append(f"{log['unsettled']} views taken before the arm had settled")
-        capture = {
-            **res.capture,
-            "source": "robot",
-            "robot": arm.info.name,
-            "robot_address": client.address,
-            "camera": arm.camera,
-            "views": len(log["paired"]),
-            "fixed_frames": len(fixed_frames),
-            "paired_states": log["paired"],
-        }
-        if rec is not None:
-            capture.update({"sdk_version": rec.cam.info.sdk_version, "device": rec.cam.info.device})
-        return replace(res, warnings=tuple(warnings), capture=capture)
+        return _with_scan_report(res, log, client, arm, len(fixed_frames), rec)
     finally:
         if rec is not None:
             rec.close()
         if sess is not None:
             sess.close()
         arm.stop()
+
+
+def _camera_calibration(
+    arm: ConnectedArm, calibration: dict[str, Any] | None
+) -> tuple[NDArray[np.float64], dict[str, Any], NDArray[np.float64] | None]:
+    """The wrist camera's pose on the hand (hand-eye, or else the nominal mount pose), the
+    calibration as the scan stores it (JSON-ready, saying where T_hand_camera came from), and
+    the fixed camera's pose when it was calibrated and the robot has it."""
+    X = np.asarray((calibration or {}).get("T_hand_camera", arm.T_mount_camera_nominal))
+    calib = _jsonable(calibration or {})
+    calib.setdefault("T_hand_camera", X.tolist())
+    calib["hand_camera_source"] = "hand-eye" if calibration else "nominal mount pose"
+    fixed = calib.get("fixed_camera")
+    T_fixed = np.asarray(calib["T_base_fixed"]) if fixed in arm.fixed_cameras else None
+    return X, calib, T_fixed
+
+
+def _start_recording(
+    record: Path,
+    stream: Iterator[RGBDFrame],
+    arm: ConnectedArm,
+    X: NDArray[np.float64],
+    calib: dict[str, Any],
+    opt: ScanOptions,
+    T_fixed: NDArray[np.float64] | None,
+) -> tuple[_Recorder, Iterator[RGBDFrame]]:
+    """A recording of the scan's frames at `record` (opened on the first frame, with what
+    a replay of it needs: camera mount, calibration, exclusion boxes, the fixed camera's
+    pose), and the stream that passes every frame through it."""
+    first = next(stream, None)
+    if first is None:
+        raise RobotScanError(f"robot {arm.info.name}: no view of the path is reachable")
+    rec = _Recorder(
+        record,
+        first,
+        f"Twinbench {arm.info.name} {arm.camera}",
+        {
+            "T_hand_camera": X.tolist(),
+            "source": "robot",
+            "robot": arm.info.name,
+            "calibration": calib,
+            "exclude": [[lo.tolist(), hi.tolist()] for lo, hi in opt.exclude],
+            **({"T_base_camera": T_fixed.tolist()} if T_fixed is not None else {}),
+        },
+    )
+    return rec, (rec.push(f) for f in _chain([first], stream))
+
+
+def _object_pass(
+    arm: ConnectedArm,
+    sess: ScanProcess,
+    plan: RobotScanPlan,
+    opt: ScanOptions,
+    X: NDArray[np.float64],
+    log: dict[str, Any],
+    rec: _Recorder | None,
+) -> Job[None]:
+    """The second pass: an orbit around each object the first pass found on the table, at
+    the plan's elevations, into the same session (and recording)."""
+    try:
+        plane, clusters = sess.table_objects(opt.seed, list(opt.exclude))
+    except TwinbenchError as exc:
+        clusters = []
+        yield Progress(None, f"no objects for a second pass ({exc})")
+    second = [
+        T
+        for cl in clusters
+        for el in plan.object_elevations_deg
+        for T in Orbit(
+            plan.object_distance, el, plan.object_views, plan.object_azimuth_deg
+        ).targets(tuple(cl.footprint_centre(plane)), base_azimuth_deg=0)
+    ]
+    more = camera_poses(arm, second, X, plan, log)
+    if rec is not None:
+        more = (rec.push(f) for f in more)
+    yield from sub_job(
+        reconstruct_frames(more, None, opt, session=sess, finish=False, total=len(second)),
+        0.5,
+        0.9,
+        "objects: ",
+    )
+
+
+def _with_scan_report(
+    res: ScanResult,
+    log: dict[str, Any],
+    client: RobotClient,
+    arm: ConnectedArm,
+    n_fixed_frames: int,
+    rec: _Recorder | None,
+) -> ScanResult:
+    """The result with what the scan met (views out of reach, views before the arm settled)
+    among its warnings, and how it was captured (robot, camera, views, paired joint states,
+    the recording's SDK and device) in its capture record."""
+    warnings = list(res.warnings)
+    if log["unreachable"]:
+        warnings.append(f"{log['unreachable']} views of the path were out of reach")
+    if log["unsettled"]:
+        warnings.append(f"{log['unsettled']} views taken before the arm had settled")
+    capture = {
+        **res.capture,
+        "source": "robot",
+        "robot": arm.info.name,
+        "robot_address": client.address,
+        "camera": arm.camera,
+        "views": len(log["paired"]),
+        "fixed_frames": n_fixed_frames,
+        "paired_states": log["paired"],
+    }
+    if rec is not None:
+        capture.update({"sdk_version": rec.cam.info.sdk_version, "device": rec.cam.info.device})
+    return replace(res, warnings=tuple(warnings), capture=capture)
 
 
 def _chain(first: list[RGBDFrame], rest: Iterator[RGBDFrame]) -> Iterator[RGBDFrame]:
