@@ -61,6 +61,26 @@ class RecordPanel(QtWidgets.QWidget):
         self._task: JobTask | None = None
         self._stop = threading.Event()
         lay = QtWidgets.QVBoxLayout(self)
+        lay.addLayout(self._build_motion_form(controller))
+        self._build_plan_view(lay)
+        self._build_record_row(lay)
+        self.motion_box.currentTextChanged.connect(self._motion_changed)
+        for w in (
+            self.amplitude,
+            self.velocity,
+            self.duration,
+            self.target_x,
+            self.target_y,
+            self.direction,
+            self.speed,
+        ):
+            w.valueChanged.connect(self._invalidate)
+        self.joints.textChanged.connect(self._invalidate)
+        self._motion_changed(self.motion_box.currentText())
+
+    def _build_motion_form(self, controller: AppController) -> QtWidgets.QFormLayout:
+        """The motion and its parameters: amplitude, speed share, duration and joints for the
+        excitations; target, direction and speed for a push; a camera to record beside it."""
         form = QtWidgets.QFormLayout()
         self.motion_box = QtWidgets.QComboBox()
         for name, ex in EXCITATIONS.items():
@@ -95,7 +115,11 @@ class RecordPanel(QtWidgets.QWidget):
         form.addRow("Push direction", self.direction)
         form.addRow("Push speed", self.speed)
         form.addRow("Camera", self.camera_box)
-        lay.addLayout(form)
+        return form
+
+    def _build_plan_view(self, lay: QtWidgets.QVBoxLayout) -> None:
+        """Suggest (D-optimal) and Preview plan, the planned curves with the time line that
+        follows a recording, the plan's summary and the progress bar."""
         self.suggest_button = QtWidgets.QPushButton("Suggest the next motion (D-optimal)")
         self.suggest_button.setToolTip(
             "Rank the library by expected information gain about the latest fit's parameters "
@@ -125,6 +149,9 @@ class RecordPanel(QtWidgets.QWidget):
         self.progress.setRange(0, 1000)
         self.progress.setValue(0)
         lay.addWidget(self.progress)
+
+    def _build_record_row(self, lay: QtWidgets.QVBoxLayout) -> None:
+        """Record beside the big STOP."""
         row = QtWidgets.QHBoxLayout()
         self.record_button = QtWidgets.QPushButton("Record")
         self.record_button.setEnabled(False)
@@ -141,19 +168,6 @@ class RecordPanel(QtWidgets.QWidget):
         row.addWidget(self.record_button, 1)
         row.addWidget(self.stop_button, 2)
         lay.addLayout(row)
-        self.motion_box.currentTextChanged.connect(self._motion_changed)
-        for w in (
-            self.amplitude,
-            self.velocity,
-            self.duration,
-            self.target_x,
-            self.target_y,
-            self.direction,
-            self.speed,
-        ):
-            w.valueChanged.connect(self._invalidate)
-        self.joints.textChanged.connect(self._invalidate)
-        self._motion_changed(self.motion_box.currentText())
 
     # -- state ---------------------------------------------------------------------------
     def _client(self) -> Any:
