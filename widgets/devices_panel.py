@@ -95,6 +95,30 @@ class DevicesPanel(QtWidgets.QWidget):
         self.rate = QtWidgets.QLabel("")
         self.rate.setStyleSheet("color: #6b6b6b;")
         lay.addWidget(self.rate)
+        self._build_buttons(lay)
+        lay.addWidget(self._build_robot_view(with_3d), 1)
+        self._trail: deque[tuple[float, np.ndarray]] = deque()
+        self._last_seq: int | None = None
+        self._cells: dict[tuple[int, int], str] = {}
+        self._drawn_q: np.ndarray | None = None
+        self._rate_shown = 0.0
+        self._table_shown = 0.0
+        self._rate_window: deque[tuple[float, int]] = deque()
+        self._shown_info: object | None = None
+        self._polled = 0.0
+        self.refreshes = 0  # timer ticks that drew a new state (tests read it)
+        self.timer = QtCore.QTimer(self)
+        self.timer.setInterval(REFRESH_MS)
+        self.timer.timeout.connect(self.refresh_state)
+        self.sig_devices_changed.connect(
+            self._on_devices, QtCore.Qt.ConnectionType.QueuedConnection
+        )
+        controller.devices_changed.connect(self._from_model)
+        self._on_devices(controller.devices())
+
+    def _build_buttons(self, lay: QtWidgets.QVBoxLayout) -> None:
+        """Move arm (demo) and Record 5 s (shown for the lab), Record motion (shown for a robot
+        reached through the protocol), all hidden until then, and Add robot."""
         self.move_button = QtWidgets.QPushButton("Move arm (demo motion, 12 s)")
         self.move_button.setToolTip(
             "Command a slow sine motion on three joints through the "
@@ -129,6 +153,10 @@ class DevicesPanel(QtWidgets.QWidget):
         lay.addWidget(self.add_robot_button)
         for b in (self.move_button, self.record_button):
             b.hide()
+
+    def _build_robot_view(self, with_3d: bool) -> QtWidgets.QSplitter:
+        """The live robot: the joint table and end effector (or, with no robot, how to get
+        one) above its 3D view when `with_3d`."""
         self.table = QtWidgets.QTableWidget(0, 4)
         self.table.setHorizontalHeaderLabels(["joint", "pos (rad)", "vel (rad/s)", "effort (N·m)"])
         self.table.verticalHeader().setVisible(False)
@@ -169,25 +197,7 @@ class DevicesPanel(QtWidgets.QWidget):
             bl.addWidget(self.scene, 1)
             split.addWidget(box)
             split.setSizes([220, 280])
-        lay.addWidget(split, 1)
-        self._trail: deque[tuple[float, np.ndarray]] = deque()
-        self._last_seq: int | None = None
-        self._cells: dict[tuple[int, int], str] = {}
-        self._drawn_q: np.ndarray | None = None
-        self._rate_shown = 0.0
-        self._table_shown = 0.0
-        self._rate_window: deque[tuple[float, int]] = deque()
-        self._shown_info: object | None = None
-        self._polled = 0.0
-        self.refreshes = 0  # timer ticks that drew a new state (tests read it)
-        self.timer = QtCore.QTimer(self)
-        self.timer.setInterval(REFRESH_MS)
-        self.timer.timeout.connect(self.refresh_state)
-        self.sig_devices_changed.connect(
-            self._on_devices, QtCore.Qt.ConnectionType.QueuedConnection
-        )
-        controller.devices_changed.connect(self._from_model)
-        self._on_devices(controller.devices())
+        return split
 
     def _from_model(self, devs: dict[str, DeviceStatus]) -> None:
         try:
