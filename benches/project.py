@@ -184,112 +184,123 @@ def _scale(tmp: Path, n: int, adds: int, fill_journal: bool) -> dict[str, float]
 def _escape_attempts(tmp: Path) -> dict[str, bool]:
     """Each attempt in a fresh project; True when the store wrote/read/deleted outside."""
     results: dict[str, bool] = {}
-
-    def attempt(name: str, action: Callable[[Path, Path], bool]) -> None:
+    for fn in ESCAPES:
+        name = fn.__name__
         root, out = tmp / f"esc-{name}" / "proj", tmp / f"esc-{name}" / "outside"
         out.mkdir(parents=True)
         Project.create(root)
         try:
-            results[name] = action(root, out)
+            results[name] = fn(root, out)
         except ProjectError:
             results[name] = False  # refused: contained
-
-    def kind_folder_write(root: Path, out: Path) -> bool:
-        (root / "trajectories").symlink_to(out, target_is_directory=True)
-        try:
-            _add(Project.open(root), 0)
-        except ProjectError:
-            pass
-        return any(out.iterdir())
-
-    def kind_folder_read(root: Path, out: Path) -> bool:
-        proj = Project.open(root)
-        with proj.new_artifact("twin", artifact_id="twin-1") as f:
-            (f / "twin.json").write_text("{}")
-        (out / "twin-1").mkdir()
-        (out / "twin-1" / "twin.json").write_text('{"outside": true}')
-        os.rename(root / "twins", tmp / "moved-twins")
-        (root / "twins").symlink_to(out, target_is_directory=True)
-        try:
-            path = Project.open(root).path_of("twin-1")
-        except ProjectError:
-            return False
-        return "outside" in (path / "twin.json").read_text()
-
-    def lock_write(root: Path, out: Path) -> bool:
-        (root / LOCK).unlink()
-        (root / LOCK).symlink_to(out / "created-by-lock")
-        try:
-            _add(Project.open(root), 0)
-        except ProjectError:
-            pass
-        return (out / "created-by-lock").exists()
-
-    def journal_write(root: Path, out: Path) -> bool:
-        (out / "journal").write_bytes(b"")
-        if (root / JOURNAL).exists():
-            (root / JOURNAL).unlink()
-        (root / JOURNAL).symlink_to(out / "journal")
-        try:
-            _add(Project.open(root), 0)
-        except ProjectError:
-            pass
-        return (out / "journal").stat().st_size > 0 or len(list(out.iterdir())) > 1
-
-    def manifest_read(root: Path, out: Path) -> bool:
-        text = (root / MANIFEST).read_text().replace(root.name, "OUTSIDE-NAME")
-        (out / "m.json").write_text(text)
-        (root / MANIFEST).unlink()
-        (root / MANIFEST).symlink_to(out / "m.json")
-        try:
-            return Project.open(root).name == "OUTSIDE-NAME"
-        except ProjectError:
-            return False
-
-    def tmp_folder_write(root: Path, out: Path) -> bool:
-        (root / "scans").mkdir()
-        (out / "keep.txt").write_text("keep")
-        for name in (".tmp-scan-x", f".tmp-{os.getpid()}-scan-x"):
-            (root / "scans" / name).symlink_to(out, target_is_directory=True)
-        proj = Project.open(root)
-        try:
-            with proj.new_artifact("scan", artifact_id="scan-x") as f:
-                (f / "scan.json").write_text("{}")
-        except (ProjectError, OSError):
-            pass
-        return {p.name for p in out.iterdir()} != {"keep.txt"}
-
-    def clean_tmp_link(root: Path, out: Path) -> bool:
-        (root / "scans").mkdir()
-        (out / "keep.txt").write_text("keep")
-        (root / "scans" / ".tmp-999999999-scan-gone").symlink_to(out, target_is_directory=True)
-        proj = Project.open(root)
-        getattr(proj, "clean_orphans", lambda: None)()
-        _add(proj, 0, "scan")
-        return not (out / "keep.txt").exists()
-
-    def clean_unrecorded_link(root: Path, out: Path) -> bool:
-        (root / "scans").mkdir()
-        (out / "keep").mkdir()
-        (out / "keep" / "keep.txt").write_text("keep")
-        (root / "scans" / "scan-unrecorded").symlink_to(out / "keep", target_is_directory=True)
-        proj = Project.open(root)
-        getattr(proj, "clean_orphans", lambda: None)()
-        _add(proj, 0, "scan")
-        return not (out / "keep" / "keep.txt").exists()
-
-    for fn in (
-        kind_folder_write,
-        kind_folder_read,
-        lock_write,
-        journal_write,
-        manifest_read,
-        tmp_folder_write,
-        clean_tmp_link,
-        clean_unrecorded_link,
-    ):
-        attempt(fn.__name__, fn)
     return results
+
+
+# The escape attempts, each given a fresh project `root` (in tmp/esc-NAME/) and a folder
+# `out` outside it; True when the store wrote, read or deleted outside. Their names are the
+# report's keys.
+def kind_folder_write(root: Path, out: Path) -> bool:
+    (root / "trajectories").symlink_to(out, target_is_directory=True)
+    try:
+        _add(Project.open(root), 0)
+    except ProjectError:
+        pass
+    return any(out.iterdir())
+
+
+def kind_folder_read(root: Path, out: Path) -> bool:
+    proj = Project.open(root)
+    with proj.new_artifact("twin", artifact_id="twin-1") as f:
+        (f / "twin.json").write_text("{}")
+    (out / "twin-1").mkdir()
+    (out / "twin-1" / "twin.json").write_text('{"outside": true}')
+    os.rename(root / "twins", root.parents[1] / "moved-twins")  # tmp/moved-twins
+    (root / "twins").symlink_to(out, target_is_directory=True)
+    try:
+        path = Project.open(root).path_of("twin-1")
+    except ProjectError:
+        return False
+    return "outside" in (path / "twin.json").read_text()
+
+
+def lock_write(root: Path, out: Path) -> bool:
+    (root / LOCK).unlink()
+    (root / LOCK).symlink_to(out / "created-by-lock")
+    try:
+        _add(Project.open(root), 0)
+    except ProjectError:
+        pass
+    return (out / "created-by-lock").exists()
+
+
+def journal_write(root: Path, out: Path) -> bool:
+    (out / "journal").write_bytes(b"")
+    if (root / JOURNAL).exists():
+        (root / JOURNAL).unlink()
+    (root / JOURNAL).symlink_to(out / "journal")
+    try:
+        _add(Project.open(root), 0)
+    except ProjectError:
+        pass
+    return (out / "journal").stat().st_size > 0 or len(list(out.iterdir())) > 1
+
+
+def manifest_read(root: Path, out: Path) -> bool:
+    text = (root / MANIFEST).read_text().replace(root.name, "OUTSIDE-NAME")
+    (out / "m.json").write_text(text)
+    (root / MANIFEST).unlink()
+    (root / MANIFEST).symlink_to(out / "m.json")
+    try:
+        return Project.open(root).name == "OUTSIDE-NAME"
+    except ProjectError:
+        return False
+
+
+def tmp_folder_write(root: Path, out: Path) -> bool:
+    (root / "scans").mkdir()
+    (out / "keep.txt").write_text("keep")
+    for name in (".tmp-scan-x", f".tmp-{os.getpid()}-scan-x"):
+        (root / "scans" / name).symlink_to(out, target_is_directory=True)
+    proj = Project.open(root)
+    try:
+        with proj.new_artifact("scan", artifact_id="scan-x") as f:
+            (f / "scan.json").write_text("{}")
+    except (ProjectError, OSError):
+        pass
+    return {p.name for p in out.iterdir()} != {"keep.txt"}
+
+
+def clean_tmp_link(root: Path, out: Path) -> bool:
+    (root / "scans").mkdir()
+    (out / "keep.txt").write_text("keep")
+    (root / "scans" / ".tmp-999999999-scan-gone").symlink_to(out, target_is_directory=True)
+    proj = Project.open(root)
+    getattr(proj, "clean_orphans", lambda: None)()
+    _add(proj, 0, "scan")
+    return not (out / "keep.txt").exists()
+
+
+def clean_unrecorded_link(root: Path, out: Path) -> bool:
+    (root / "scans").mkdir()
+    (out / "keep").mkdir()
+    (out / "keep" / "keep.txt").write_text("keep")
+    (root / "scans" / "scan-unrecorded").symlink_to(out / "keep", target_is_directory=True)
+    proj = Project.open(root)
+    getattr(proj, "clean_orphans", lambda: None)()
+    _add(proj, 0, "scan")
+    return not (out / "keep" / "keep.txt").exists()
+
+
+ESCAPES: tuple[Callable[[Path, Path], bool], ...] = (
+    kind_folder_write,
+    kind_folder_read,
+    lock_write,
+    journal_write,
+    manifest_read,
+    tmp_folder_write,
+    clean_tmp_link,
+    clean_unrecorded_link,
+)
 
 
 def _bounded_parse(tmp: Path) -> bool:
