@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from app.controller import AppController, data_dir
 from app.robot_link import AgentLink, lab_job, lab_problem
-from app.session import AppController, data_dir
 from devices.robots.driver import RobotInfo
 from devices.robots.motion import Motion
 from devices.robots.stream import MotionStream
@@ -37,7 +37,7 @@ DEMO_SCENE = "panda_table"
 
 
 def demo_project_dir() -> Path:
-    """Where the demo project lives: <data_dir>/demo (see app.session.data_dir)."""
+    """Where the demo project lives: <data_dir>/demo (see app.controller.data_dir)."""
     return data_dir() / DEMO_FOLDER
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.session import DeviceStateName, camera_health, link_health
+from app.controller import DeviceStateName, camera_health, link_health
 from devices.errors import DeviceError
 from devices.robots.client import RobotClient
 from devices.robots.driver import RobotInfo, RobotState
@@ -41,7 +41,7 @@ class LabUnavailable(TwinbenchError):
 class AgentLink:
     """A RobotClient connected to a robot agent, and the agent process when this workbench
     launched it (`process`: `.host`, `.port`, `.alive`, `.proc`, `.terminate()`; the lab,
-    `is_lab`). Satisfies `app.session.RobotLink` (with `watch`, `health`, `camera_health`)."""
+    `is_lab`). Satisfies `app.controller.RobotLink` (with `watch`, `health`, `camera_health`)."""
 
     def __init__(
         self,

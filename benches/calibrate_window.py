@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
 
-    from app.session import AppController
+    from app.controller import AppController
     from app.workflows.calibrate_preview import make_project
     from widgets.main_window import MainWindow
     from widgets.scene_view import share_gl_contexts

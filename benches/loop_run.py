@@ -448,7 +448,7 @@ def run(root: Path, out: Path, inject: bool, shots: Path | None) -> int:
     """Open the window at 1366x768, run the loop, write the report; 0 when it was written."""
     from PySide6 import QtWidgets
 
-    from app.session import AppController
+    from app.controller import AppController
     from widgets.main_window import MainWindow
     from widgets.scene_view import share_gl_contexts
 

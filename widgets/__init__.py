@@ -5,6 +5,6 @@
   `python -m widgets.<page>` preview, long work through `controller.submit_job`).
 - Shared widgets: `scene_view.SceneView` (meshes, points, frames), `trajectory_plot.
   TrajectoryPlot` (named series, linked x, time cursor), `jobs.JobRunner` (the one worker pool).
-- Widgets act only through app/ (`app.session.AppController`, `app.workflows`) and read core
+- Widgets act only through app/ (`app.controller.AppController`, `app.workflows`) and read core
   value types to draw them.
 """

@@ -10,7 +10,7 @@ from pathlib import Path
 from PySide6 import QtCore, QtWidgets
 
 from app import robot_check, robot_link
-from app.session import AppController
+from app.controller import AppController
 from devices.robots.drivers import DRIVER_NAMES
 from resources.errors import TwinbenchError
 

@@ -92,7 +92,7 @@ def run_gui(demo: bool, argv: list[str]) -> int:
     from PySide6 import QtCore, QtWidgets
 
     from app import demo as demo_mod
-    from app.session import AppController
+    from app.controller import AppController
     from resources.errors import TwinbenchError
     from widgets.main_window import MainWindow
     from widgets.scene_view import grab_widget, share_gl_contexts

@@ -257,7 +257,7 @@ def place_bodies(
 def demo_project() -> str:
     """The preview's project: <data dir>/calibrate-preview with the Panda twin and a 5 s
     recording with 3 objects (made once, reused after)."""
-    from app.session import data_dir
+    from app.controller import data_dir
     from app.workflows.calibrate_preview import make_project
 
     root = data_dir() / "calibrate-preview"

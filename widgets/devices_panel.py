@@ -19,8 +19,8 @@ from collections import deque
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
+from app.controller import AppController, DeviceStatus
 from app.robot_link import AgentLink
-from app.session import AppController, DeviceStatus
 from devices.robots.driver import RobotState
 from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError

@@ -18,7 +18,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
-from app.session import AppController
+from app.controller import AppController
 from app.workflows import fit as fit_flow
 from resources.jobs import tap_progress
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from PySide6 import QtCore, QtWidgets
 
-from app.session import JobRequest
+from app.controller import JobRequest
 from resources.errors import TwinbenchError
 from resources.jobs import Job, Progress
 
@@ -313,7 +313,7 @@ class JobProgressWidget(QtWidgets.QWidget):
 if __name__ == "__main__":  # preview: a job with progress, cancel, and a failing one
     import sys
 
-    from app.session import idle_job
+    from app.controller import idle_job
 
     def _failing() -> Job[None]:
         yield Progress(0.5, "about to fail")

@@ -11,7 +11,7 @@ import time
 
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from app.session import AppController, LogEntry
+from app.controller import AppController, LogEntry
 
 MAX_ROWS = 2000
 LEVEL_COLORS = {

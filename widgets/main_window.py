@@ -16,8 +16,8 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 import resources
 from app import workflows
+from app.controller import AppController, JobRequest
 from app.jobs import preload_step_libraries
-from app.session import AppController, JobRequest
 from resources.errors import TwinbenchError
 from resources.project import Project
 from widgets.calibrate_page import CalibratePage

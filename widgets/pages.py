@@ -31,7 +31,7 @@ from typing import Any
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from app import workflows
-from app.session import AppController, DeviceStatus
+from app.controller import AppController, DeviceStatus
 from resources.project import Project
 
 _STYLE = """

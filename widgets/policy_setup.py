@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 
-from app.session import AppController
+from app.controller import AppController
 from app.workflows import fit as fit_workflow
 from app.workflows import train as train_flow
 from app.workflows.twin import load_twin

@@ -18,7 +18,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
-from app.session import AppController
+from app.controller import AppController
 from devices.robots.excitation import EXCITATIONS
 from devices.robots.motion import Motion
 from resources.errors import TwinbenchError

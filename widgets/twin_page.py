@@ -459,7 +459,7 @@ class TwinPage(WorkflowPage):
 def demo_project() -> str:
     """The preview's project: <data dir>/twin-preview with the procedural demo twin (made
     once, reused after)."""
-    from app.session import data_dir
+    from app.controller import data_dir
     from resources.jobs import run_to_end
     from resources.project import Project
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from app.session import AppController, DeviceStatus
+from app.controller import AppController, DeviceStatus
 from devices.errors import DeviceError
 from resources.jobs import run_to_end
 from tests.app.flaky_link import FakeLab, Robot

@@ -63,7 +63,7 @@ def _ate_vs_truth(res, frames, truth) -> float:  # type: ignore[no-untyped-def]
 def test_scan_page_tracks_a_handheld_recording_in_the_chosen_range(
     qtbot, tmp_path: Path, hand_recording
 ) -> None:  # type: ignore[no-untyped-def]
-    from app.session import AppController
+    from app.controller import AppController
     from widgets.scan_page import ScanPage
 
     rec, frames, truth = hand_recording

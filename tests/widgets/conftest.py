@@ -12,7 +12,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from app.session import AppController  # noqa: E402
+from app.controller import AppController  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

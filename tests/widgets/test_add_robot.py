@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PySide6 import QtCore
 
-from app.session import AppController
+from app.controller import AppController
 from devices.robots.agent import Agent
 from devices.robots.auth import new_token
 from devices.robots.drivers import DRIVER_NAMES

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PySide6 import QtCore
 
-from app.session import AppController
+from app.controller import AppController
 from app.workflows import fit as fit_flow
 from tests.app.test_calibrate_live import DAMPING, released_pendulum
 from twins.rigs import qube_twin

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PySide6 import QtCore
 
-from app.session import AppController
+from app.controller import AppController
 from tests.app.test_calibrate_live import DAMPING
 from tests.widgets.test_calibrate_page import _qube_project
 

@@ -155,7 +155,7 @@ def test_other_exceptions_named_and_logged_with_traceback(runner, qtbot, caplog)
 
 
 def test_controller_jobs_run_through_window_runner(window, controller, qtbot) -> None:
-    from app.session import idle_job
+    from app.controller import idle_job
 
     results: list[tuple[object, str]] = []
     controller.submit_job(

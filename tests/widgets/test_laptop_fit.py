@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from PySide6 import QtCore, QtWidgets
 
-from app.session import idle_job
+from app.controller import idle_job
 from app.workflows import twin as twin_flow
 from resources.jobs import run_to_end
 

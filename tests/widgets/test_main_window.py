@@ -13,7 +13,7 @@ import pytest
 from PySide6 import QtWidgets
 
 from app import workflows
-from app.session import JobRequest
+from app.controller import JobRequest
 from resources.project import MANIFEST, Project
 
 pytestmark = pytest.mark.gui

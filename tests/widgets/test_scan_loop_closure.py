@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.session import AppController
+from app.controller import AppController
 from devices.cameras.software import DB3Writer
 from reconstruction.metrics import absolute_trajectory_error
 

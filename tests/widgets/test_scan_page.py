@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PySide6 import QtCore, QtWidgets
 
-from app.session import AppController
+from app.controller import AppController
 from devices.cameras.software import DB3Writer
 from resources.project import Project
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.session import AppController
+from app.controller import AppController
 
 pytestmark = [pytest.mark.gui, pytest.mark.slow]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.session import AppController
+from app.controller import AppController
 from app.workflows import twin as twin_flow
 from resources.jobs import run_to_end
 

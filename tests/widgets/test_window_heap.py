@@ -9,7 +9,7 @@ import gc, sys, tempfile
 from pathlib import Path
 from PySide6 import QtWidgets
 app = QtWidgets.QApplication([])
-from app.session import AppController
+from app.controller import AppController
 from widgets.main_window import MainWindow
 c = AppController(config=Path(tempfile.mkdtemp()) / "config")
 w = MainWindow(c)
