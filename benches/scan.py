@@ -24,16 +24,10 @@ DESCRIPTION = (
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from app.workflows.scan import scan_recording
     from app.workflows.scan_frames import ScanOptions
     from app.workflows.scan_robot import scan_lab
-    from devices.cameras.playback import PlaybackSource
     from devices.lab.config import LabConfig
     from devices.lab.scenes import default_config_path
-    from devices.lab.truth import truth_camera_pose, truth_meshes
-    from devices.poses import pose_to_matrix, rotation_angle_deg
-    from reconstruction.metrics import chamfer_fscore, match_objects
-    from reconstruction.tsdf import TSDFIntegrator, TSDFSettings
     from resources.jobs import run_to_end
 
     table_file, calib_file = default_config_path("panda_table"), default_config_path("panda_calib")
@@ -47,85 +41,123 @@ def run(quick: bool = False) -> dict[str, Any]:
         )
         out["lab_scan_s"] = round(time.perf_counter() - t0, 1)
         out["views"] = res.capture["views"]
-        cal = res.calibration
-        X_true = pose_to_matrix(calib_cfg.camera("wrist").pose)
-        X = np.asarray(cal["T_hand_camera"])
-        out["calib_err_mm"] = round(float(np.linalg.norm(X[:3, 3] - X_true[:3, 3]) * 1000), 3)
-        out["calib_err_deg"] = round(rotation_angle_deg(X, X_true), 4)
-        Tf_true = truth_camera_pose(calib_cfg, "fixed")
-        Tf = np.asarray(cal["T_base_fixed"])
-        out["fixed_calib_err_mm"] = round(
-            float(np.linalg.norm(Tf[:3, 3] - Tf_true[:3, 3]) * 1000), 3
-        )
-        out["fixed_calib_err_deg"] = round(rotation_angle_deg(Tf, Tf_true), 4)
-        truth = {k: v for k, v in truth_meshes(cfg).items() if k != "table"}
-        found = [o.mesh_in_base() for o in res.objects]
-        pairs = match_objects(found, truth)
-        ch, fs = [], []
-        for i, name in pairs:
-            c, f = chamfer_fscore(found[i], truth[name])
-            ch.append(c * 1000)
-            fs.append(f)
-            out[f"chamfer_mm/{name}"] = round(c * 1000, 3)
-            out[f"fscore_5mm/{name}"] = round(f, 4)
-        out.update(_primitives(res, pairs, cfg))
-        out["chamfer_mm"] = round(float(np.mean(ch)), 3) if ch else None
-        out["fscore_5mm"] = round(float(np.mean(fs)), 4) if fs else 0.0
-        out["objects_found"] = len(pairs)
-        out["objects_detected"] = len(res.objects)
-        out["objects_true"] = len(truth)
-        out["watertight"] = sum(o.watertight for o in res.objects)
-        out["voxel_remeshed"] = sum(o.stats.get("closing") == "voxel remesh" for o in res.objects)
-        # integration speed on the recorded 640x480 frames, poses from the sidecar: the default
-        # settings and the earlier ones (grid not aligned to the table, uint16 weight/colour),
-        # interleaved frame by frame so that both see the same machine load
-        with PlaybackSource(rec) as src:
-            frames = list(src.frames())
-        igs = {
-            "": TSDFIntegrator(TSDFSettings(voxel_size=0.004, depth_max=1.1)),
-            "_before": TSDFIntegrator(
-                TSDFSettings(
-                    voxel_size=0.004, depth_max=1.1, table_z=None, compact=True, trunc_voxels=4.0
-                )
-            ),
-        }
-        times: dict[str, list[float]] = {k: [] for k in igs}
-        cpu: dict[str, list[float]] = {k: [] for k in igs}  # all threads: load-independent
-        out["load_avg_1min"] = round(os.getloadavg()[0], 2)
-        for j, fr in enumerate(frames):
-            for k, ig in igs.items() if j % 2 else reversed(igs.items()):
-                t, c0 = time.perf_counter(), time.process_time()
-                assert fr.T_world_camera is not None  # the recording's sidecar poses
-                ig.integrate(fr, fr.T_world_camera)
-                if j:
-                    times[k].append(time.perf_counter() - t)
-                    cpu[k].append(time.process_time() - c0)
-        for k, ig in igs.items():
-            out[f"integrate_ms_per_frame{k}"] = round(float(np.median(times[k])) * 1000, 2)
-            out[f"integrate_cpu_ms_per_frame{k}"] = round(float(np.median(cpu[k])) * 1000, 2)
-            out[f"tsdf_blocks{k}"] = int(ig.vbg.hashmap().size())
-        out["frames"] = len(frames)
-        out["resolution"] = f"{frames[0].intrinsics.width}x{frames[0].intrinsics.height}"
-        # end to end: decode, pose, integrate, 10 Hz preview, segmentation excluded
-        t = time.perf_counter()
-        n = [0]
+        out.update(_calibration_errors(res.calibration, calib_cfg))
+        out.update(_object_scores(res, cfg))
+        out.update(_integration_speed(rec))
+        out.update(_replay_speed(rec))
+    return out
 
-        def count(p: Any) -> None:
-            n[0] += 1
 
-        from app.workflows.scan_frames import reconstruct_frames
+def _calibration_errors(cal: dict[str, Any], calib_cfg: Any) -> dict[str, Any]:
+    """The wrist camera's hand-eye pose and the fixed camera's pose against the calibration
+    lab's truth (position mm, rotation degrees)."""
+    from devices.lab.truth import truth_camera_pose
+    from devices.poses import pose_to_matrix, rotation_angle_deg
 
-        with PlaybackSource(rec) as src:
-            run_to_end(reconstruct_frames(src.frames(), None, ScanOptions(), finish=False), count)
-            read = src.frames_read
-        dt = time.perf_counter() - t
-        out["scan_fps"] = round(read / dt, 2)
-        out["preview_updates"] = n[0]
-        t = time.perf_counter()
-        res2 = run_to_end(scan_recording(rec))
-        out["replay_scan_s"] = round(time.perf_counter() - t, 2)
-        out["replay_objects"] = len(res2.objects)
-        out["recording_mb"] = round(rec.stat().st_size / 1e6, 2)
+    out: dict[str, Any] = {}
+    X_true = pose_to_matrix(calib_cfg.camera("wrist").pose)
+    X = np.asarray(cal["T_hand_camera"])
+    out["calib_err_mm"] = round(float(np.linalg.norm(X[:3, 3] - X_true[:3, 3]) * 1000), 3)
+    out["calib_err_deg"] = round(rotation_angle_deg(X, X_true), 4)
+    Tf_true = truth_camera_pose(calib_cfg, "fixed")
+    Tf = np.asarray(cal["T_base_fixed"])
+    out["fixed_calib_err_mm"] = round(float(np.linalg.norm(Tf[:3, 3] - Tf_true[:3, 3]) * 1000), 3)
+    out["fixed_calib_err_deg"] = round(rotation_angle_deg(Tf, Tf_true), 4)
+    return out
+
+
+def _object_scores(res: Any, cfg: Any) -> dict[str, Any]:
+    """The scanned objects matched to the lab's true meshes: Chamfer distance and F-score
+    per object and on average, the primitives the twin would make of them, and counts."""
+    from devices.lab.truth import truth_meshes
+    from reconstruction.metrics import chamfer_fscore, match_objects
+
+    out: dict[str, Any] = {}
+    truth = {k: v for k, v in truth_meshes(cfg).items() if k != "table"}
+    found = [o.mesh_in_base() for o in res.objects]
+    pairs = match_objects(found, truth)
+    ch, fs = [], []
+    for i, name in pairs:
+        c, f = chamfer_fscore(found[i], truth[name])
+        ch.append(c * 1000)
+        fs.append(f)
+        out[f"chamfer_mm/{name}"] = round(c * 1000, 3)
+        out[f"fscore_5mm/{name}"] = round(f, 4)
+    out.update(_primitives(res, pairs, cfg))
+    out["chamfer_mm"] = round(float(np.mean(ch)), 3) if ch else None
+    out["fscore_5mm"] = round(float(np.mean(fs)), 4) if fs else 0.0
+    out["objects_found"] = len(pairs)
+    out["objects_detected"] = len(res.objects)
+    out["objects_true"] = len(truth)
+    out["watertight"] = sum(o.watertight for o in res.objects)
+    out["voxel_remeshed"] = sum(o.stats.get("closing") == "voxel remesh" for o in res.objects)
+    return out
+
+
+def _integration_speed(rec: Path) -> dict[str, Any]:
+    """Integration speed on the recorded 640x480 frames, poses from the sidecar: the default
+    settings and the earlier ones (grid not aligned to the table, uint16 weight/colour),
+    interleaved frame by frame so that both see the same machine load."""
+    from devices.cameras.playback import PlaybackSource
+    from reconstruction.tsdf import TSDFIntegrator, TSDFSettings
+
+    out: dict[str, Any] = {}
+    with PlaybackSource(rec) as src:
+        frames = list(src.frames())
+    igs = {
+        "": TSDFIntegrator(TSDFSettings(voxel_size=0.004, depth_max=1.1)),
+        "_before": TSDFIntegrator(
+            TSDFSettings(
+                voxel_size=0.004, depth_max=1.1, table_z=None, compact=True, trunc_voxels=4.0
+            )
+        ),
+    }
+    times: dict[str, list[float]] = {k: [] for k in igs}
+    cpu: dict[str, list[float]] = {k: [] for k in igs}  # all threads: load-independent
+    out["load_avg_1min"] = round(os.getloadavg()[0], 2)
+    for j, fr in enumerate(frames):
+        for k, ig in igs.items() if j % 2 else reversed(igs.items()):
+            t, c0 = time.perf_counter(), time.process_time()
+            assert fr.T_world_camera is not None  # the recording's sidecar poses
+            ig.integrate(fr, fr.T_world_camera)
+            if j:
+                times[k].append(time.perf_counter() - t)
+                cpu[k].append(time.process_time() - c0)
+    for k, ig in igs.items():
+        out[f"integrate_ms_per_frame{k}"] = round(float(np.median(times[k])) * 1000, 2)
+        out[f"integrate_cpu_ms_per_frame{k}"] = round(float(np.median(cpu[k])) * 1000, 2)
+        out[f"tsdf_blocks{k}"] = int(ig.vbg.hashmap().size())
+    out["frames"] = len(frames)
+    out["resolution"] = f"{frames[0].intrinsics.width}x{frames[0].intrinsics.height}"
+    return out
+
+
+def _replay_speed(rec: Path) -> dict[str, Any]:
+    """The recording scanned again: end to end (decode, pose, integrate, 10 Hz preview,
+    segmentation excluded) for `scan_fps`, then the whole `scan_recording` workflow."""
+    from app.workflows.scan import scan_recording
+    from app.workflows.scan_frames import ScanOptions, reconstruct_frames
+    from devices.cameras.playback import PlaybackSource
+    from resources.jobs import run_to_end
+
+    out: dict[str, Any] = {}
+    t = time.perf_counter()
+    n = [0]
+
+    def count(p: Any) -> None:
+        n[0] += 1
+
+    with PlaybackSource(rec) as src:
+        run_to_end(reconstruct_frames(src.frames(), None, ScanOptions(), finish=False), count)
+        read = src.frames_read
+    dt = time.perf_counter() - t
+    out["scan_fps"] = round(read / dt, 2)
+    out["preview_updates"] = n[0]
+    t = time.perf_counter()
+    res2 = run_to_end(scan_recording(rec))
+    out["replay_scan_s"] = round(time.perf_counter() - t, 2)
+    out["replay_objects"] = len(res2.objects)
+    out["recording_mb"] = round(rec.stat().st_size / 1e6, 2)
     return out
 
 
