@@ -6,7 +6,7 @@
 main.py stands outside the floors (docs/ARCHITECTURE.md §2) and composes what app/ may not
 import: `bench` (the benches/ package, the top floor) is registered with app's CLI from here,
 and `agent serve` / `lab serve` (the robot's / the lab's own process) run
-devices/robots/serve.py directly, without app/.
+devices/robots/agent/serve.py directly, without app/.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         rest = args[1:] if args and args[0] in ("gui", "demo") else args
         return run_gui(demo=demo, argv=rest)
     if args[:2] in (["lab", "serve"], ["agent", "serve"]):
-        from devices.robots.math_threads import single_threaded_math  # stdlib only
+        from devices.robots.agent.math_threads import single_threaded_math  # stdlib only
 
         single_threaded_math()  # before numpy loads: it reads these once
-        from devices.robots.serve import main as serve_main
+        from devices.robots.agent.serve import main as serve_main
 
         return serve_main(
             args[2:],

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
-from devices.robots.driver import RobotInfo, RobotState
+from devices.robots.wire.robot_types import RobotInfo, RobotState
 from devices.trajectory import Trajectory
 from resources import atomic
 from resources.jobs import Job, Progress, run_to_end

@@ -22,9 +22,9 @@ from numpy.typing import NDArray
 
 from app.controller import AppController, data_dir
 from app.robot_link import AgentLink, lab_job, lab_problem
-from devices.robots.driver import RobotInfo
 from devices.robots.motion import Motion
-from devices.robots.stream import MotionStream
+from devices.robots.motion_stream import MotionStream
+from devices.robots.wire.robot_types import RobotInfo
 from devices.trajectory import COMMAND_DELAY, Trajectory
 from resources.errors import TwinbenchError
 from resources.jobs import Job, Progress, run_to_end
@@ -117,7 +117,7 @@ def motion_job(
     link: AgentLink, duration_s: float = 12.0, rate_hz: float = 50.0, amplitude_rad: float = 0.35
 ) -> Job[int]:
     """Move the lab arm gently (`demo_motion` around the pose it holds) so the live view has
-    something to show, through the one checked motion stream (`devices.robots.stream`: a
+    something to show, through the one checked motion stream (`devices.robots.motion_stream`: a
     motion outside the robot's limits is refused before anything moves); stops (holds) the
     robot when done or cancelled. Returns the number of commands sent."""
     client = link.client

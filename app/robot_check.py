@@ -2,7 +2,7 @@
 app/robot_link.py's), check it with a live joint readout and a slow test motion inside the
 envelope, stop it, attach it to the session. The GUI's "Add robot…" dialog
 (widgets/add_robot.py) is a thin view of this; the drivers it offers are the agent's own
-(`devices.robots.drivers.DRIVER_NAMES`, built by `registry.DRIVERS`).
+(`devices.robots.agent.drivers.DRIVER_NAMES`, built by `registry.DRIVERS`).
 
     link = connect_agent("192.168.1.20:7700", token, fingerprint)    # app.robot_link
     motion = TestMotion(link); motion.start(); ...; motion.stop()
@@ -20,9 +20,9 @@ from numpy.typing import NDArray
 
 from app.robot_link import AgentLink
 from devices.errors import DeviceError
-from devices.robots.driver import RobotInfo
 from devices.robots.motion import Motion
-from devices.robots.stream import MotionStopped, MotionStream
+from devices.robots.motion_stream import MotionStopped, MotionStream
+from devices.robots.wire.robot_types import RobotInfo
 
 TEST_AMPLITUDE_RAD = 0.15  # at most; and at most 10 % of each joint's range
 TEST_PERIOD_S = 4.0
@@ -58,7 +58,7 @@ def test_motion(
 
 def check_calibration(path: Path) -> str:
     """One line describing a calibration JSON (raises DeviceError naming the problem)."""
-    from devices.robots.drivers.calibration import ArmCalibration
+    from devices.robots.agent.drivers.arm_calibration import ArmCalibration
 
     cal = ArmCalibration.load(path)
     return f"{cal.robot}: {len(cal.joints)} joints ({', '.join(cal.names)})"
@@ -66,7 +66,7 @@ def check_calibration(path: Path) -> str:
 
 def serve_command(driver: str, device: str = "", calibration: str = "", port: int = 7700) -> str:
     """The command to run on the robot's computer for `driver`."""
-    cmd = f"python -m devices.robots.serve --driver {driver} --port {port} --token-file TOKEN"
+    cmd = f"python -m devices.robots.agent.serve --driver {driver} --port {port} --token-file TOKEN"
     if driver in ("dynamixel", "feetech"):
         cmd += f" --device {device or '/dev/ttyUSB0'} --calibration {calibration or 'arm.json'}"
     elif driver == "franka":
@@ -135,14 +135,14 @@ def _with_robot_limits(urdf: str, names: tuple[str, ...], limits: dict[str, Any]
 def start_emulated_agent(vendor: str = "feetech") -> Any:
     """An agent process in front of an emulated servo arm (`agent serve --driver VENDOR
     --emulate`), for previews and demos: `.host`, `.port`, `.token`, `.terminate()`."""
-    from devices.robots.launch import start_agent_process
+    from devices.robots.agent.launch import start_agent_process
 
     return start_agent_process(vendor, ["--emulate", "--rate", "100"], timeout_s=60)
 
 
 class TestMotion:
     """Streams `test_motion` to a link's robot from its own thread until it ends or `stop()`,
-    through the one checked motion stream (`devices.robots.stream`): `start()` refuses a
+    through the one checked motion stream (`devices.robots.motion_stream`): `start()` refuses a
     motion outside the robot's limits (MotionError) before anything moves. Always ends with
     a stop (robot held)."""
 

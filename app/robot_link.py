@@ -1,5 +1,5 @@
 """The robot link: one class for every robot the workbench connects to. The virtual lab is
-just another agent speaking the robot protocol (devices/robots/PROTOCOL.md), so the lab and
+just another agent speaking the robot protocol (devices/robots/wire/PROTOCOL.md), so the lab and
 every hardware agent are an `AgentLink`; the lab's link also owns the agent process it
 launched (stopped when the link closes, and its death ends the link).
 
@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 from app.controller import DeviceStateName, camera_health, link_health
 from devices.errors import DeviceError
 from devices.robots.client import RobotClient
-from devices.robots.driver import RobotInfo, RobotState
+from devices.robots.wire.robot_types import RobotInfo, RobotState
 from resources.errors import TwinbenchError
 from resources.jobs import Job, Progress
 from twins.kinematics import RobotKinematics
@@ -155,7 +155,7 @@ class AgentLink:
     def take_control(self) -> None:
         self.client.take_control()
 
-    # no command method: motions reach the arm only through devices.robots.stream (checked)
+    # no command method: motions reach the arm only through devices.robots.motion_stream (checked)
     def stop(self, reason: str) -> None:
         self.client.stop(reason)
 
@@ -230,7 +230,8 @@ def launched_client(process: Any, name: str = "twinbench-gui") -> RobotClient:
 def lab_problem() -> str | None:
     """Why the virtual lab cannot be started here, or None when it can."""
     try:
-        from devices.robots import client, launch  # noqa: F401
+        from devices.robots import client  # noqa: F401
+        from devices.robots.agent import launch  # noqa: F401
     except ImportError as exc:
         return f"lab not available: this installation has no virtual lab launcher ({exc})"
     return None
@@ -242,7 +243,7 @@ def lab_job(scene: str = "panda_table", extra_args: list[str] | None = None) -> 
     problem = lab_problem()
     if problem is not None:
         raise LabUnavailable(problem)
-    from devices.robots.launch import start_lab_process
+    from devices.robots.agent.launch import start_lab_process
 
     yield Progress(None, f"starting the virtual lab ({scene})…")
     lab = start_lab_process(scene, extra_args=extra_args)

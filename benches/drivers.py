@@ -28,8 +28,8 @@ import numpy as np
 
 from benches.safety_attacks import busy_processes
 from devices.errors import DeviceError
-from devices.robots.agent import Agent
-from devices.robots.drivers.calibration import ArmCalibration, JointCalibration
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers.arm_calibration import ArmCalibration, JointCalibration
 
 DESCRIPTION = (
     "servo-arm (emulated Dynamixel/Feetech) and Franka (franky-sim) drivers under the agent"
@@ -99,9 +99,9 @@ def _drive(agent: Agent, target_fn: Any, seconds: float, stop_when: Any = None) 
 
 
 def _servo_setup(vendor: str, start_q: list[float] | None = None) -> tuple[Any, Any, Any]:
-    from devices.robots.drivers import dynamixel, feetech
-    from devices.robots.emulators.dynamixel import DynamixelBus
-    from devices.robots.emulators.feetech import FeetechBus
+    from devices.robots.agent.drivers import dynamixel, feetech
+    from devices.robots.agent.emulators.dynamixel_bus import DynamixelBus
+    from devices.robots.agent.emulators.feetech_bus import FeetechBus
 
     cal = _calibration(vendor)
     Bus = DynamixelBus if vendor == "dynamixel" else FeetechBus
@@ -116,7 +116,7 @@ _why: dict[str, str] = {}  # what a fault run ended in (reported for the failed 
 
 def _servo_fault(vendor: str, fault: str) -> tuple[bool, int]:
     """Inject one fault mid-motion; (handled safely, unsafe goals on the wire)."""
-    from devices.robots.emulators.judge import unsafe_goals
+    from devices.robots.agent.emulators.judge import unsafe_goals
 
     if fault == "out_of_range_start":
         cal, bus, drv = _servo_setup(vendor, [0.0, 0.0, 1.5, 0.0, 0.0, 0.0])
@@ -168,7 +168,7 @@ def _servo_fault(vendor: str, fault: str) -> tuple[bool, int]:
 
 
 def servo_arm(vendor: str, quick: bool) -> dict[str, Any]:
-    from devices.robots.emulators.judge import unsafe_goals
+    from devices.robots.agent.emulators.judge import unsafe_goals
 
     seconds = 2.0 if quick else 6.0
     cal, bus, drv = _servo_setup(vendor)
@@ -238,7 +238,7 @@ def servo_arm(vendor: str, quick: bool) -> dict[str, Any]:
 def _franka_reflex(sim: Any) -> bool:
     """A joint reflex mid-motion (franky_reflex.py): the agent must latch its e-stop naming
     the arm and the reflex, and refuse motion until the operator resets it."""
-    from devices.robots.drivers.franka import FrankaDriver, attach_estop
+    from devices.robots.agent.drivers.franka import FrankaDriver, attach_estop
 
     drv = FrankaDriver(sim.host, rate_hz=100.0, dynamics_factor=0.5)
     agent = Agent(drv)
@@ -262,8 +262,8 @@ def _franka_reflex(sim: Any) -> bool:
 
 
 def franka(quick: bool) -> dict[str, Any]:
-    from devices.robots.drivers.franka import FR3_LOWER, FR3_UPPER, FrankaDriver
-    from devices.robots.emulators.franky_peer import start_franky_sim
+    from devices.robots.agent.drivers.franka import FR3_LOWER, FR3_UPPER, FrankaDriver
+    from devices.robots.agent.emulators.franky_peer import start_franky_sim
 
     seconds = 3.0 if quick else 8.0
     lo, hi = np.array(FR3_LOWER), np.array(FR3_UPPER)

@@ -24,9 +24,9 @@ import sys
 import time
 
 from devices.errors import DeviceError
-from devices.robots.auth import TOKEN_ENV
+from devices.robots.agent.timing import set_realtime
 from devices.robots.client import RobotClient
-from devices.robots.timing import set_realtime
+from devices.robots.wire.auth import TOKEN_ENV
 
 PRIORITY = 5  # SCHED_FIFO, below every thread of `lab serve` (10 and up)
 ACK_TIMEOUT_S = 5.0  # an unanswered press counts as this long

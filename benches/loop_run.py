@@ -205,7 +205,7 @@ class GuiLoop:
         """The robot: the virtual lab as its own process, connected as the app connects it
         (a link that dials again after a drop)."""
         from app.robot_link import AgentLink, launched_client
-        from devices.robots.launch import start_lab_process
+        from devices.robots.agent.launch import start_lab_process
 
         lab = start_lab_process("panda_table", extra_args=["--no-cameras"])
         try:

@@ -62,7 +62,7 @@ from benches.safety_probe import (
     slowloris,
     watchdog_trial,
 )
-from devices.robots.launch import LabProcess, start_lab_process
+from devices.robots.agent.launch import LabProcess, start_lab_process
 
 DESCRIPTION = (
     "adversarial client vs lab serve: measured velocity/position limits under worst-case "

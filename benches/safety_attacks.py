@@ -44,8 +44,8 @@ from benches.safety_probe import (
     settle,
 )
 from devices.errors import DeviceError
+from devices.robots.agent.launch import LabProcess
 from devices.robots.client import RobotClient
-from devices.robots.launch import LabProcess
 
 Msg = dict[str, Any]
 READY = np.asarray(POSES["ready"], float)

@@ -18,10 +18,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from devices.errors import DeviceError
-from devices.robots import protocol as P
-from devices.robots.auth import client_proof, new_nonce
+from devices.robots.agent.launch import LabProcess
 from devices.robots.client import RobotClient
-from devices.robots.launch import LabProcess
+from devices.robots.wire import protocol as P
+from devices.robots.wire.auth import client_proof, new_nonce
 
 SCENE = "panda_table"
 Vec = NDArray[np.float64]

@@ -24,9 +24,9 @@ from benches.safety_attacks import _CODE, READY, SPEC, Ctx, Msg
 from benches.safety_models import constant_model
 from benches.safety_probe import Vec, answer, raw_hello, rss_mb
 from devices.errors import DeviceError
-from devices.robots import protocol as P
-from devices.robots.auth import TOKEN_ENV
-from devices.robots.launch import LabProcess
+from devices.robots.agent.launch import LabProcess
+from devices.robots.wire import protocol as P
+from devices.robots.wire.auth import TOKEN_ENV
 
 
 class RawClient:

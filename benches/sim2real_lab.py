@@ -5,7 +5,7 @@ Benchmarks may read the lab's truth (devices.lab); the app proper never does.
 
 In-process lab episodes (`lab_episode`) step `LabSim` (MuJoCo, the lab's true physics,
 latency and sensor noise) faster than real time and run the policy through the agent's
-own pieces: `devices.robots.policy_runner.OnnxPolicy` builds the observation (measured
+own pieces: `devices.robots.agent.policy_runner.OnnxPolicy` builds the observation (measured
 joints, the newest good object pose from an `ObjectFeed`, the goal) and turns the output
 into a command, `SafetyEnvelope` (the robot's default envelope) filters it, and the start
 ramp blends it in as the agent does. What differs from the protocol path: the policy's
@@ -149,11 +149,11 @@ def lab_episode(
     With `trace`, one `TraceRow` per control tick is appended to it (`lab_row`)."""
     from devices.lab.sim import LabSim
     from devices.poses import drop_spin
-    from devices.robots.object_feed import ObjectFeed
-    from devices.robots.policy_runner import OnnxPolicy
-    from devices.robots.policy_spec import PolicySpec
-    from devices.robots.safety import SafetyEnvelope
-    from devices.robots.safety_config import default_config
+    from devices.robots.agent.object_poses import ObjectFeed
+    from devices.robots.agent.policy_runner import OnnxPolicy
+    from devices.robots.agent.safety import SafetyEnvelope
+    from devices.robots.agent.safety_config import default_config
+    from devices.robots.wire.policy_spec import PolicySpec
 
     sim = LabSim(cfg.scene, replace(cfg, seed=int(start.seed) % (2**31)))
     info = sim.info()

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from devices.robots.policy_spec import PolicySpec
+from devices.robots.wire.policy_spec import PolicySpec
 from policies.errors import PolicyError
 from policies.motion_primitives import initial_mean, n_params
 from policies.randomization import Randomization

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from devices.robots.policy_spec import PolicySpec
+from devices.robots.wire.policy_spec import PolicySpec
 from policies.errors import PolicyError
 
 FAMILIES = ("joint_pd", "push_ik")

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from devices.robots.policy_spec import PolicySpec, PolicySpecError
+from devices.robots.wire.policy_spec import PolicySpec, PolicySpecError
 from policies.errors import PolicyError
 from resources import atomic
 

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from devices.robots.policy_spec import PolicySpec
+from devices.robots.wire.policy_spec import PolicySpec
 from policies.errors import PolicyError
 
 # name, low, high, default (the hand-set start of the search)

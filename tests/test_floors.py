@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 PRODUCT = ("app", "widgets", "policies", "twins", "reconstruction", "devices")
 # the lab's own process (the lab and `agent serve` / `lab serve`'s entry point), not product
 # code the app loads; they load no bench either, but they are not what this guards
-NOT_PRODUCT = ("devices.lab", "devices.robots.serve")
+NOT_PRODUCT = ("devices.lab", "devices.robots.agent.serve")
 
 _IMPORT_ALL = """
 import importlib, pkgutil, sys

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from devices.robots.driver import RobotInfo
 from devices.robots.excitation import PLAN_RATE_HZ
 from devices.robots.motion import Limits, Motion, MotionError, limits_for, require_fits
+from devices.robots.wire.robot_types import RobotInfo
 from twins.errors import TwinError
 from twins.kinematics import RobotKinematics
 

@@ -1,7 +1,7 @@
 """The "Add robot…" dialog: driver, address, token, calibration; connect, watch the live joint
 readout, run a slow test motion inside the envelope, stop it, add the robot to the session.
 A thin view of app/robot_check.py and app/robot_link.py (which do all the talking to the
-robot); the drivers offered are the agent's own (`devices.robots.drivers.DRIVER_NAMES`)."""
+robot); the drivers offered are the agent's own (`devices.robots.agent.drivers.DRIVER_NAMES`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from PySide6 import QtCore, QtWidgets
 
 from app import robot_check, robot_link
 from app.controller import AppController
-from devices.robots.drivers import DRIVER_NAMES
+from devices.robots.agent.drivers import DRIVER_NAMES
 from resources.errors import TwinbenchError
 
 

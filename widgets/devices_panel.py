@@ -21,7 +21,7 @@ from PySide6 import QtCore, QtWidgets
 
 from app.controller import AppController, DeviceStatus
 from app.robot_link import AgentLink
-from devices.robots.driver import RobotState
+from devices.robots.wire.robot_types import RobotState
 from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
 from widgets.scene_view import SceneView

@@ -407,8 +407,8 @@ class RecordDialog(QtWidgets.QDialog):
 if __name__ == "__main__":  # a preview with a synthetic plan (no robot needed)
     import sys
 
-    from devices.robots.driver import JointLimits, RobotInfo
     from devices.robots.excitation import plan
+    from devices.robots.wire.robot_types import JointLimits, RobotInfo
 
     app = QtWidgets.QApplication(sys.argv)
     panel = RecordPanel(AppController())

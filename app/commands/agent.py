@@ -1,7 +1,7 @@
 """`python main.py agent serve --driver franka|dynamixel|feetech|lab …`: run the robot agent
-on the robot's computer (the same code as `python -m devices.robots.serve`, which needs no
+on the robot's computer (the same code as `python -m devices.robots.agent.serve`, which needs no
 checkout of the workbench's entry point). The agent is the robot's own process, not the
-app's: main.py runs devices/robots/serve.py for it directly, and `serve` is listed here only
+app's: main.py runs devices/robots/agent/serve.py for it directly, and `serve` is listed here only
 so `agent --help` shows it (docs/ARCHITECTURE.md §2).
 
 `python main.py agent describe --host H --port P --token-file F --out DIR`: connect to an
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "describe":
         from app.robot_check import save_bundle
         from app.robot_link import connect_agent
-        from devices.robots.auth import load_token
+        from devices.robots.wire.auth import load_token
 
         link = connect_agent(
             f"{args.host}:{args.port}", load_token(args.token_file), args.tls_fingerprint
@@ -53,5 +53,5 @@ def robot_process(command: str) -> TwinbenchError:
     """`agent serve` / `lab serve` reached through app's CLI instead of main.py."""
     return TwinbenchError(
         f"`{command} serve` runs as the robot's own process: start it with "
-        f"`python main.py {command} serve …` (or `python -m devices.robots.serve …`)"
+        f"`python main.py {command} serve …` (or `python -m devices.robots.agent.serve …`)"
     )

@@ -1,10 +1,10 @@
 """`python main.py lab serve --scene NAME --config FILE --port P --token-file F`.
 
-Runs the virtual lab exactly like a robot: it is `python -m devices.robots.serve --driver lab`
-(devices/robots/serve.py) — the MuJoCo lab driver, the robot agent (safety envelope,
+Runs the virtual lab exactly like a robot: it is `python -m devices.robots.agent.serve --driver lab`
+(devices/robots/agent/serve.py) — the MuJoCo lab driver, the robot agent (safety envelope,
 watchdog, policy runner) and the protocol server, plus the lab cameras streamed at the
 requested resolution and rate. Runs until Ctrl-C / SIGTERM and leaves the robot held.
-The lab is its own process, never the app's: main.py runs devices/robots/serve.py for it
+The lab is its own process, never the app's: main.py runs devices/robots/agent/serve.py for it
 directly, and `serve` is listed here only so `lab --help` shows it (docs/ARCHITECTURE.md §2).
 """
 

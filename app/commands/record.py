@@ -65,10 +65,10 @@ def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
     from app.workflows.record import motion_names, plan_motion, record_job
     from devices.errors import DeviceError
-    from devices.robots.auth import load_token
     from devices.robots.client import RobotClient
     from devices.robots.excitation import EXCITATIONS
     from devices.robots.motion import derivatives
+    from devices.robots.wire.auth import load_token
     from resources.project import Project
 
     if args.list:

@@ -153,8 +153,8 @@ def run(args: argparse.Namespace) -> int:
                 res = run_cli(_scan_lab(opt, args.lab_config, rec, args.quick), args.quiet)
             else:
                 from app.workflows.scan_robot import RobotScanPlan, scan_robot
-                from devices.robots.auth import load_token
                 from devices.robots.client import RobotClient
+                from devices.robots.wire.auth import load_token
 
                 with RobotClient(args.host, args.port, load_token(args.token_file)) as robot:
                     res = run_cli(

@@ -27,7 +27,7 @@ from app.workflows.scan_plan import RobotScanError, RobotScanPlan
 from devices.errors import DeviceError
 from devices.frames import RGBDFrame
 from devices.robots.client import RobotClient, load_per_core
-from devices.robots.stream import MotionStream, ramp_to, robot_limits
+from devices.robots.motion_stream import MotionStream, ramp_to, robot_limits
 from resources.jobs import Job, Progress
 
 # --- how long to wait for a robot's camera ---------------------------------------------------
@@ -333,7 +333,7 @@ class ConnectedArm:
         return q if pe <= 0.005 and ae <= 2.0 else None
 
     def move(self, q_target: NDArray[np.float64], plan: RobotScanPlan) -> tuple[float, bool]:
-        """Stream a smooth move to `q_target` (`devices.robots.stream`: checked against the
+        """Stream a smooth move to `q_target` (`devices.robots.motion_stream`: checked against the
         robot's limits first, MotionError naming the one it breaks), then wait until settled.
         Returns (robot time when settled, settled within the timeout). Raises
         RobotScanError when the robot stops the arm meanwhile (its watchdog, a safety stop,

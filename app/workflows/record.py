@@ -35,7 +35,7 @@ from devices.errors import DeviceError
 from devices.robots import excitation
 from devices.robots.client import RobotClient
 from devices.robots.motion import Motion, MotionError
-from devices.robots.stream import MotionStopped, MotionStream
+from devices.robots.motion_stream import MotionStopped, MotionStream
 from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
 from resources.jobs import Job, Progress

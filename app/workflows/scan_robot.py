@@ -549,7 +549,7 @@ LAB_CAMERA_SIZE = "640x480"  # the lab cameras render D435-like 640x480 for scan
 
 def _lab_robot(scene: str, config: Path | None, what: str) -> Job[tuple[Any, RobotClient]]:
     """Start `lab serve` for `scene` as its own process and connect to it."""
-    from devices.robots.launch import start_lab_process
+    from devices.robots.agent.launch import start_lab_process
 
     yield Progress(None, f"starting the virtual lab ({what}: {scene})…")
     lab = start_lab_process(scene, config, camera_size=LAB_CAMERA_SIZE, camera_fps=15)

@@ -23,11 +23,11 @@ from numpy.typing import NDArray
 
 from devices.lab.config import LabConfig, LabError
 from devices.lab.sim import LabSim
-from devices.robots.driver import CommandMode, RobotInfo, RobotState
+from devices.robots.wire.robot_types import CommandMode, RobotInfo, RobotState
 
 
 class LabDriver:
-    """The virtual lab robot, in real time. Implements devices.robots.driver.RobotDriver."""
+    """The virtual lab robot, in real time. Implements devices.robots.agent.drivers.interface.RobotDriver."""
 
     def __init__(self, sim: LabSim, max_lag_s: float = 0.1) -> None:
         self.sim = sim

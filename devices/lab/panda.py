@@ -17,7 +17,7 @@ import mujoco
 import numpy as np
 
 from devices.lab.config import LabError
-from devices.robots.driver import JointLimits
+from devices.robots.wire.robot_types import JointLimits
 
 URDF_KEY = "franka_panda/panda.urdf"  # relative to pybullet_data (the twin uses the same)
 JOINT_NAMES = tuple(f"panda_joint{i}" for i in range(1, 8))

@@ -42,7 +42,7 @@ from devices.lab.parts import (
     yaw_pose,
 )
 from devices.poses import matrix_to_pose
-from devices.robots.driver import JointLimits
+from devices.robots.wire.robot_types import JointLimits
 
 
 @dataclass(frozen=True)

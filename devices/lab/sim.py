@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from devices.lab.config import LabConfig, LabError
 from devices.lab.scenes import Scene, build_model, get_scene
 from devices.poses import matrix_to_pose, quat_xyzw_to_wxyz
-from devices.robots.driver import CommandMode, RobotInfo, RobotState
+from devices.robots.wire.robot_types import CommandMode, RobotInfo, RobotState
 
 MODES = ("position", "velocity", "torque")
 

@@ -1,4 +1,4 @@
-"""`RobotClient`: the workbench side of the robot protocol (see PROTOCOL.md).
+"""`RobotClient`: the workbench side of the robot protocol (see wire/PROTOCOL.md).
 
     with RobotClient("127.0.0.1", 7700, token) as robot:
         robot.info.joint_names
@@ -49,10 +49,10 @@ from numpy.typing import ArrayLike
 
 from devices.errors import DeviceError
 from devices.frames import RGBDFrame
-from devices.robots import protocol as P
-from devices.robots.auth import client_proof, new_nonce, proof_matches, server_proof
-from devices.robots.driver import RobotInfo, RobotState
-from devices.robots.tls import SerialTLS, check_pinned, client_context
+from devices.robots.wire import protocol as P
+from devices.robots.wire.auth import client_proof, new_nonce, proof_matches, server_proof
+from devices.robots.wire.robot_types import RobotInfo, RobotState
+from devices.robots.wire.tls import SerialTLS, check_pinned, client_context
 from devices.trajectory import COMMAND_DELAY, Trajectory
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from devices.robots.driver import RobotInfo
 from devices.robots.motion import (
     Limits,
     Motion,
@@ -37,6 +36,7 @@ from devices.robots.motion import (
     limits_for,
     require_fits,
 )
+from devices.robots.wire.robot_types import RobotInfo
 
 Vec = NDArray[np.float64]
 PLAN_RATE_HZ = 250.0

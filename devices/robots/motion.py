@@ -14,8 +14,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from devices.errors import DeviceError
-from devices.robots.driver import RobotInfo
-from devices.robots.safety_config import SafetyConfig
+from devices.robots.agent.safety_config import SafetyConfig
+from devices.robots.wire.robot_types import RobotInfo
 from devices.trajectory import Trajectory
 
 Vec = NDArray[np.float64]

@@ -1,12 +1,12 @@
 """`TwinEnv`: a Gymnasium environment over a twin that sees and acts exactly like a policy
-on the robot agent (devices/robots/policy_spec.py, devices/robots/PROTOCOL.md).
+on the robot agent (devices/robots/wire/policy_spec.py, devices/robots/wire/PROTOCOL.md).
 
 Per control tick (the robot's rate): the policy gets the observation the agent would build
 (terms of its `PolicySpec`, through the episode's sensor noise, latency and tracking
 dropouts), its action in [-1, 1] is scaled and, for `delta` actions, added to the
 *observed* joint positions (as the agent adds it to the measured state), blended in over
 the agent's start ramp (`start_ramp_s`), then passes the agent's own safety envelope
-(devices/robots/safety.py: limits, speed, acceleration, lead on the measured joint; its
+(devices/robots/agent/safety.py: limits, speed, acceleration, lead on the measured joint; its
 stops end the episode as failures), the twin's per-joint actuator latency, and the twin's
 actuators.
 Physical parameters come from the episode's `Conditions` (policies/randomization.py); the
@@ -26,10 +26,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from devices.poses import drop_spin
-from devices.robots.driver import JointLimits, RobotInfo, RobotState
-from devices.robots.policy_spec import PolicySpec, build_observation
-from devices.robots.safety import SafetyEnvelope
-from devices.robots.safety_config import default_config
+from devices.robots.agent.safety import SafetyEnvelope
+from devices.robots.agent.safety_config import default_config
+from devices.robots.wire.policy_spec import PolicySpec, build_observation
+from devices.robots.wire.robot_types import JointLimits, RobotInfo, RobotState
 from policies.errors import PolicyError
 from policies.randomization import Conditions, Randomization, SensorNoise
 from twins.actuators import Actuators
@@ -231,7 +231,7 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         return self._world
 
     def _agent_envelope(self, rate_hz: float | None = None) -> SafetyEnvelope:
-        """The robot agent's own default envelope (devices/robots/safety.py) over the twin's
+        """The robot agent's own default envelope (devices/robots/agent/safety.py) over the twin's
         joint limits and the URDF's speed limits (`max_joint_speed` where it has none), at
         the twin's control tick (`rate_hz`; before the first reset the task's control rate):
         the twin's commands are shaped (speed, acceleration, lead on the measured joint,

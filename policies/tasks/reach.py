@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from devices.robots.policy_spec import PolicySpec
+from devices.robots.wire.policy_spec import PolicySpec
 from policies.errors import PolicyError
 from policies.tasks.base import TaskConfig, TwinEnv, Vec
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from devices.robots.agent import Agent
-from devices.robots.auth import new_token
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers.ideal import IdealDriver, panda_like_info
+from devices.robots.agent.server import RobotServer
+from devices.robots.agent.watchdog import WatchdogConfig
 from devices.robots.client import RobotClient
-from devices.robots.drivers.ideal import IdealDriver, panda_like_info
-from devices.robots.server import RobotServer
-from devices.robots.watchdog import WatchdogConfig
+from devices.robots.wire.auth import new_token
 from tests.devices.robots.helpers import synthetic_frames
 
 

@@ -22,7 +22,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from devices.errors import DeviceError
 from devices.frames import RGBDFrame
-from devices.robots.driver import RobotState
+from devices.robots.wire.robot_types import RobotState
 from devices.trajectory import Trajectory
 
 if TYPE_CHECKING:

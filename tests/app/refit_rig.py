@@ -70,7 +70,7 @@ def record_only_project(proj: Project) -> tuple[str, str, tuple[str, ...], np.nd
     """`policy_project` as far as "Send to Real2Sim" reads it before fitting (lineage: twin,
     policy record, the twin's fit), in a fraction of a second: no twin is built and the
     policy's model is a placeholder. For tests that end before a replay."""
-    from devices.robots.policy_spec import PolicySpec
+    from devices.robots.wire.policy_spec import PolicySpec
 
     with proj.new_artifact("twin", summary="placeholder twin (never simulated)") as f:
         (f / "README").write_text("placeholder")

@@ -20,7 +20,7 @@ from benches import safety_attacks as A
 from benches import safety_models as M
 from benches import safety_wire as W
 from devices.errors import DeviceError
-from devices.robots import protocol as P
+from devices.robots.wire import protocol as P
 
 N = 7
 
@@ -187,7 +187,7 @@ def test_report_keeps_every_key_json_ready() -> None:
 @pytest.mark.slow
 def test_attack_starts_lie_near_the_faces_of_the_box() -> None:
     from devices.lab.sim import LabSim
-    from devices.robots.drivers.lab import LAB_WORKSPACE
+    from devices.robots.agent.drivers.lab import LAB_WORKSPACE
 
     fk = LabSim("panda_table").forward_kinematics
     lo, hi = np.asarray(LAB_WORKSPACE["lower"]), np.asarray(LAB_WORKSPACE["upper"])
@@ -202,7 +202,7 @@ def test_attack_starts_lie_near_the_faces_of_the_box() -> None:
 
 @pytest.fixture(scope="module")
 def lab() -> Any:
-    from devices.robots.launch import start_lab_process
+    from devices.robots.agent.launch import start_lab_process
 
     with start_lab_process("panda_table", extra_args=["--no-cameras"]) as lab:
         yield lab

@@ -21,7 +21,7 @@ from benches.sim2real_lab import (
     twin_episode,
 )
 from devices.lab.scenes import get_scene
-from devices.robots.policy_spec import PolicySpec
+from devices.robots.wire.policy_spec import PolicySpec
 from policies.export import to_onnx
 from policies.tasks import task_config
 from policies.tasks.push import PushConfig

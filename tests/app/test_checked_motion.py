@@ -1,5 +1,5 @@
 """Every way the workbench streams a motion goes through one checked path
-(devices/robots/stream.py): record's library motions, the lab's demo motion, Add robot's
+(devices/robots/motion_stream.py): record's library motions, the lab's demo motion, Add robot's
 test motion and the guided scan's moves. Each refuses a motion outside the limits the robot
 reports (or its agent's envelope settings) before anything moves, naming the robot and the
 limit; judged on the robot: its driver received no command and its measured joints stayed
@@ -21,15 +21,15 @@ from app.robot_link import AgentLink
 from app.workflows.connected_arm import ConnectedArm
 from app.workflows.record import play_motion
 from app.workflows.scan_plan import RobotScanPlan
-from devices.robots.agent import Agent
-from devices.robots.auth import new_token
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers.ideal import HOME, IdealDriver, panda_like_info
+from devices.robots.agent.safety_config import SafetyConfig
+from devices.robots.agent.server import RobotServer
+from devices.robots.agent.watchdog import WatchdogConfig
 from devices.robots.client import RobotClient
-from devices.robots.drivers.ideal import HOME, IdealDriver, panda_like_info
 from devices.robots.motion import Motion, MotionError
-from devices.robots.safety_config import SafetyConfig
-from devices.robots.server import RobotServer
-from devices.robots.stream import MotionStream, ramp_to, robot_limits
-from devices.robots.watchdog import WatchdogConfig
+from devices.robots.motion_stream import MotionStream, ramp_to, robot_limits
+from devices.robots.wire.auth import new_token
 from resources.jobs import run_to_end
 from tests.app.flaky_link import FakeLab
 from tests.devices.robots.helpers import synthetic_frames
@@ -223,7 +223,7 @@ def test_the_scan_move_reaches_a_target_inside_the_limits(robot: Robot) -> None:
 
 
 def test_a_stop_event_ends_the_stream_and_holds_the_arm(robot: Robot) -> None:
-    from devices.robots.stream import MotionStopped
+    from devices.robots.motion_stream import MotionStopped
 
     with robot.client() as client:
         q0 = client.latest_state().joint_pos.copy()

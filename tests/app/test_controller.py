@@ -14,7 +14,7 @@ import pytest
 from app import demo, workflows
 from app.controller import MAX_RECENT, AppController, DeviceStatus
 from devices.errors import DeviceError
-from devices.robots.driver import JointLimits, RobotInfo, RobotState
+from devices.robots.wire.robot_types import JointLimits, RobotInfo, RobotState
 from resources.jobs import Job, Progress
 from resources.project import MANIFEST, Project, ProjectError
 

@@ -21,12 +21,12 @@ from app.workflows.deploy import deploy_job
 from app.workflows.deploy_plan import plan_deploy
 from app.workflows.twin import build_twin, load_twin
 from devices.errors import DeviceError
-from devices.robots.agent import Agent
-from devices.robots.auth import new_token
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers.ideal import IdealDriver, panda_like_info
+from devices.robots.agent.server import RobotServer
+from devices.robots.agent.watchdog import WatchdogConfig
 from devices.robots.client import RobotClient
-from devices.robots.drivers.ideal import IdealDriver, panda_like_info
-from devices.robots.server import RobotServer
-from devices.robots.watchdog import WatchdogConfig
+from devices.robots.wire.auth import new_token
 from policies.errors import PolicyError
 from policies.export import to_onnx
 from policies.motion_primitives import torch_module
@@ -194,7 +194,7 @@ def test_cli_predicts_then_deploys_and_names_a_mismatch(
     import json
 
     from app.cli import main
-    from devices.robots.auth import write_token_file
+    from devices.robots.wire.auth import write_token_file
 
     proj, pid, _ = project
     _, _, port, token = robot

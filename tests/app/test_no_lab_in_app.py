@@ -18,7 +18,7 @@ class _NoLab:
             raise ImportError(f"the lab is blocked in this test: {name}")
         return None
 sys.meta_path.insert(0, _NoLab())
-# nothing skipped: `lab serve` runs devices/robots/serve.py from main.py, and the benchmarks
+# nothing skipped: `lab serve` runs devices/robots/agent/serve.py from main.py, and the benchmarks
 # (which read the lab's truth) are benches/, above app/
 failed = []
 for pkg in ("app", "widgets"):

@@ -18,10 +18,10 @@ import pytest
 
 from app.workflows.record import plan_motion, play_motion, record_job
 from devices.errors import DeviceError
-from devices.robots.auth import write_token_file
+from devices.robots.agent.launch import REPO_ROOT, LabProcess, start_lab_process
 from devices.robots.client import RobotClient
-from devices.robots.launch import REPO_ROOT, LabProcess, start_lab_process
 from devices.robots.motion import MotionError
+from devices.robots.wire.auth import write_token_file
 from devices.trajectory import Trajectory
 from resources.jobs import run_to_end
 from resources.project import Project

@@ -12,8 +12,8 @@ import pytest
 
 from app.workflows.scan_frames import ScanOptions
 from app.workflows.scan_robot import RobotScanError, RobotScanPlan, scan_robot
+from devices.robots.agent.launch import LabProcess, start_lab_process
 from devices.robots.client import RobotClient
-from devices.robots.launch import LabProcess, start_lab_process
 from resources.jobs import run_to_end
 
 pytestmark = [pytest.mark.slow, pytest.mark.realtime]

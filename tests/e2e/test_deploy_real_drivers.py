@@ -1,5 +1,5 @@
 """The Sim2Real deploy flow, unchanged, against real protocol peers instead of the lab: an
-emulated Feetech SO-101 arm served as on hardware (`python -m devices.robots.serve --driver
+emulated Feetech SO-101 arm served as on hardware (`python -m devices.robots.agent.serve --driver
 feetech --device PTY --calibration F`) and franky-sim behind the Franka driver. describe
 (the bundle the agent sends) -> twin of that URDF -> a tiny CEM reach policy at the robot's
 rate -> deploy (shadow prediction, real run) -> trajectory + run artifacts with lineage, the
@@ -27,13 +27,13 @@ import pytest
 from app.cli import main
 from app.workflows.deploy import deploy_job
 from app.workflows.deploy_plan import plan_deploy
-from devices.robots.auth import write_token_file
+from devices.robots.agent.drivers.arm_calibration import ArmCalibration, default_calibration
+from devices.robots.agent.emulators.feetech_bus import FeetechBus
+from devices.robots.agent.emulators.franky_peer import start_franky_sim
+from devices.robots.agent.emulators.judge import unsafe_goals
+from devices.robots.agent.launch import LabProcess, start_agent_process
 from devices.robots.client import RobotClient
-from devices.robots.drivers.calibration import ArmCalibration, default_calibration
-from devices.robots.emulators.feetech import FeetechBus
-from devices.robots.emulators.franky_peer import start_franky_sim
-from devices.robots.emulators.judge import unsafe_goals
-from devices.robots.launch import LabProcess, start_agent_process
+from devices.robots.wire.auth import write_token_file
 from devices.trajectory import Trajectory
 from resources.jobs import run_to_end
 from resources.project import Project

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from devices.robots.agent.launch import start_lab_process
 from devices.robots.client import RobotClient
-from devices.robots.launch import start_lab_process
 from devices.trajectory import Trajectory
 
 pytestmark = pytest.mark.slow

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from app.workflows.deploy_plan import check_robot
-from devices.robots.agent import Agent
-from devices.robots.auth import new_token
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers.ideal import IdealDriver, panda_like_info
+from devices.robots.agent.server import RobotServer
 from devices.robots.client import RobotClient
-from devices.robots.drivers.ideal import IdealDriver, panda_like_info
-from devices.robots.server import RobotServer
+from devices.robots.wire.auth import new_token
 from policies.errors import PolicyError
 from policies.export import to_onnx
 from policies.motion_primitives import torch_module

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from devices.robots.driver import JointLimits, RobotInfo, RobotState
-from devices.robots.object_feed import ObjectFeed
-from devices.robots.policy_runner import OnnxPolicy
-from devices.robots.policy_spec import PolicySpec
+from devices.robots.agent.object_poses import ObjectFeed
+from devices.robots.agent.policy_runner import OnnxPolicy
+from devices.robots.wire.policy_spec import PolicySpec
+from devices.robots.wire.robot_types import JointLimits, RobotInfo, RobotState
 from policies.randomization import Randomization, SensorNoise
 from policies.tasks import make_env
 from tests.devices.robots.helpers import linear_policy

@@ -1,4 +1,4 @@
-"""One policy spec and one observation builder (devices/robots/policy_spec.py) for the twin
+"""One policy spec and one observation builder (devices/robots/wire/policy_spec.py) for the twin
 and the robot agent: the same measured state gives the twin's task environment and the
 agent's policy runner the same observation vector, element for element, laid out as
 PROTOCOL.md documents; the spec's wire form round-trips; policy files written before the
@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from devices.poses import drop_spin
-from devices.robots.driver import JointLimits, RobotInfo, RobotState
-from devices.robots.object_feed import ObjectFeed
-from devices.robots.policy_runner import OnnxPolicy
-from devices.robots.policy_spec import TERMS, PolicySpec
+from devices.robots.agent.object_poses import ObjectFeed
+from devices.robots.agent.policy_runner import OnnxPolicy
+from devices.robots.wire.policy_spec import TERMS, PolicySpec
+from devices.robots.wire.robot_types import JointLimits, RobotInfo, RobotState
 from policies.errors import PolicyError
 from policies.policy import Policy
 from policies.tasks import make_env

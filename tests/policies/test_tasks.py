@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from devices.errors import DeviceError
-from devices.robots.policy_spec import JOINT_TERMS, PolicySpec
+from devices.robots.wire.policy_spec import JOINT_TERMS, PolicySpec
 from policies.errors import PolicyError
 from policies.tasks import TASKS, make_env, task_config
 from policies.tasks.push import PushEnv
@@ -137,7 +137,7 @@ def test_commands_pass_the_agents_ramp_and_envelope(demo_twin: TwinSpec) -> None
     pose, and the agent's envelope lets the targets speed up no faster than its
     acceleration limit and never past the URDF's joint speeds (the old speed-only model let
     a target jump 0.05 rad on the first tick)."""
-    from devices.robots.safety_config import SafetyConfig
+    from devices.robots.agent.safety_config import SafetyConfig
 
     ramp, episode = 0.2, 0.3
     env = make_env("reach", demo_twin, {"start_ramp_s": ramp, "episode_s": episode}, seed=0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from devices.robots.drivers.ideal import PANDA_LOWER, PANDA_UPPER
+from devices.robots.agent.drivers.ideal import PANDA_LOWER, PANDA_UPPER
 from twins.kinematics import RobotKinematics
 
 # Franka Panda, modified DH (Franka's documentation): joints 1-7, then the flange; the grasp

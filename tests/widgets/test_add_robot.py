@@ -14,14 +14,14 @@ import pytest
 from PySide6 import QtCore
 
 from app.controller import AppController
-from devices.robots.agent import Agent
-from devices.robots.auth import new_token
-from devices.robots.drivers import DRIVER_NAMES
-from devices.robots.drivers.calibration import default_calibration
-from devices.robots.drivers.feetech import make_driver
-from devices.robots.emulators.feetech import FeetechBus
-from devices.robots.emulators.judge import unsafe_goals
-from devices.robots.server import RobotServer
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers import DRIVER_NAMES
+from devices.robots.agent.drivers.arm_calibration import default_calibration
+from devices.robots.agent.drivers.feetech import make_driver
+from devices.robots.agent.emulators.feetech_bus import FeetechBus
+from devices.robots.agent.emulators.judge import unsafe_goals
+from devices.robots.agent.server import RobotServer
+from devices.robots.wire.auth import new_token
 from widgets.add_robot import AddRobotDialog
 
 pytestmark = pytest.mark.gui

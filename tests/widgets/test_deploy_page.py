@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from app.workflows.twin import build_twin, load_twin
-from devices.robots.agent import Agent
-from devices.robots.auth import new_token
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers.ideal import IdealDriver, panda_like_info
+from devices.robots.agent.server import RobotServer
+from devices.robots.agent.watchdog import WatchdogConfig
 from devices.robots.client import RobotClient
-from devices.robots.driver import RobotInfo, RobotState
-from devices.robots.drivers.ideal import IdealDriver, panda_like_info
-from devices.robots.server import RobotServer
-from devices.robots.watchdog import WatchdogConfig
+from devices.robots.wire.auth import new_token
+from devices.robots.wire.robot_types import RobotInfo, RobotState
 from policies.export import to_onnx
 from policies.motion_primitives import torch_module
 from policies.policy import Policy

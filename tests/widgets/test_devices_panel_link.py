@@ -75,14 +75,14 @@ class ClockLink:
         self.t0, self.seq0, self.start = t0, seq0, time.monotonic()
 
     def info(self) -> Any:
-        from devices.robots.drivers.ideal import panda_like_info
+        from devices.robots.agent.drivers.ideal import panda_like_info
 
         return panda_like_info(250.0)
 
     def latest_state(self) -> Any:
         import numpy as np
 
-        from devices.robots.driver import RobotState
+        from devices.robots.wire.robot_types import RobotState
 
         dt = time.monotonic() - self.start
         z = np.zeros(7)

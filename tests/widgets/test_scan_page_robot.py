@@ -32,8 +32,8 @@ class _Link:
 
 
 def test_robot_source_follows_the_connection(qtbot, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from devices.robots.agent.launch import start_lab_process
     from devices.robots.client import RobotClient
-    from devices.robots.launch import start_lab_process
     from widgets.scan_page import ScanPage
 
     c = AppController()

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slow
 def test_protocol_frames_recorded_by_sdk(tmp_path: Path) -> None:
     from itertools import islice
 
+    from devices.robots.agent.launch import start_lab_process
     from devices.robots.client import RobotClient
-    from devices.robots.launch import start_lab_process
 
     rec = tmp_path / "remote.db3"
     with start_lab_process("panda_table", camera_size="424x240", camera_fps=15) as lab:

@@ -10,7 +10,7 @@ import pytest
 
 from devices.lab.config import LabError
 from devices.lab.driver import LabDriver, make_driver
-from devices.robots.driver import RobotDriver
+from devices.robots.agent.drivers.interface import RobotDriver
 
 pytestmark = pytest.mark.realtime
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from devices.robots.agent import Agent
-from devices.robots.auth import new_token
-from devices.robots.drivers.ideal import IdealDriver
-from devices.robots.server import RobotServer
-from devices.robots.watchdog import WatchdogConfig
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers.ideal import IdealDriver
+from devices.robots.agent.server import RobotServer
+from devices.robots.agent.watchdog import WatchdogConfig
+from devices.robots.wire.auth import new_token
 from tests.devices.robots.helpers import synthetic_frames
 
 OUR_THREADS = ("robot-", "twinbench-", "ideal-driver", "camera-")

@@ -12,8 +12,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from devices.frames import Intrinsics, RGBDFrame
-from devices.robots import protocol as P
-from devices.robots.auth import client_proof, new_nonce
+from devices.robots.wire import protocol as P
+from devices.robots.wire.auth import client_proof, new_nonce
 
 
 def linear_policy(W: np.ndarray, b: np.ndarray, batched: bool = True) -> bytes:

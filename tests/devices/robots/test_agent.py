@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from devices.errors import DeviceError
-from devices.robots.agent import Agent
-from devices.robots.agent_log import MODES
-from devices.robots.drivers.ideal import HOME, IdealDriver
-from devices.robots.safety import LIMIT_NAMES, SOFT_SPEED
-from devices.robots.safety_config import SafetyConfig
-from devices.robots.watchdog import WatchdogConfig
+from devices.robots.agent.agent_log import MODES
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers.ideal import HOME, IdealDriver
+from devices.robots.agent.safety import LIMIT_NAMES, SOFT_SPEED
+from devices.robots.agent.safety_config import SafetyConfig
+from devices.robots.agent.watchdog import WatchdogConfig
 from tests.devices.robots.helpers import constant_policy, linear_policy, wait_for
 
 DT = 1 / 250

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from devices.errors import DeviceError
-from devices.robots.agent_log import MODES
+from devices.robots.agent.agent_log import MODES
 from devices.robots.client import RobotClient
 from tests.devices.robots.conftest import Rig
 from tests.devices.robots.helpers import wait_for

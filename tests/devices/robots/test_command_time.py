@@ -13,10 +13,10 @@ import pytest
 
 from devices.lab.driver import LabDriver
 from devices.lab.sim import LabSim
-from devices.robots import protocol as P
-from devices.robots.agent import Agent
-from devices.robots.driver import RobotState
-from devices.robots.watchdog import WatchdogConfig
+from devices.robots.agent.control import Agent
+from devices.robots.agent.watchdog import WatchdogConfig
+from devices.robots.wire import protocol as P
+from devices.robots.wire.robot_types import RobotState
 
 
 class _LoggedSim(LabSim):

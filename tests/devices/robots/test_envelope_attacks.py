@@ -19,11 +19,11 @@ import pytest
 from devices.errors import DeviceError
 from devices.lab.driver import LabDriver
 from devices.lab.sim import LabSim
-from devices.robots.agent import Agent
-from devices.robots.driver import RobotState
-from devices.robots.drivers.lab import LAB_WORKSPACE
-from devices.robots.safety_config import SafetyConfig
-from devices.robots.watchdog import WatchdogConfig
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers.lab import LAB_WORKSPACE
+from devices.robots.agent.safety_config import SafetyConfig
+from devices.robots.agent.watchdog import WatchdogConfig
+from devices.robots.wire.robot_types import RobotState
 
 pytestmark = pytest.mark.slow
 
@@ -176,7 +176,7 @@ def test_a_measured_state_stop_latches_until_control_is_taken_again() -> None:
     rig.agent.command("position", READY)
     rig.agent.driver.read_state = lambda: fast  # type: ignore[method-assign]
     rig.agent._last_driver_seq = -1  # noqa: SLF001 - feed the glitch on the next tick
-    import devices.robots.agent as agent_mod
+    import devices.robots.agent.control as agent_mod
 
     real_fresh = agent_mod.fresh_state
     agent_mod.fresh_state = lambda d, seq, timeout: fast  # type: ignore[assignment]

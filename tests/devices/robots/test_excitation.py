@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from devices.robots.driver import JointLimits, RobotInfo
 from devices.robots.excitation import EXCITATIONS, plan
 from devices.robots.motion import (
     ACCEL_USE,
@@ -19,6 +18,7 @@ from devices.robots.motion import (
     derivatives,
     limits_for,
 )
+from devices.robots.wire.robot_types import JointLimits, RobotInfo
 
 READY = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785])
 

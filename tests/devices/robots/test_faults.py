@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from devices.errors import DeviceError
-from devices.robots import protocol as P
 from devices.robots.client import RobotClient
+from devices.robots.wire import protocol as P
 from tests.devices.robots.conftest import Rig
 from tests.devices.robots.helpers import (
     constant_policy,

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from devices.robots.agent.launch import start_lab_process
 from devices.robots.client import RobotClient
-from devices.robots.launch import start_lab_process
 from tests.devices.robots.helpers import constant_policy, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.realtime]
@@ -66,12 +66,12 @@ def test_lab_process_stops_when_its_parent_dies(tmp_path) -> None:
     script = tmp_path / "parent.py"
     script.write_text(
         "import os\n"
-        "from devices.robots.launch import start_lab_process\n"
+        "from devices.robots.agent.launch import start_lab_process\n"
         "lab = start_lab_process('pendulum', extra_args=['--no-cameras'])\n"
         "print(lab.proc.pid, flush=True)\n"
         "os._exit(0)\n"
     )  # dies without terminating the lab
-    from devices.robots.launch import REPO_ROOT
+    from devices.robots.agent.launch import REPO_ROOT
 
     out = subprocess.run(
         [sys.executable, str(script)],

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from devices.robots.agent.launch import start_lab_process
 from devices.robots.client import RobotClient
-from devices.robots.launch import start_lab_process
 
 pytestmark = pytest.mark.slow
 

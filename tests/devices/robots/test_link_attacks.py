@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 from devices.errors import DeviceError
-from devices.robots import protocol as P
-from devices.robots.agent import Agent
-from devices.robots.auth import new_token, write_token_file
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers.ideal import IdealDriver
+from devices.robots.agent.server import RobotServer
+from devices.robots.agent.watchdog import WatchdogConfig
 from devices.robots.client import RobotClient
-from devices.robots.drivers.ideal import IdealDriver
-from devices.robots.server import RobotServer
-from devices.robots.tls import ensure_certificate, fingerprint, server_context
-from devices.robots.watchdog import WatchdogConfig
+from devices.robots.wire import protocol as P
+from devices.robots.wire.auth import new_token, write_token_file
+from devices.robots.wire.tls import ensure_certificate, fingerprint, server_context
 from tests.devices.robots.conftest import Rig
 from tests.devices.robots.helpers import raw_connect, read_until_closed, valid_hello, wait_for
 
@@ -477,7 +477,7 @@ def test_silent_watch_only_client_is_dropped_as_documented(small_server: Rig) ->
         assert msgs[-1]["code"] == "timeout" and "silent" in msgs[-1]["message"]
     finally:
         s.close()
-    assert "idle_timeout_s" in (REPO / "devices/robots/PROTOCOL.md").read_text()
+    assert "idle_timeout_s" in (REPO / "devices/robots/wire/PROTOCOL.md").read_text()
 
 
 def test_state_stream_survives_all_of_the_above(rig: Rig) -> None:

@@ -14,12 +14,12 @@ import pytest
 
 from devices.lab.driver import LabDriver
 from devices.lab.sim import LabSim
-from devices.robots.agent import Agent
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers.lab import LAB_WORKSPACE
+from devices.robots.agent.launch import start_lab_process
+from devices.robots.agent.safety_config import SafetyConfig
+from devices.robots.agent.watchdog import WatchdogConfig
 from devices.robots.client import RobotClient
-from devices.robots.drivers.lab import LAB_WORKSPACE
-from devices.robots.launch import start_lab_process
-from devices.robots.safety_config import SafetyConfig
-from devices.robots.watchdog import WatchdogConfig
 from tests.devices.robots.helpers import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.realtime]

@@ -229,7 +229,7 @@ def test_a_dropout_shorter_than_the_age_limit_does_not_stop(client: RobotClient)
 
 
 def test_an_unauthenticated_peer_cannot_report_poses(rig: Rig, client: RobotClient) -> None:
-    from devices.robots import protocol as P
+    from devices.robots.wire import protocol as P
     from tests.devices.robots.helpers import raw_connect, read_until_closed
 
     t = client.latest_state().t

@@ -1,5 +1,5 @@
 """Uploaded ONNX policies run in their own process, below the control loop's priority, with a
-hard deadline (devices/robots/policy_worker.py): a slow, never-ending or failing model can
+hard deadline (devices/robots/agent/policy_worker.py): a slow, never-ending or failing model can
 never hold up the loop, is killed at once when asked, and fails with a DeviceError naming
 the model's own error. Python policies stay on a (normal-priority) thread.
 
@@ -24,12 +24,12 @@ import onnxruntime as ort
 import pytest
 
 from devices.errors import DeviceError
-from devices.robots.driver import JointLimits, RobotInfo, RobotState
-from devices.robots.object_feed import ObjectFeed
-from devices.robots.policy_runner import OnnxPolicy
-from devices.robots.policy_spec import PolicySpec
-from devices.robots.policy_worker import CHILD_NICE, OnnxProcessWorker, PolicyWorker
-from devices.robots.timing import set_realtime
+from devices.robots.agent.object_poses import ObjectFeed
+from devices.robots.agent.policy_runner import OnnxPolicy
+from devices.robots.agent.policy_worker import CHILD_NICE, OnnxProcessWorker, PolicyWorker
+from devices.robots.agent.timing import set_realtime
+from devices.robots.wire.policy_spec import PolicySpec
+from devices.robots.wire.robot_types import JointLimits, RobotInfo, RobotState
 from tests.devices.robots.helpers import (
     NEVER_ENDS,
     failing_policy,
@@ -404,7 +404,7 @@ def test_policy_process_dies_with_the_agent() -> None:
         sys.path.insert(0, {str(REPO)!r})
         from tests.devices.robots.test_policy_process import SPEC, _info, _state
         from tests.devices.robots.helpers import NEVER_ENDS, loop_policy
-        from devices.robots.policy_worker import OnnxProcessWorker
+        from devices.robots.agent.policy_worker import OnnxProcessWorker
         w = OnnxProcessWorker(loop_policy(7, 14, NEVER_ENDS), SPEC, _info(), max_inference_s=60)
         w.submit(_state())
         print(w.pid, flush=True)

@@ -1,4 +1,4 @@
-"""The agent reads an uploaded spec with the one PolicySpec (devices/robots/policy_spec.py):
+"""The agent reads an uploaded spec with the one PolicySpec (devices/robots/wire/policy_spec.py):
 what PROTOCOL.md documents is accepted, every way a spec can be wrong is a DeviceError
 (the agent refuses the upload with it) naming the entry, and the observation builder
 fills the documented layout."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from devices.errors import DeviceError
-from devices.robots.policy_spec import (
+from devices.robots.wire.policy_spec import (
     TERM_SIZES,
     PolicySpec,
     PolicySpecError,

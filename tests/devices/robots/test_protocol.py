@@ -9,8 +9,8 @@ import pytest
 
 from devices.errors import DeviceError
 from devices.frames import Intrinsics, RGBDFrame
-from devices.robots import protocol as P
-from devices.robots.auth import load_token, new_token, token_matches, write_token_file
+from devices.robots.wire import protocol as P
+from devices.robots.wire.auth import load_token, new_token, token_matches, write_token_file
 
 
 def test_framed_roundtrip_over_a_socket() -> None:

@@ -1,4 +1,4 @@
-"""The control loop's schedule (devices/robots/timing.py): after a stall, the agent's loop
+"""The control loop's schedule (devices/robots/agent/timing.py): after a stall, the agent's loop
 does not run the ticks it missed back to back (each would write one more speed-limited step
 within a millisecond), and its lateness statistics still show the stall."""
 
@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from devices.robots.timing import RateLoop
+from devices.robots.agent.timing import RateLoop
 
 pytestmark = pytest.mark.realtime  # wall-clock spacing: run on its own, not beside xdist
 

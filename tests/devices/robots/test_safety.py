@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from devices.errors import DeviceError
-from devices.robots.driver import RobotState
-from devices.robots.drivers.ideal import HOME, IdealDriver, panda_like_info
-from devices.robots.safety import LEAD_BRAKE, SOFT_SPEED, SafetyEnvelope
-from devices.robots.safety_config import SafetyConfig
+from devices.robots.agent.drivers.ideal import HOME, IdealDriver, panda_like_info
+from devices.robots.agent.safety import LEAD_BRAKE, SOFT_SPEED, SafetyEnvelope
+from devices.robots.agent.safety_config import SafetyConfig
+from devices.robots.wire.robot_types import RobotState
 
 INFO = panda_like_info(250.0)
 FK = IdealDriver(INFO).forward_kinematics

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from devices.robots.agent import Agent
-from devices.robots.auth import new_token
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers.ideal import PANDA_UPPER, IdealDriver
+from devices.robots.agent.server import RobotServer
+from devices.robots.agent.watchdog import WatchdogConfig
 from devices.robots.client import RobotClient
-from devices.robots.drivers.ideal import PANDA_UPPER, IdealDriver
-from devices.robots.server import RobotServer
-from devices.robots.watchdog import WatchdogConfig
+from devices.robots.wire.auth import new_token
 from tests.devices.robots.helpers import wait_for
 
 

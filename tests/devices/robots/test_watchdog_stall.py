@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from devices.robots.watchdog import Watchdog, WatchdogConfig
+from devices.robots.agent.watchdog import Watchdog, WatchdogConfig
 
 HB = 0.25  # heartbeat timeout (s)
 

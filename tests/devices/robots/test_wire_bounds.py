@@ -25,8 +25,8 @@ import msgpack
 import numpy as np
 import pytest
 
-from devices.robots import protocol as P
-from devices.robots.object_feed import ObjectFeed, ObjectPoseError
+from devices.robots.agent.object_poses import ObjectFeed, ObjectPoseError
+from devices.robots.wire import protocol as P
 from tests.devices.robots.conftest import Rig
 from tests.devices.robots.helpers import linear_policy, raw_connect, read_until_closed, wait_for
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from app.robot_check import save_bundle
-from devices.robots.drivers.calibration import ArmCalibration, default_calibration
-from devices.robots.drivers.feetech import make_driver
+from devices.robots.agent.drivers.arm_calibration import ArmCalibration, default_calibration
+from devices.robots.agent.drivers.feetech import make_driver
 from twins.kinematics import RobotKinematics
 from twins.urdf import read_urdf
 
@@ -49,7 +49,7 @@ def test_a_cad_urdfs_zero_effort_and_speed_take_the_robots_limits(tmp_path: Path
     (a twin would then have assumed its default effort instead of the robot's)."""
     import re
 
-    from devices.robots.drivers.arm_description import servo_arm_urdf
+    from devices.robots.agent.drivers.arm_description import servo_arm_urdf
 
     cal = default_calibration("feetech")
     cad = re.sub(r'(effort|velocity)="[^"]*"', r'\1="0"', servo_arm_urdf(cal))

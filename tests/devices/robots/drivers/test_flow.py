@@ -1,5 +1,5 @@
 """The workbench's robot-side flow, unchanged, against real protocol peers instead of the lab:
-`python -m devices.robots.serve` in front of franky-sim and in front of an emulated Feetech
+`python -m devices.robots.agent.serve` in front of franky-sim and in front of an emulated Feetech
 arm; record an excitation motion (app.workflows.record), upload an ONNX policy and run it on
 the robot side inside the envelope, stop. No code path here knows which robot it is."""
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from app.workflows.record import plan_motion, play_motion
+from devices.robots.agent.emulators.franky_peer import FrankySim, start_franky_sim
+from devices.robots.agent.launch import LabProcess, start_agent_process
 from devices.robots.client import RobotClient
-from devices.robots.emulators.franky_peer import FrankySim, start_franky_sim
-from devices.robots.launch import LabProcess, start_agent_process
 from resources.jobs import run_to_end
 from tests.devices.robots.helpers import constant_policy
 

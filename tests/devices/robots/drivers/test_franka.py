@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from devices.errors import DeviceError
-from devices.robots.agent import Agent
-from devices.robots.drivers.franka import FR3_LOWER, FR3_UPPER, PANDA_VEL, FrankaDriver
-from devices.robots.emulators.franky_peer import FrankySim, start_franky_sim
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers.franka import FR3_LOWER, FR3_UPPER, PANDA_VEL, FrankaDriver
+from devices.robots.agent.emulators.franky_peer import FrankySim, start_franky_sim
 
 # franky-sim runs libfranka's 1 kHz loop and the agent its 250 ms heartbeat watchdog: judged
 # on the wall clock, so run alone (scripts/test.sh)
@@ -192,7 +192,7 @@ def test_velocity_control_expires_when_the_agent_goes_quiet(sim: FrankySim) -> N
 
 
 def test_a_reflex_latches_the_e_stop_until_the_operator_resets_it(sim: FrankySim) -> None:
-    from devices.robots.drivers.franka import attach_estop
+    from devices.robots.agent.drivers.franka import attach_estop
 
     drv = FrankaDriver(sim.host, rate_hz=100.0, dynamics_factor=0.5)
     agent = Agent(drv)
@@ -239,7 +239,7 @@ def test_an_arm_that_never_answers_is_an_error_not_a_hang(monkeypatch: pytest.Mo
     another client): the driver gives up after its connect timeout, naming the host."""
     import socket
 
-    import devices.robots.drivers.franka as fr
+    import devices.robots.agent.drivers.franka as fr
 
     monkeypatch.setattr(fr, "CONNECT_TIMEOUT_S", 1.0)
     host = "127.77.0.11"

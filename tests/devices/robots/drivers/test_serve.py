@@ -1,4 +1,4 @@
-"""`python -m devices.robots.serve` (the agent's module entry point) in front of an emulated
+"""`python -m devices.robots.agent.serve` (the agent's module entry point) in front of an emulated
 servo arm: the workbench's RobotClient connects exactly as to the lab, gets the
 robot-description bundle in get_info, moves the arm inside the envelope, and a stop holds it."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from devices.robots.auth import write_token_file
+from devices.robots.agent.launch import REPO_ROOT, start_agent_process
 from devices.robots.client import RobotClient
-from devices.robots.launch import REPO_ROOT, start_agent_process
+from devices.robots.wire.auth import write_token_file
 
 
 @pytest.mark.slow
@@ -53,7 +53,7 @@ def test_agent_serve_refuses_a_servo_arm_without_calibration() -> None:
         [
             sys.executable,
             "-m",
-            "devices.robots.serve",
+            "devices.robots.agent.serve",
             "--driver",
             "feetech",
             "--device",

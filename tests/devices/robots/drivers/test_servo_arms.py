@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 
 from devices.errors import DeviceError
-from devices.robots.agent import Agent
-from devices.robots.drivers import dynamixel, feetech
-from devices.robots.drivers.calibration import ArmCalibration, JointCalibration
-from devices.robots.drivers.dynamixel import READ_WAIT_S
-from devices.robots.emulators.dynamixel import DynamixelBus, crc16, instruction_packet
-from devices.robots.emulators.feetech import FeetechBus, packet
-from devices.robots.emulators.judge import unsafe_goals
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers import dynamixel, feetech
+from devices.robots.agent.drivers.arm_calibration import ArmCalibration, JointCalibration
+from devices.robots.agent.drivers.dynamixel import READ_WAIT_S
+from devices.robots.agent.emulators.dynamixel_bus import DynamixelBus, crc16, instruction_packet
+from devices.robots.agent.emulators.feetech_bus import FeetechBus, packet
+from devices.robots.agent.emulators.judge import unsafe_goals
 
 RATE = 100.0
 VENDORS: dict[str, tuple[Any, Any]] = {
@@ -422,7 +422,7 @@ def test_dynamixel_time_based_profile_is_switched_off_at_start() -> None:
 
 @pytest.mark.parametrize("dt", [1e-4, 2e-3, 0.01, 0.05])
 def test_emulated_servo_speed_cap_holds_at_every_instant(dt: float) -> None:
-    from devices.robots.emulators.pty_bus import ServoModel
+    from devices.robots.agent.emulators.pty_bus import ServoModel
 
     s = ServoModel(sid=1, position=0.0, goal=0.0, torque_on=True, max_speed=1000.0)
     s.advance(1.0)
