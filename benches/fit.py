@@ -57,8 +57,8 @@ def _r(x: float | None, n: int = 4) -> float | None:
 
 def _record_all(cfg_path: Path, cfg: Any, seconds: float) -> list[Any]:
     from benches.fit_lab import multisine, record
+    from devices.robots.agent.launch import start_lab_process
     from devices.robots.client import RobotClient
-    from devices.robots.launch import start_lab_process
 
     q0 = np.asarray(cfg.initial_joint_pos, float)
     lab = start_lab_process(cfg.scene, cfg_path)
@@ -82,8 +82,9 @@ def _cmaes_default(spec: Any, train: Any, val: Any, target: float, cap: int) -> 
     Returns (evaluations, reached)."""
     import warnings
 
-    from twins.executor import LocalExecutor
     from twins.objective import evaluate
+
+    from twins.executor import LocalExecutor
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -125,8 +126,9 @@ def _max_offdiag(c: np.ndarray) -> float:
 
 
 def _parallel_efficiency(prob: Any, k: int = 8) -> float:
-    from twins.executor import LocalExecutor
     from twins.objective import evaluate
+
+    from twins.executor import LocalExecutor
 
     rng = np.random.default_rng(0)
     U = [rng.uniform(0.2, 0.8, len(prob.space.names)) for _ in range(k)]
@@ -335,8 +337,9 @@ def _heldout(
     """Step 4: the held-out recording's windowed replay RMSE (joint angles) at the start
     values and at the fit, against the noise floor: the lab replaying the same commands
     twice with different sensor-noise seeds."""
-    from benches.fit_lab import lab_replay
     from twins.objective import replay_rmse
+
+    from benches.fit_lab import lab_replay
 
     def held_rmse(values: dict[str, float]) -> float:
         return replay_rmse(spec, held, WINDOW_S, values, ("robot/joint_pos",))["robot/joint_pos"]
@@ -361,8 +364,9 @@ def _fit_problems(
 ) -> tuple[Any, list[Any], Any, Any]:
     """The search space and the training/validation problems as the fit built them:
     (space, training windows, training problem, validation problem)."""
-    from twins.fit import Problem, _channels, _split
     from twins.objective import Space
+
+    from twins.fit import Problem, _channels, _split
 
     space = Space.of(spec, params, None, tie)
     lead = spec.params[params[-1]].high + 0.01

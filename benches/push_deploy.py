@@ -31,12 +31,12 @@ MAX_AGE = 0.2
 def _stale_stop_ms(onnx: bytes, spec: dict[str, Any], runs: int) -> list[float]:
     """Age limit -> first stopped state (ms, robot clock) when the feed stops mid-run
     (the push policy on an agent in front of the ideal driver)."""
-    from devices.robots.agent import Agent
-    from devices.robots.auth import new_token
+    from devices.robots.agent.control import Agent
+    from devices.robots.agent.drivers.ideal import IdealDriver
+    from devices.robots.agent.server import RobotServer
+    from devices.robots.agent.watchdog import WatchdogConfig
     from devices.robots.client import RobotClient
-    from devices.robots.drivers.ideal import IdealDriver
-    from devices.robots.server import RobotServer
-    from devices.robots.watchdog import WatchdogConfig
+    from devices.robots.wire.auth import new_token
 
     name = str(spec["object"])
     out = []
@@ -80,16 +80,17 @@ def _stale_stop_ms(onnx: bytes, spec: dict[str, Any], runs: int) -> list[float]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
+    from app.workflows.object_feed import object_source
+
     from app.workflows.deploy import deploy_job
     from app.workflows.deploy_plan import plan_deploy
-    from app.workflows.object_feed import object_source
     from app.workflows.train import TrainRequest, load_policy, train_job
     from app.workflows.twin import build_twin
     from devices.lab.config import LabConfig
     from devices.lab.scenes import default_config_path
     from devices.lab.truth import truth_camera_pose
+    from devices.robots.agent.launch import start_lab_process
     from devices.robots.client import RobotClient
-    from devices.robots.launch import start_lab_process
     from policies.ppo import PpoSettings
     from policies.train import TrainSettings
     from resources.jobs import run_to_end

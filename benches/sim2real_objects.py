@@ -61,6 +61,7 @@ def object_source(cfg: Any, description: str) -> Any:
     """The tracker's view of the cylinder: the lab's fixed camera at its (calibrated) pose,
     the scene's model and table (the procedural scan), the robot masked, spin dropped."""
     from app.workflows.object_feed import ObjectSource
+
     from devices.lab.truth import truth_camera_pose
     from devices.poses import pose_to_matrix
     from reconstruction.object_track_types import ObjectModel
@@ -84,8 +85,8 @@ def record_pushes(cfg: Any, cfg_path: Path, folder: Path, n: int) -> list[Any]:
     """`n` pushes of PUSHES through a `lab serve` subprocess, each tracked (real time);
     fewer when one fails (the next one would not know where to aim)."""
     from app.workflows.object_fit import last_tracked, record_push
+    from devices.robots.agent.launch import start_lab_process
     from devices.robots.client import RobotClient
-    from devices.robots.launch import start_lab_process
     from resources.errors import TwinbenchError
     from resources.jobs import run_to_end
 

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from devices.robots.driver import JointLimits, RobotInfo
 from devices.robots.excitation import EXCITATIONS, plan
 from devices.robots.motion import Motion, MotionError
+from devices.robots.wire.robot_types import JointLimits, RobotInfo
 from devices.trajectory import Trajectory
 from twins.errors import TwinError
 from twins.executor import Executor, SerialExecutor

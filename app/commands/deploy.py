@@ -58,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from app.workflows.deploy import deploy_job
     from app.workflows.deploy_plan import plan_deploy
     from app.workflows.object_feed import policy_object_source
-    from devices.robots.auth import load_token
     from devices.robots.client import RobotClient
+    from devices.robots.wire.auth import load_token
     from resources.project import Project
 
     project = Project.open(args.project)

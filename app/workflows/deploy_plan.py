@@ -27,9 +27,9 @@ from app.workflows.train import load_policy
 from app.workflows.twin import load_twin
 from devices.errors import DeviceError
 from devices.robots.client import RobotClient
-from devices.robots.driver import RobotInfo
-from devices.robots.policy_spec import TERMS as AGENT_TERMS
-from devices.robots.policy_spec import PolicySpec
+from devices.robots.wire.policy_spec import TERMS as AGENT_TERMS
+from devices.robots.wire.policy_spec import PolicySpec
+from devices.robots.wire.robot_types import RobotInfo
 from policies.errors import PolicyError
 from policies.policy import Policy
 from policies.tasks import get_task, task_config

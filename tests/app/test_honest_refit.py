@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 import twins.objective as objective
+
 from app.workflows.close_loop import refit_job
 from devices.trajectory import COMMAND_DELAY, Trajectory
 from resources.errors import TwinbenchError
@@ -141,11 +141,11 @@ def test_a_refit_whose_replays_mostly_fail_is_not_saved_and_a_good_one_is(
 
 @pytest.fixture
 def robot(rig: tuple[Project, str, str, Any, Any]) -> Iterator[tuple[int, str]]:
-    from devices.robots.agent import Agent
-    from devices.robots.auth import new_token
-    from devices.robots.drivers.ideal import IdealDriver, panda_like_info
-    from devices.robots.server import RobotServer
-    from devices.robots.watchdog import WatchdogConfig
+    from devices.robots.agent.control import Agent
+    from devices.robots.agent.drivers.ideal import IdealDriver, panda_like_info
+    from devices.robots.agent.server import RobotServer
+    from devices.robots.agent.watchdog import WatchdogConfig
+    from devices.robots.wire.auth import new_token
 
     _, _, _, joints, home = rig
     info = dataclasses.replace(panda_like_info(250.0), joint_names=joints)
@@ -173,7 +173,7 @@ def test_cli_deploy_refit_exits_non_zero_naming_the_failed_replays(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from app.cli import main
-    from devices.robots.auth import write_token_file
+    from devices.robots.wire.auth import write_token_file
 
     proj, _, pid, _, _ = rig
     port, token = robot

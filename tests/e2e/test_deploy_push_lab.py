@@ -17,17 +17,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from app.workflows.object_feed import ObjectPoseFeeder, ObjectSource, object_source
 
 from app.workflows.deploy import deploy_job
 from app.workflows.deploy_plan import plan_deploy
-from app.workflows.object_feed import ObjectPoseFeeder, ObjectSource, object_source
 from app.workflows.train import TrainRequest, train_job
 from app.workflows.twin import build_twin
 from devices.lab.truth import truth_camera_pose
-from devices.robots.agent import Agent
-from devices.robots.auth import new_token
+from devices.robots.agent.control import Agent
+from devices.robots.agent.serve import add_arguments, build
 from devices.robots.client import RobotClient
-from devices.robots.serve import add_arguments, build
+from devices.robots.wire.auth import new_token
 from devices.trajectory import Trajectory
 from policies.ppo import PpoSettings
 from policies.train import TrainSettings
