@@ -80,8 +80,6 @@ def _stale_stop_ms(onnx: bytes, spec: dict[str, Any], runs: int) -> list[float]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from app.workflows.object_feed import object_source
-
     from app.workflows.deploy import deploy_job
     from app.workflows.deploy_plan import plan_deploy
     from app.workflows.train import TrainRequest, load_policy, train_job
@@ -93,6 +91,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     from devices.robots.client import RobotClient
     from policies.ppo import PpoSettings
     from policies.train import TrainSettings
+    from reconstruction.pose_feeder import object_source
     from resources.jobs import run_to_end
     from resources.project import Project
 

@@ -228,14 +228,13 @@ def _predict(pol: Any, twin: Any, config: dict[str, Any], n: int, ex: Any) -> di
 def _protocol(cfg: Any, policy: Any, starts: list[Any], tmp: Path) -> list[dict[str, Any]]:
     """Deploy `policy` through `lab serve` + the camera tracker from each start (the
     object at its scene pose, so the tracker starts where the scan saw it)."""
-    from app.workflows.object_feed import object_source
-
     from app.workflows.deploy import deploy_job
     from app.workflows.deploy_plan import plan_deploy
     from app.workflows.twin import build_twin
     from devices.lab.truth import truth_camera_pose
     from devices.robots.agent.launch import start_lab_process
     from devices.robots.client import RobotClient
+    from reconstruction.pose_feeder import object_source
     from resources.jobs import run_to_end
     from resources.project import Project
 

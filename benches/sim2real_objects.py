@@ -60,11 +60,10 @@ HELDOUT_GAIN = 0.9
 def object_source(cfg: Any, description: str) -> Any:
     """The tracker's view of the cylinder: the lab's fixed camera at its (calibrated) pose,
     the scene's model and table (the procedural scan), the robot masked, spin dropped."""
-    from app.workflows.object_feed import ObjectSource
-
     from devices.lab.truth import truth_camera_pose
     from devices.poses import pose_to_matrix
     from reconstruction.object_track_types import ObjectModel
+    from reconstruction.pose_feeder import ObjectSource
     from reconstruction.segment import Plane
     from twins.scan_input import procedural_scan
 

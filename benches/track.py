@@ -1,7 +1,7 @@
 """Object tracking benchmark: the lab's Panda pushes the box while the cylinder is dropped
 and the U-block slid by hand; the fixed camera's depth stream is tracked with the robot
-masked by forward kinematics (app/workflows/track.py) and every tracked pose is compared
-with the lab's hidden truth.
+masked by forward kinematics (reconstruction/track_objects.py, twins/robot_surface.py) and
+every tracked pose is compared with the lab's hidden truth.
 
 Models are the true shapes started at their resting poses perturbed by a scan's typical
 error (3 mm, 1.5 deg; the scan itself is `bench scan`); the camera pose is the lab's true
@@ -165,10 +165,11 @@ def score(run_: LabRun, tracks: list[Any]) -> dict[str, Any]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from app.workflows.track import RobotSurface, track_frames
     from reconstruction.object_tracks import add_object_tracks
     from reconstruction.segment import Plane
+    from reconstruction.track_objects import track_frames
     from resources.jobs import run_to_end
+    from twins.robot_surface import RobotSurface
 
     fps = 7.5 if quick else 15.0
     t0 = time.perf_counter()

@@ -1,11 +1,14 @@
 """What object tracking takes and gives: the scanned object's model, the tracker's settings,
 one object's track in one frame and every object's tracks in one frame (poses are
-`T_world_object` of the model's own frame). The tracker is `reconstruction.object_tracking`.
+`T_world_object` of the model's own frame), and what masks the robot out of the depth
+(`RobotMask`; twins/robot_surface.py's `RobotSurface` is one). The tracker is
+`reconstruction.object_tracking`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import trimesh
@@ -76,3 +79,12 @@ class FrameTracks:
     timestamp: float
     index: int
     objects: dict[str, ObjectTrack]
+
+
+class RobotMask(Protocol):
+    """Points on the robot's surface at given joint positions (base frame), masked out of
+    the depth so the robot is not mistaken for an object (twins/robot_surface.py)."""
+
+    def points(self, joint_pos: NDArray[np.float64]) -> NDArray[np.float64]: ...
+
+    def close(self) -> None: ...

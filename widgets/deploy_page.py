@@ -291,8 +291,7 @@ class DeployPage(WorkflowPage):
 
     # -- 1. predict ------------------------------------------------------------------------
     def predict(self) -> None:
-        from app.workflows.deploy_plan import plan_deploy
-        from app.workflows.object_feed import policy_object_source
+        from app.workflows.deploy_plan import plan_deploy, policy_object_source
         from app.workflows.train import load_policy
 
         project, pid = self.controller.project, self.policy_box.currentData()

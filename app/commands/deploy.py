@@ -56,8 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
     from app.workflows.close_loop import RefitError, refit_job
     from app.workflows.deploy import deploy_job
-    from app.workflows.deploy_plan import plan_deploy
-    from app.workflows.object_feed import policy_object_source
+    from app.workflows.deploy_plan import plan_deploy, policy_object_source
     from devices.robots.client import RobotClient
     from devices.robots.wire.auth import load_token
     from resources.project import Project

@@ -1,8 +1,9 @@
 """`python main.py track --project P --trajectory ID --scan ID [--camera NAME]
 [--robot-description URDF] [--mount-link LINK]`: track the scan's objects in the camera
 recording saved with a trajectory (`record --camera`) into a new trajectory artifact with
-`objects/<name>/pose` and `objects/<name>/track_quality` channels (app/workflows/track.py).
-`--camera-file F.db3` instead: an object-only recording from a camera file."""
+`objects/<name>/pose` and `objects/<name>/track_quality` channels (app/workflows/track.py;
+`--camera-file F.db3` instead: an object-only recording from a camera file,
+reconstruction/track_objects.py)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from app.jobs import run_cli
-    from app.workflows.track import track_artifact, track_camera_file
+    from app.workflows.track import track_artifact
+    from reconstruction.track_objects import track_camera_file
     from resources.project import Project
 
     project = Project.open(args.project)

@@ -11,7 +11,7 @@
    measured joint positions to the deployment goal: predicted success, final error and
    joint curves.
    A push policy (observing `object_pose`) needs an `ObjectSource` (the robot's camera
-   through the object tracker, app/workflows/object_feed.py): the object's pose now is the
+   through the object tracker, reconstruction/pose_feeder.py): the object's pose now is the
    shadow run's start, and the goal is drawn around it (or given).
 3. `deploy_job`: upload, run inside the agent's envelope with its start ramp, stream
    command vs measured as progress, stop at the end, on the Stop button, on error or
@@ -42,18 +42,18 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.workflows.deploy_plan import DeployPlan, Shadow, check_robot, final_error
-from app.workflows.object_feed import (
-    ObjectPoseFeeder,
-    feed_tracks,
-    save_poses,
-    start_feed,
-)
+from app.workflows.deploy_plan import DeployPlan, Shadow, check_robot, final_error, robot_surface
 from devices.errors import DeviceError
 from devices.robots.client import RobotClient
 from devices.trajectory import COMMAND_DELAY, Trajectory
 from policies.errors import PolicyError
 from reconstruction.object_tracks import add_object_tracks
+from reconstruction.pose_feeder import (
+    ObjectPoseFeeder,
+    feed_tracks,
+    save_poses,
+    start_feed,
+)
 from resources import atomic
 from resources.jobs import Job, Progress
 from resources.project import Project
@@ -103,7 +103,8 @@ def deploy_job(
     feeder = None
     if plan.objects is not None:
         try:
-            feeder = start_feed(client, plan.objects, str(plan.spec.object), plan.spec)
+            surface = robot_surface(plan.objects, client)
+            feeder = start_feed(client, plan.objects, str(plan.spec.object), plan.spec, surface)
         except DeviceError:
             _stop(client, f"deploy {plan.policy_id}: no object pose")
             raise

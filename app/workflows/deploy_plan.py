@@ -1,7 +1,10 @@
 """Before a policy reaches the robot (app/workflows/deploy.py runs it): its spec checked
 against the robot (`check_robot`), and the twin's prediction from the robot's measured state
 (`shadow_run`, `plan_deploy` -> DeployPlan), for reach and for push (the object tracked in
-the robot's camera now, the goal drawn around it)."""
+the robot's camera now, the goal drawn around it). A push policy's object source
+(`policy_object_source`) and the robot's surface masked out of the camera's depth
+(`robot_surface`) are put together here; the tracking itself is
+reconstruction/pose_feeder.py."""
 
 from __future__ import annotations
 
@@ -13,16 +16,12 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from app.workflows.object_feed import (
-    ObjectSource,
-    object_source,
-    track_now,
-)
 from app.workflows.train import load_policy
 from app.workflows.twin import load_twin
 from devices.errors import DeviceError
@@ -34,7 +33,14 @@ from policies.errors import PolicyError
 from policies.policy import Policy
 from policies.tasks import get_task, task_config
 from policies.tasks.base import TaskConfig
+from reconstruction.pose_feeder import (
+    ObjectSource,
+    object_source,
+    read_camera_pose,
+    track_now,
+)
 from resources.project import Project
+from twins.robot_surface import RobotSurface
 from twins.spec import TwinSpec
 
 log = logging.getLogger(__name__)
@@ -72,6 +78,39 @@ def _twin_calls() -> Iterator[Callable[..., Any]]:
                 ) from None
 
         yield call
+
+
+def policy_object_source(
+    project: Any,
+    policy_id: str,
+    client: RobotClient,
+    camera: str | None = None,
+    camera_pose: Path | None = None,
+) -> ObjectSource:
+    """The object a push policy observes, seen by `camera` (default: the scan's fixed
+    camera, or the robot's only camera) at the pose in `camera_pose` (default: the scan's
+    calibration): what `deploy --camera/--camera-pose` and the Deploy page give."""
+    pol = load_policy(project, policy_id)
+    T = None if camera_pose is None else read_camera_pose(camera_pose)
+    info = client.info
+    if camera is None and info is not None and len(info.cameras) == 1 and T is not None:
+        camera = info.cameras[0]
+    return object_source(
+        project,
+        str(pol.record.get("twin_id")),
+        [str(pol.spec.object)],
+        camera,
+        T,
+        info.description if info is not None else "",
+    )
+
+
+def robot_surface(source: ObjectSource, client: RobotClient) -> RobotSurface | None:
+    """The robot's surface to mask out of the camera's depth while tracking `source`'s
+    objects (its `robot_description` at the robot's joints), or None without one."""
+    if source.robot_description and client.info is not None:
+        return RobotSurface(source.robot_description, list(client.info.joint_names))
+    return None
 
 
 def check_robot(spec: PolicySpec, info: RobotInfo) -> None:
@@ -336,7 +375,7 @@ def _plan_push(
     check_robot(spec, info)  # before the camera is even opened
     if twin.object(name).shape.kind == "cylinder":  # as the twin observed it in training
         objects = dataclasses.replace(objects, spinless=(*objects.spinless, name))
-    obj0 = track_now(client, objects, name)
+    obj0 = track_now(client, objects, name, surface=robot_surface(objects, client))
     if object_goal is not None:
         goal = np.asarray(object_goal, float).reshape(-1)[:2]
         if goal.shape != (2,) or not np.all(np.isfinite(goal)):

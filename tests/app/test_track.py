@@ -13,23 +13,17 @@ import pytest
 import trimesh
 
 from app.cli import main
-from app.workflows.track import (
-    RobotSurface,
-    TrackError,
-    joints_at,
-    track_artifact,
-    track_camera_file,
-    track_frames,
-    wrist_camera_pose,
-)
+from app.workflows.track import track_artifact, wrist_camera_pose
 from benches.track import LabRun, lab_push, score
 from devices.poses import POSE_UNIT
 from devices.trajectory import Trajectory
 from reconstruction.object_tracks import add_object_tracks
 from reconstruction.scan_result import ScannedObject, ScanResult
 from reconstruction.segment import Plane
+from reconstruction.track_objects import TrackError, joints_at, track_camera_file, track_frames
 from resources.jobs import run_to_end
 from resources.project import Project
+from twins.robot_surface import RobotSurface
 
 TABLE = Plane(np.array([0.0, 0.0, 1.0]), 0.0)
 

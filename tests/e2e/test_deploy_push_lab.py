@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from app.workflows.object_feed import ObjectPoseFeeder, ObjectSource, object_source
 
 from app.workflows.deploy import deploy_job
 from app.workflows.deploy_plan import plan_deploy
@@ -32,6 +31,7 @@ from devices.trajectory import Trajectory
 from policies.ppo import PpoSettings
 from policies.train import TrainSettings
 from reconstruction.object_tracks import pose_channel, quality_channel
+from reconstruction.pose_feeder import ObjectPoseFeeder, ObjectSource, object_source
 from resources.jobs import run_to_end
 from resources.project import Project
 
@@ -149,8 +149,10 @@ def test_a_feed_that_stops_mid_run_stops_the_robot(lab: Lab) -> None:
     feeders: list[ObjectPoseFeeder] = []
 
     class Recorded(ObjectSource):
-        def feeder(self, client: RobotClient, send: Any, stream: bool) -> ObjectPoseFeeder:
-            f = super().feeder(client, send, stream)
+        def feeder(
+            self, client: RobotClient, send: Any, stream: bool, surface: Any = None
+        ) -> ObjectPoseFeeder:
+            f = super().feeder(client, send, stream, surface)
             feeders.append(f)
             return f
 

@@ -13,10 +13,17 @@ rather than falling behind) and sends each object's pose with the frame's captur
 quality and whether it is lost. Frames are stamped on the robot's clock by the robot's own
 camera feed (the lab's camera stamps the lab clock); a camera on another clock (one on the
 workbench: `frames=`) is mapped by `clock_offset_s` (robot time = camera time + offset), or,
-with `clock_offset_s=None`, by `ClockMap` from the frames' arrival times. The robot is masked out of the depth
-by forward kinematics at the newest measured joint positions (`surface`). The agent, not
-this feeder, decides when tracking is too old: a feeder that dies or falls behind stops
-the robot through the agent's age limit.
+with `clock_offset_s=None`, by `ClockMap` from the frames' arrival times. The robot is
+masked out of the depth at the newest measured joint positions (`surface`, a `RobotMask`:
+twins/robot_surface.py places the robot's URDF by forward kinematics). The agent, not this
+feeder, decides when tracking is too old: a feeder that dies or falls behind stops the robot
+through the agent's age limit (its receiving end is devices/robots/agent/object_poses.py).
+
+A deployment names where its poses come from with an `ObjectSource` (`object_source`: the
+scan in the twin's lineage gives the models, table and calibrated camera); `track_now` is
+the object's pose now, `start_feed` the running feed. A policy's source
+(`policy_object_source`) and the robot's surface are put together by
+app/workflows/deploy_plan.py.
 """
 
 from __future__ import annotations
@@ -33,7 +40,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.workflows.track import RobotSurface
 from devices.errors import DeviceError
 from devices.frames import RGBDFrame
 from devices.poses import drop_spin, matrix_to_pose, pose_to_matrix
@@ -43,9 +49,12 @@ from reconstruction.object_track_types import (
     ObjectModel,
     ObjectTrack,
     ObjectTrackSettings,
+    RobotMask,
 )
 from reconstruction.object_tracking import ObjectTracker
+from reconstruction.scan_result import ScanResult
 from reconstruction.segment import Plane
+from reconstruction.track_objects import models_from_scan, table_plane
 
 log = logging.getLogger(__name__)
 # live: every 2nd depth pixel (a quarter of the points; the tracker's time is most of the
@@ -109,7 +118,7 @@ class ObjectPoseFeeder:
         models: Sequence[ObjectModel],
         T_base_camera: NDArray[np.float64],
         table: Plane | None = None,
-        surface: RobotSurface | None = None,
+        surface: RobotMask | None = None,
         settings: ObjectTrackSettings | None = None,
         send: Sequence[str] | None = None,
         clock_offset_s: float | None = 0.0,
@@ -278,16 +287,21 @@ class ObjectSource:
     models: tuple[ObjectModel, ...]
     T_base_camera: NDArray[np.float64]
     table: Plane | None = None
-    robot_description: str = ""  # URDF key: mask the robot out of the depth
+    robot_description: str = ""  # URDF key of the robot to mask out (twins/robot_surface.py)
     clock_offset_s: float | None = 0.0  # None: mapped from arrival times (ClockMap)
     settings: ObjectTrackSettings | None = LIVE_SETTINGS
     spinless: tuple[str, ...] = ()  # symmetric about their z: spin dropped (drop_spin)
     frames: Callable[[], Iterator[RGBDFrame]] | None = None  # a workbench camera's frames
 
-    def feeder(self, client: RobotClient, send: Sequence[str], stream: bool) -> ObjectPoseFeeder:
-        surface = None
-        if self.robot_description and client.info is not None:
-            surface = RobotSurface(self.robot_description, list(client.info.joint_names))
+    def feeder(
+        self,
+        client: RobotClient,
+        send: Sequence[str],
+        stream: bool,
+        surface: RobotMask | None = None,
+    ) -> ObjectPoseFeeder:
+        """A feeder of `send`'s poses; `surface` (the robot described by
+        `robot_description`: twins/robot_surface.py) is masked out of the depth."""
         return ObjectPoseFeeder(
             client,
             self.camera,
@@ -305,11 +319,16 @@ class ObjectSource:
 
 
 def track_now(
-    client: RobotClient, source: ObjectSource, name: str, timeout_s: float = 60.0
+    client: RobotClient,
+    source: ObjectSource,
+    name: str,
+    timeout_s: float = 60.0,
+    surface: RobotMask | None = None,
 ) -> NDArray[np.float64]:
     """The object's current pose (7,) from the camera through the tracker (nothing is sent
-    to the robot); DeviceError naming the camera and object when it is not found."""
-    feeder = source.feeder(client, [name], stream=False)
+    to the robot; `surface` masked out and closed); DeviceError naming the camera and object
+    when it is not found."""
+    feeder = source.feeder(client, [name], stream=False, surface=surface)
     feeder.start()
     try:
         ok = feeder.wait_first(timeout_s, fresh_s=0.5)
@@ -357,9 +376,6 @@ def object_source(
     twin came from gives the object models (at their scanned poses), the table and, unless
     `T_base_camera` is given (e.g. a `calibrate --out` result), the calibrated fixed camera
     and its pose. DeviceError naming what is missing."""
-    from app.workflows.track import models_from_scan, table_plane
-    from reconstruction.scan_result import ScanResult
-
     scan_id = scan_of_twin(project, twin_id)
     if scan_id is None:
         raise DeviceError(f"twin '{twin_id}' has no scan in its lineage to track objects from")
@@ -385,11 +401,18 @@ def object_source(
     )  # fmt: skip
 
 
-def start_feed(client: RobotClient, source: ObjectSource, name: str, spec: Any) -> ObjectPoseFeeder:
+def start_feed(
+    client: RobotClient,
+    source: ObjectSource,
+    name: str,
+    spec: Any,
+    surface: RobotMask | None = None,
+) -> ObjectPoseFeeder:
     """The object pose feed of a deployment (policy spec `spec`), running, with a fresh
-    good pose at the agent; DeviceError naming the camera when it gives none (a camera's
-    first frame can take long, the lab's renderer starts, and be old)."""
-    feeder = source.feeder(client, [name], stream=True)
+    good pose at the agent (`surface` masked out; `close()` closes it); DeviceError naming
+    the camera when it gives none (a camera's first frame can take long, the lab's renderer
+    starts, and be old)."""
+    feeder = source.feeder(client, [name], stream=True, surface=surface)
     feeder.start()
     if not feeder.wait_first(60.0, fresh_s=0.5 * float(spec.object_max_age_s), frames=3):
         feeder.close()
@@ -440,30 +463,3 @@ def read_camera_pose(path: Path) -> NDArray[np.float64]:
     if T.shape != (4, 4) or not np.all(np.isfinite(T)):
         raise DeviceError(f"{path}: T_base_camera must be a finite 4x4 matrix")
     return T
-
-
-def policy_object_source(
-    project: Any,
-    policy_id: str,
-    client: RobotClient,
-    camera: str | None = None,
-    camera_pose: Path | None = None,
-) -> ObjectSource:
-    """The object a push policy observes, seen by `camera` (default: the scan's fixed
-    camera, or the robot's only camera) at the pose in `camera_pose` (default: the scan's
-    calibration): what `deploy --camera/--camera-pose` and the Deploy page give."""
-    from app.workflows.train import load_policy
-
-    pol = load_policy(project, policy_id)
-    T = None if camera_pose is None else read_camera_pose(camera_pose)
-    info = client.info
-    if camera is None and info is not None and len(info.cameras) == 1 and T is not None:
-        camera = info.cameras[0]
-    return object_source(
-        project,
-        str(pol.record.get("twin_id")),
-        [str(pol.spec.object)],
-        camera,
-        T,
-        info.description if info is not None else "",
-    )

@@ -1,4 +1,4 @@
-"""The object feed's camera-to-robot clock map: a fixed offset maps exactly; an estimated
+"""The pose feeder's camera-to-robot clock map: a fixed offset maps exactly; an estimated
 one (smallest arrival delay) never makes a pose older than it is and is short by at most
 the smallest transport latency seen."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.workflows.object_feed import ClockMap
+from reconstruction.pose_feeder import ClockMap
 
 
 def test_a_fixed_offset_maps_exactly() -> None:
