@@ -23,7 +23,7 @@ def run(quick: bool = False, executor: Any = None) -> dict[str, Any]:
     """`executor`: where the loops' fits and information rankings run (serial when None;
     bench fit passes its process pool)."""
     from benches.design_loop import recordings_needed
-    from twins.design import default_candidates, robot_info_for, start_pose
+    from twins.fit.design import default_candidates, robot_info_for, start_pose
     from twins.from_scan import build_twin
     from twins.scan_input import procedural_scan
 

@@ -3,8 +3,8 @@ truth: record (simulate at the truth, add sensor noise), fit, choose the next mo
 every parameter is identifiable and within `tol` of the truth.
 
 `recordings_needed(..., policy="suggested")` picks each next motion by D-optimal gain at the
-current estimate (twins/design.py); `policy="random"` picks a random library motion. Both
-fit with the same least-squares + Laplace fit (twins/fit.py) after each recording, so the
+current estimate (twins/fit/design.py); `policy="random"` picks a random library motion. Both
+fit with the same least-squares + Laplace fit (twins/fit/steps.py) after each recording, so the
 number of recordings each needs is an honest comparison (the issue's
 `suggested_vs_random_recordings`).
 """
@@ -19,9 +19,9 @@ import numpy as np
 
 from devices.robots.motion import Motion
 from devices.trajectory import Trajectory
-from twins.design import information, rank, simulate_motion
 from twins.executor import Executor
 from twins.fit import FitConfig, fit
+from twins.fit.design import information, rank, simulate_motion
 from twins.spec import TwinSpec
 
 

@@ -8,10 +8,10 @@ protocol, fit the twin's unknown parameters, compare with the lab's hidden truth
    force limits and rotor inertias known (benches/fit_lab.py); unknown: viscous
    damping and Coulomb friction of joints 1-4 and the command latency (one for all
    joints) — 9 parameters. Channels: joint angles and efforts.
-3. Fit: CMA-ES, a scan of the latency's basins (twins/fit_latency.py), least-squares
-   polish (twins/fit.py) with 2 workers, each keeping its twin world between candidates
+3. Fit: CMA-ES, a scan of the latency's basins (twins/fit/latency.py), least-squares
+   polish (twins/fit/steps.py) with 2 workers, each keeping its twin world between candidates
    (twins/world_cache.py); posterior (Laplace from the polish's Jacobian,
-   twins/posterior.py); identifiability report (twins/identify.py). `fit_wall_s`,
+   twins/fit/posterior.py); identifiability report (twins/fit/identifiability.py). `fit_wall_s`,
    `fit_cpu_s` (CPU of the fit's processes) and `fit_load_avg_1min` (the machine's load
    at its start and end) let a loaded machine's wall time be read against 2 idle cores.
 4. Held-out: windowed replay RMSE of the joint angles before/after; noise floor: the same
@@ -82,9 +82,8 @@ def _cmaes_default(spec: Any, train: Any, val: Any, target: float, cap: int) -> 
     Returns (evaluations, reached)."""
     import warnings
 
-    from twins.objective import evaluate
-
     from twins.executor import LocalExecutor
+    from twins.fit.objective import evaluate
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -126,9 +125,8 @@ def _max_offdiag(c: np.ndarray) -> float:
 
 
 def _parallel_efficiency(prob: Any, k: int = 8) -> float:
-    from twins.objective import evaluate
-
     from twins.executor import LocalExecutor
+    from twins.fit.objective import evaluate
 
     rng = np.random.default_rng(0)
     U = [rng.uniform(0.2, 0.8, len(prob.space.names)) for _ in range(k)]
@@ -337,9 +335,8 @@ def _heldout(
     """Step 4: the held-out recording's windowed replay RMSE (joint angles) at the start
     values and at the fit, against the noise floor: the lab replaying the same commands
     twice with different sensor-noise seeds."""
-    from twins.objective import replay_rmse
-
     from benches.fit_lab import lab_replay
+    from twins.fit.objective import replay_rmse
 
     def held_rmse(values: dict[str, float]) -> float:
         return replay_rmse(spec, held, WINDOW_S, values, ("robot/joint_pos",))["robot/joint_pos"]
@@ -364,9 +361,8 @@ def _fit_problems(
 ) -> tuple[Any, list[Any], Any, Any]:
     """The search space and the training/validation problems as the fit built them:
     (space, training windows, training problem, validation problem)."""
-    from twins.objective import Space
-
-    from twins.fit import Problem, _channels, _split
+    from twins.fit.objective import Space
+    from twins.fit.steps import Problem, _channels, _split
 
     space = Space.of(spec, params, None, tie)
     lead = spec.params[params[-1]].high + 0.01
@@ -429,7 +425,7 @@ def _plain_cma_comparison(
 ) -> None:
     """Step 5: rollouts plain cma needs to reach the fit's validation loss (capped at twice
     the fit's evaluations), and the ratio of the fit's rollouts to that."""
-    from twins.objective import evaluate
+    from twins.fit.objective import evaluate
 
     target = evaluate((vprob, u_fit)).loss
     out["validation_loss_after"] = _r(target)

@@ -279,7 +279,7 @@ def cube_split(quick: bool) -> tuple[list[Path], list[Path]]:
 def cube_errors(spec: Any, values: dict[str, float], recs: list[Any]) -> dict[str, float]:
     """Position (Euclidean, m) and orientation (angle, rad) RMSE of whole-toss replays."""
     from twins.fit import replay_rmse
-    from twins.objective import pose_parts
+    from twins.fit.objective import pose_parts
 
     r = replay_rmse(spec, recs, None, values, (CUBE_POSE,))
     pos, orn = pose_parts(CUBE_POSE)

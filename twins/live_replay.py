@@ -10,7 +10,7 @@ then asks each worker for the drawn bodies' poses over the windows it just repla
 ghost over the whole recording can follow the curves instead of delaying them). PyBullet holds
 Python's GIL while it steps, so threads would not run in parallel; processes do.
 
-Windows are the fit's (`twins.objective.windows`): each replayed from its own recorded start,
+Windows are the fit's (`twins.fit.objective.windows`): each replayed from its own recorded start,
 commands before it kept for latency; a whole recording is one window.
 """
 
@@ -84,7 +84,7 @@ class Replayer:
         return True
 
     def replay(self, w: Trajectory) -> Trajectory:
-        from twins.objective import _replay_window
+        from twins.fit.objective import _replay_window
 
         if self.world is None:
             self.set_values({})

@@ -5,7 +5,7 @@
 The next recording to make: ranks the excitation library's motions (a chirp and a multisine
 on all joints, a chirp and a step series on each joint, with `--pushes` pushes of each
 object) by expected information gain about the parameters at the current estimate
-(D-optimal; twins/design.py). With `--fit` the estimate, parameters and recordings are the
+(D-optimal; twins/fit/design.py). With `--fit` the estimate, parameters and recordings are the
 fit's. Prints the ranking and the `record` command for the best motion."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 [--posterior laplace|smc] [--particles N] [--pose-rotation rad|gyration|position] [--global N] [--backend local|ray] [--address A] [--resume FIT] [--apply]`.
 
 Fits twin parameters to recorded trajectories (CMA-ES + least-squares polish; posterior by
-Laplace or sampled by SMC; twins/fit.py, twins/fit_posterior.py) and writes a `fit` artifact;
+Laplace or sampled by SMC; twins/fit/steps.py, twins/fit/posterior_stage.py) and writes a `fit` artifact;
 `--apply` then makes a new twin version at the estimate (parent: the fitted twin). `fit apply --project P --fit F` applies
 an earlier fit. Ctrl-C leaves a resumable cancelled fit (`--resume` its id).
 `fit --compare T1 T2 --trajectories ID...` compares twin versions on (held-out) recordings."""

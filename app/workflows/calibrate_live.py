@@ -268,8 +268,8 @@ class LiveCalibration:
     def _open_replay(self) -> None:
         """Cut the recordings into windows and start the replay worlds (once per window
         setting)."""
+        from twins.fit.objective import windows
         from twins.live_replay import Replayer, ReplayPool
-        from twins.objective import windows
 
         lat = [p.high for n, p in self.spec.params.items() if n.endswith(".latency")]
         lead = max(lat + [0.0]) + 0.01

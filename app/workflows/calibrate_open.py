@@ -35,7 +35,7 @@ def open_job(project: Any, twin_id: str | None, trajectory_ids: Sequence[str]) -
     from app.workflows.twin import load_twin
     from resources.jobs import Progress
     from twins.builder import TwinWorld
-    from twins.objective import check_recording
+    from twins.fit.objective import check_recording
     from twins.view import drawables
 
     yield Progress(None, "loading the twin")

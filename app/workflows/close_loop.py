@@ -32,7 +32,7 @@ from resources.jobs import Job
 from resources.project import Project, ProjectError
 
 REPLAY_SHARE = 0.3  # share of training episodes that start from a failed real run
-# channels every windowed replay reads (twins/objective.py): a NaN in one fails the window
+# channels every windowed replay reads (twins/fit/objective.py): a NaN in one fails the window
 REPLAYED = ("robot/command", COMMAND_DELAY, "robot/joint_pos", "robot/joint_vel")
 
 

@@ -2,7 +2,7 @@
 
 `suggest_job(project, twin_id, params, fit_id=..., trajectory_ids=...)` is a job that ranks
 the excitation library's candidate motions by expected information gain at the current
-estimate (twins/design.py): the estimate is the fit's (else the twin's nominal values),
+estimate (twins/fit/design.py): the estimate is the fit's (else the twin's nominal values),
 the information in hand comes from the recordings the fit used (or those named). It
 returns the ranked `Suggestion`s (`only` keeps the named candidates); `record_command` turns one into the `record` command line
 that makes it.
@@ -16,7 +16,8 @@ from app.workflows.fit import load_fit, load_recording
 from app.workflows.twin import load_twin
 from resources.jobs import Job, Progress
 from resources.project import Project
-from twins.design import (
+from twins.errors import TwinError
+from twins.fit.design import (
     Suggestion,
     default_candidates,
     information,
@@ -24,7 +25,6 @@ from twins.design import (
     robot_info_for,
     start_pose,
 )
-from twins.errors import TwinError
 
 PUSH_DIRECTIONS = (0.0, 90.0)  # deg
 PUSH_SPEEDS = (0.05, 0.15)  # m/s

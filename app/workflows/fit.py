@@ -4,7 +4,7 @@
   column-mapping file into a `trajectory` artifact; with a twin, a recording that does not
   fit it (another robot, joints it lacks, commands its actuators cannot take: a torque
   recording for a position-servo twin) is refused before anything is written
-  (twins.objective.check_recording: RecordingMismatch naming the file, twin and mismatch);
+  (twins.fit.objective.check_recording: RecordingMismatch naming the file, twin and mismatch);
   joint positions outside the twin's limits are imported with warnings (the artifact's
   `settings["warnings"]`, printed by the CLI; a fit notes them too).
 - `export_recording(project, trajectory_id, out)`: LeRobot-style Parquet.
@@ -60,7 +60,7 @@ def fit_failure(d: Mapping[str, Any]) -> str | None:
     """Why a finished fit (its fit.json as a dict) is no fit, or None: "12 of 12 replays
     failed: <error>" when more than `FAILED_SHARE` of its simulations failed or its final
     loss is the failure penalty. A cancelled fit's checkpoint is not judged."""
-    from twins.objective import PENALTY
+    from twins.fit.objective import PENALTY
 
     if d.get("status", "done") != "done":
         return None

@@ -7,12 +7,12 @@
 A push is the excitation library's `push` (twins/pushes.py, as `record --motion push`
 plays it) aimed at the object where the tracker last saw it, played through the robot
 protocol with the fixed camera recorded; the camera's frames are then tracked
-(app/workflows/track.py: the object's model started at that pose, the robot masked by
-forward kinematics) into `objects/<name>/pose` and `track_quality` channels. The object's
+(reconstruction/track_objects.py: the object's model started at that pose, the robot
+masked by its surface at the recorded joints, twins/robot_surface.py) into `objects/<name>/pose` and `track_quality` channels. The object's
 pose comes from the camera, never from the robot (a real robot does not know it).
 
 `fit_object` holds every other twin parameter (the robot's fitted joints) at the twin's
-values and fits only the object's, on its tracked pose (twins/fit.py, whole-push replays:
+values and fits only the object's, on its tracked pose (twins/fit/steps.py, whole-push replays:
 `push_part` keeps the part of each recording from just before the object moves); a body
 symmetric about its z (a cylinder) is compared without its spin, which a camera cannot
 see (recording meta `spinless_objects`), and, when it stood upright throughout, at the
@@ -63,8 +63,9 @@ def record_push(
     description) into `folder`; returns the recording with the tracked object's channels
     (meta `spinless_objects` names it when the source drops its spin)."""
     from app.workflows.record import plan_motion, play_motion
-    from app.workflows.track import RobotSurface, _read_db3, track_recording
     from devices.poses import pose_to_matrix
+    from reconstruction.track_objects import read_db3, track_recording
+    from twins.robot_surface import RobotSurface
 
     model = next((m for m in source.models if m.name == name), None)
     if model is None:
@@ -76,7 +77,7 @@ def record_push(
     db3 = folder / "camera.db3"
     yield Progress(0.0, f"pushing {name}: {motion.description}")
     traj = yield from play_motion(client, motion, camera=source.camera, camera_path=db3)
-    frames = _read_db3(db3)
+    frames = read_db3(db3)
     frames = [f for i, f in enumerate(frames) if i == 0 or f.timestamp > frames[i - 1].timestamp]
     info = client.info
     assert info is not None
@@ -212,8 +213,8 @@ def fit_object(
 def pose_rmse(spec: Any, values: Mapping[str, float] | None, traj: Trajectory, name: str) -> float:
     """Position RMSE (m) of object `name` replayed in `spec` at `values` over the push part
     of `traj` (tracked samples only): how well a twin predicts a push it was not fitted to."""
+    from twins.fit.objective import with_initial_object_state
     from twins.object_motion import tracked_mask
-    from twins.objective import with_initial_object_state
     from twins.simulate import replay
 
     part = with_initial_object_state(push_part(traj, name))

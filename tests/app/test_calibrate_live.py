@@ -12,7 +12,7 @@ import pytest
 
 from app.workflows.calibrate_live import CalibFrame, LiveCalibration
 from devices.trajectory import Trajectory
-from twins.objective import windows
+from twins.fit.objective import windows
 from twins.rigs import qube_twin
 from twins.simulate import replay
 

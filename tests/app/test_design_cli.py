@@ -14,7 +14,7 @@ from app.workflows.twin import build_twin, load_twin
 from devices.robots.excitation import plan
 from resources.jobs import run_to_end
 from resources.project import Project
-from twins.design import robot_info_for, simulate_motion, start_pose
+from twins.fit.design import robot_info_for, simulate_motion, start_pose
 
 pytestmark = pytest.mark.slow
 BW = ("robot.actuators.panda_joint1.bandwidth", "robot.actuators.panda_joint4.bandwidth")

@@ -265,7 +265,7 @@ def test_a_fit_whose_replays_all_fail_exits_non_zero_and_applies_nothing(
 ) -> None:
     """Every replay fails: the fit is an error naming how many failed and why; no fit
     artifact (not even a cancelled checkpoint) and, despite --apply, no new twin."""
-    import twins.objective as objective
+    import twins.fit.objective as objective
     from twins.errors import TwinError
 
     proj, twin, rec = _qube_project(tmp_path, capsys)
@@ -291,7 +291,7 @@ def test_a_fit_whose_replays_mostly_fail_exits_non_zero_and_applies_nothing(
     """The start replays, every later candidate fails: the fit runs to its end and is
     judged before it is saved (more than half of its replays failed): exit 2, no fit, no
     twin. Without the failures the same fit is saved and applied."""
-    import twins.objective as objective
+    import twins.fit.objective as objective
     from twins.errors import TwinError
 
     proj, twin, rec = _qube_project(tmp_path, capsys)

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import twins.objective as objective
 
+import twins.fit.objective as objective
 from app.workflows.close_loop import refit_job
 from devices.trajectory import COMMAND_DELAY, Trajectory
 from resources.errors import TwinbenchError

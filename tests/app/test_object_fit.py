@@ -13,8 +13,8 @@ import pytest
 from app.workflows.object_fit import ObjectFitError, fit_object, pose_rmse, push_part, upright
 from devices.poses import POSE_UNIT, drop_spin
 from devices.trajectory import Trajectory
-from twins.design import robot_info_for, simulate_motion, start_pose
 from twins.executor import LocalExecutor
+from twins.fit.design import robot_info_for, simulate_motion, start_pose
 from twins.from_scan import build_twin
 from twins.pushes import plan_push
 from twins.scan_input import procedural_scan

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from devices.trajectory import COMMAND_DELAY, Trajectory
+from twins.fit.objective import _replay_window, _Worlds, windows
 from twins.from_scan import PANDA, robot_into
 from twins.make import assemble, sim_params
-from twins.objective import _replay_window, _Worlds, windows
 from twins.simulate import replay
 
 DT = 0.002  # physics step (the lab's)

@@ -10,7 +10,8 @@ import pytest
 
 from devices.robots.excitation import plan
 from devices.trajectory import Trajectory
-from twins.design import (
+from twins.fit import FitConfig, fit
+from twins.fit.design import (
     PRIOR_INFO,
     default_candidates,
     information,
@@ -19,7 +20,6 @@ from twins.design import (
     simulate_motion,
     start_pose,
 )
-from twins.fit import FitConfig, fit
 from twins.spec import TwinSpec
 
 LAT = ("robot.actuators.panda_joint1.latency", "robot.actuators.panda_joint4.latency")

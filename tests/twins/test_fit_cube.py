@@ -15,7 +15,7 @@ from resources import path as res
 from resources import shared_data
 from twins.executor import SerialExecutor
 from twins.fit import FitConfig, fit
-from twins.objective import pose_parts, replay_rmse, rotation_lengths, windows
+from twins.fit.objective import pose_parts, replay_rmse, rotation_lengths, windows
 from twins.rigs import CUBE_SIDE_M, cube_authors_values, cube_toss_twin, table_height
 from twins.simulate import replay
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from devices.trajectory import Trajectory
-from twins.fit import FitConfig, _channels, noise_level, windows
-from twins.posterior import Z90, correlation_time, laplace
+from twins.fit import FitConfig, noise_level, windows
+from twins.fit.posterior import Z90, correlation_time, laplace
+from twins.fit.steps import _channels
 
 
 def _ar1(rng: np.random.Generator, n: int, rho: float, cols: int) -> np.ndarray:
@@ -98,8 +99,8 @@ def test_channel_masks_split_the_residuals_by_channel() -> None:
     """Each channel's residuals, unscaled, add up to that channel's squared error."""
     from tests.twins.test_fit import TRUTH, _recording
     from twins.fit import Problem, Space
-    from twins.fit_posterior import channel_masks
-    from twins.objective import evaluate
+    from twins.fit.objective import evaluate
+    from twins.fit.posterior_stage import channel_masks
     from twins.rigs import qube_twin
 
     spec = qube_twin()

@@ -11,10 +11,10 @@ import pytest
 
 from devices.trajectory import Trajectory
 from twins import world_cache
-from twins.fit_latency import command_period, latency_candidates
+from twins.fit.latency import command_period, latency_candidates
+from twins.fit.objective import Problem, Space, evaluate, windows
 from twins.from_scan import PANDA, robot_into
 from twins.make import assemble, sim_params
-from twins.objective import Problem, Space, evaluate, windows
 
 pytestmark = pytest.mark.slow
 

@@ -56,7 +56,7 @@ def test_damping_behind_the_pd_fits_the_lab_once_the_fingers_hold(tmp_path: Path
     from benches.fit_lab import RATE_HZ, joint_names, lab_twin, multisine
     from devices.lab.scenes import get_scene
     from devices.lab.sim import LabSim
-    from twins.objective import replay_rmse
+    from twins.fit.objective import replay_rmse
 
     cfg = get_scene("panda_table").default_config()
     cfg = replace(cfg, joint_pos_noise=0.0, joint_vel_noise=0.0, effort_noise=0.0)

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from devices.trajectory import Trajectory
-from twins.fit import FitConfig, _channels, _split
-from twins.identify import from_jacobian, identifiability, jacobian
-from twins.objective import Problem, Space, evaluate, residual_size
-from twins.posterior import laplace
+from twins.fit.identifiability import from_jacobian, identifiability, jacobian
+from twins.fit.objective import Problem, Space, evaluate, residual_size
+from twins.fit.posterior import laplace
+from twins.fit.steps import FitConfig, _channels, _split
 from twins.rigs import qube_twin
 from twins.simulate import replay
 
@@ -164,7 +164,7 @@ def test_what_the_data_cannot_see_keeps_the_prior_width_and_saves_as_json() -> N
     column keeps the whole prior; the posterior round-trips through JSON (no inf/nan)."""
     import json
 
-    from twins.posterior import ParamPosterior
+    from twins.fit.posterior import ParamPosterior
 
     rng = np.random.default_rng(4)
     m = 300

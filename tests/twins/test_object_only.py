@@ -16,9 +16,9 @@ from devices.poses import POSE_UNIT
 from devices.trajectory import Trajectory
 from twins.executor import SerialExecutor
 from twins.fit import FitConfig, fit
+from twins.fit.objective import replay_rmse
 from twins.make import assemble, primitive_object
 from twins.object_motion import TWIST_KEY, initial_object_state
-from twins.objective import replay_rmse
 from twins.simulate import replay
 from twins.spec import TwinSpec
 

@@ -1,4 +1,4 @@
-"""The Laplace curvature checked at the interval's scale (twins/posterior.py
+"""The Laplace curvature checked at the interval's scale (twins/fit/posterior.py
 `curvature_probes`/`curvature_scale`): a smooth least-squares loss keeps its interval, a
 loss whose local slope is a ripple on a flat trend gets it widened to the trend's."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from twins.posterior import CURVATURE_SCALE_MAX, curvature_probes, curvature_scale, laplace
+from twins.fit.posterior import CURVATURE_SCALE_MAX, curvature_probes, curvature_scale, laplace
 
 T = np.linspace(0.0, 1.0, 200)
 

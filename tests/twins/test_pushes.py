@@ -9,10 +9,10 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from twins.design import robot_info_for, simulate_motion, start_pose
 
 from devices.robots.motion import MotionError, check_motion, limits_for
 from devices.robots.wire.robot_types import RobotInfo
+from twins.fit.design import robot_info_for, simulate_motion, start_pose
 from twins.kinematics import RobotKinematics
 from twins.pushes import plan_push
 from twins.spec import TwinSpec
@@ -83,9 +83,8 @@ def test_unreachable_or_bad_pushes_are_named(demo_twin: TwinSpec) -> None:
 
 @pytest.mark.slow
 def test_only_pushing_the_box_teaches_about_the_box(demo_twin: TwinSpec) -> None:
-    from twins.design import rank
-
     from devices.robots.excitation import plan
+    from twins.fit.design import rank
 
     info = _panda(demo_twin)
     q0 = start_pose(demo_twin, info)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from twins.smc import smc
+from twins.fit.smc import smc
 
 MEAN = np.array([0.5, 0.4])
 STD = np.array([0.05, 0.03])

@@ -112,12 +112,11 @@ def test_devices_panel_opens_the_record_panel_for_the_connected_robot(
 
 
 def test_suggest_fills_in_the_most_informative_motion(controller, tmp_path, qtbot) -> None:  # type: ignore[no-untyped-def]
-    from twins.design import robot_info_for, simulate_motion, start_pose
-
     from app.workflows.twin import build_twin, load_twin
     from devices.robots.excitation import plan
     from resources import atomic
     from resources.jobs import run_to_end
+    from twins.fit.design import robot_info_for, simulate_motion, start_pose
 
     proj = controller.new_project(tmp_path / "p")
     panel = _panel(qtbot, controller)
