@@ -180,7 +180,7 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
     from PySide6 import QtCore, QtWidgets
 
     from app import demo
-    from app.session import AppController
+    from app.controller import AppController
     from widgets.main_window import MainWindow
     from widgets.scene_view import share_gl_contexts
     from widgets.twin_page import TwinPage
