@@ -22,7 +22,13 @@ import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from PySide6 import QtCore
+
+    from app.controller import AppController
+    from widgets.main_window import MainWindow
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +189,6 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
     from app.controller import AppController
     from widgets.main_window import MainWindow
     from widgets.scene_view import share_gl_contexts
-    from widgets.twin_page import TwinPage
 
     logging.basicConfig(level=logging.WARNING)
     share_gl_contexts()  # as the app does: the 3D views draw in windows of their own
@@ -199,60 +204,112 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
 
     report: dict[str, Any] = {"minutes_requested": minutes, "window": [width, height]}
     probe = StallProbe(win)
-    rss: list[tuple[float, float]] = []
-    t_start = time.monotonic()
-    state: dict[str, Any] = {"phase": "connect", "t_phase": t_start}
+    soak = _Soak(qapp, controller, win, probe, report)
+    soak.soak_s = max(60.0, minutes * 60 - IDLE_MEASURE_S - 10)
+    probe.start()
+    clock = QtCore.QTimer(win)
+    clock.timeout.connect(soak.every_second)
+    clock.start(1000)
+    code = int(qapp.exec())
+    probe.stop()
+    clock.stop()
+    win.close()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1))
+    return code
 
-    def every_second() -> None:
+
+class _Soak:
+    """The soak's phases, stepped once a second on the GUI thread: connect (the lab's robot
+    connected and streaming; 120 s at most), settle (5 s), idle (IDLE_MEASURE_S of the idle
+    window's CPU), soak (the Twin page playing, the page switched every PAGE_SWITCH_S, RSS
+    sampled every RSS_SAMPLE_S, for `soak_s`), then the report's figures and the loop's exit."""
+
+    def __init__(
+        self,
+        qapp: QtCore.QCoreApplication,
+        controller: AppController,
+        win: MainWindow,
+        probe: StallProbe,
+        report: dict[str, Any],
+    ) -> None:
+        self.qapp, self.controller, self.win, self.probe = qapp, controller, win, probe
+        self.report = report
+        self.rss: list[tuple[float, float]] = []
+        self.t_start = time.monotonic()
+        self.state: dict[str, Any] = {"phase": "connect", "t_phase": self.t_start}
+        self.soak_s = 60.0
+
+    def every_second(self) -> None:
+        controller, report, state = self.controller, self.report, self.state
         now = time.monotonic()
         phase = state["phase"]
         if phase == "connect":
             st = controller.devices()["robot"].state
             if st == "connected" and controller.robot_state() is not None:
                 state.update(phase="settle", t_phase=now)
-            elif st == "error" or now - t_start > 120:
+            elif st == "error" or now - self.t_start > 120:
                 report["error"] = f"lab did not connect: {controller.devices()['robot']}"
-                qapp.exit(2)
+                self.qapp.exit(2)
         elif phase == "settle" and now - state["t_phase"] > 5:
             state.update(phase="idle", t_phase=now, cpu0=_cpu_s())
         elif phase == "idle" and now - state["t_phase"] >= IDLE_MEASURE_S:
-            wall = now - state["t_phase"]
-            report["idle_cpu_pct"] = round(100 * (_cpu_s() - state["cpu0"]) / wall, 2)
-            twin = win.show_step("twin")
-            assert isinstance(twin, TwinPage)
-            twin.play_btn.setChecked(True)
-            gc.collect()
-            probe.section("soak")
-            state.update(
-                phase="soak",
-                t_phase=now,
-                cpu0=_cpu_s(),
-                none0=sys.getrefcount(None),
-                last_switch=now,
-                last_rss=0.0,
-                page=1,
-            )
+            self._start_soak(now)
         elif phase == "soak":
-            elapsed = now - state["t_phase"]
-            if now - state["last_rss"] >= RSS_SAMPLE_S:
-                state["last_rss"] = now
-                rss.append((elapsed, _rss_mb()))
-            if now - state["last_switch"] >= PAGE_SWITCH_S:
-                state["last_switch"] = now
-                state["page"] = (state["page"] + 1) % len(win.pages)
-                win.show_step(list(win.pages)[state["page"]])
-            twin = win.pages["twin"]
-            assert isinstance(twin, TwinPage)
-            if not twin.play_btn.isChecked():  # a twin error stops play: restart it
-                twin.play_btn.setChecked(True)
-            if elapsed >= soak_s:
-                finish(elapsed)
+            self._soak_tick(now)
 
-    def finish(elapsed: float) -> None:
+    def _start_soak(self, now: float) -> None:
+        """The idle CPU measured: play the Twin page and start the soak's section."""
+        from widgets.twin_page import TwinPage
+
+        state = self.state
+        wall = now - state["t_phase"]
+        self.report["idle_cpu_pct"] = round(100 * (_cpu_s() - state["cpu0"]) / wall, 2)
+        twin = self.win.show_step("twin")
+        assert isinstance(twin, TwinPage)
+        twin.play_btn.setChecked(True)
+        gc.collect()
+        self.probe.section("soak")
+        state.update(
+            phase="soak",
+            t_phase=now,
+            cpu0=_cpu_s(),
+            none0=sys.getrefcount(None),
+            last_switch=now,
+            last_rss=0.0,
+            page=1,
+        )
+
+    def _soak_tick(self, now: float) -> None:
+        """Sample RSS, switch the page when due, keep the twin playing; finish at `soak_s`."""
+        from widgets.twin_page import TwinPage
+
+        state, win = self.state, self.win
+        elapsed = now - state["t_phase"]
+        if now - state["last_rss"] >= RSS_SAMPLE_S:
+            state["last_rss"] = now
+            self.rss.append((elapsed, _rss_mb()))
+        if now - state["last_switch"] >= PAGE_SWITCH_S:
+            state["last_switch"] = now
+            state["page"] = (state["page"] + 1) % len(win.pages)
+            win.show_step(list(win.pages)[state["page"]])
+        twin = win.pages["twin"]
+        assert isinstance(twin, TwinPage)
+        if not twin.play_btn.isChecked():  # a twin error stops play: restart it
+            twin.play_btn.setChecked(True)
+        if elapsed >= self.soak_s:
+            self._finish(elapsed)
+
+    def _finish(self, elapsed: float) -> None:
+        """The report's figures: refcount drift, CPU, RSS growth, GUI ticks, frames drawn,
+        errors shown; then the event loop exits 0."""
+        from widgets.twin_page import TwinPage
+
+        report, state, rss, win = self.report, self.state, self.rss, self.win
         gc.collect()
         report["none_refcount_drift"] = sys.getrefcount(None) - state["none0"]
         report["soak_cpu_pct"] = round(100 * (_cpu_s() - state["cpu0"]) / elapsed, 2)
-        report["minutes"] = round((time.monotonic() - t_start) / 60, 2)
+        report["minutes"] = round((time.monotonic() - self.t_start) / 60, 2)
         first = [m for t, m in rss if t <= 60] or [m for _, m in rss[:1]]
         last = [m for t, m in rss if t >= elapsed - 60] or [m for _, m in rss[-1:]]
         report["rss_first_minute_mb"] = round(sum(first) / len(first), 1)
@@ -260,7 +317,7 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
         report["rss_growth_mb"] = round(
             report["rss_last_minute_mb"] - report["rss_first_minute_mb"], 1
         )
-        ticks = probe.samples.get("soak", [])
+        ticks = self.probe.samples.get("soak", [])
         report["gui_tick_ms_p50"] = round(_percentile(ticks, 50), 2)
         report["gui_tick_ms_p99"] = round(_percentile(ticks, 99), 2)
         report["gui_tick_ms_max"] = round(max(ticks, default=float("nan")), 1)
@@ -271,20 +328,7 @@ def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
         report["devices_refreshes"] = win.devices_panel.refreshes
         report["errors_shown"] = 1 if win.last_error else 0
         report["last_error"] = " / ".join(win.last_error) if win.last_error else ""
-        qapp.exit(0)
-
-    soak_s = max(60.0, minutes * 60 - IDLE_MEASURE_S - 10)
-    probe.start()
-    clock = QtCore.QTimer(win)
-    clock.timeout.connect(every_second)
-    clock.start(1000)
-    code = int(qapp.exec())
-    probe.stop()
-    clock.stop()
-    win.close()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1))
-    return code
+        self.qapp.exit(0)
 
 
 def main(argv: list[str] | None = None) -> int:
