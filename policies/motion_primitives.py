@@ -21,7 +21,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from devices.robots.wire.policy_spec import PolicySpec
+from policies import push_primitive
 from policies.errors import PolicyError
+from twins.chain import serial_chain
 
 FAMILIES = ("joint_pd", "push_ik")
 
@@ -35,8 +37,6 @@ def default_family(spec: PolicySpec) -> str:
 def task_chain(env: Any) -> Any:
     """The serial chain of a task environment's tool point (a grasp/TCP link if the robot
     has one, else the task's end-effector link), for `push_ik`."""
-    from twins.chain import serial_chain
-
     links = list(env._kin.links)
     tool = next((n for n in links if "grasptarget" in n or n.endswith("tcp")), env._ee)
     robot = env.twin.robot
@@ -45,8 +45,6 @@ def task_chain(env: Any) -> Any:
 
 def n_params(family: str, spec: PolicySpec) -> int:
     if family == "push_ik":
-        from policies import push_primitive
-
         push_primitive.check_spec(spec)
         return push_primitive.n_params()
     if family == "joint_pd":
@@ -64,8 +62,6 @@ def initial_mean(family: str, spec: PolicySpec) -> NDArray[np.float64]:
     """joint_pd: log-gains of a gentle start (kp = 8 per unit action per rad, kd = 0.05);
     push_ik: its hand-set defaults."""
     if family == "push_ik":
-        from policies import push_primitive
-
         return push_primitive.initial_mean()
     n = spec.n
     return np.concatenate([np.full(n, np.log(8.0)), np.full(n, np.log(0.05))])
@@ -96,8 +92,6 @@ def primitive_actor(
     chain: Any = None,
 ) -> Callable[[np.ndarray], np.ndarray]:
     if family == "push_ik":
-        from policies import push_primitive
-
         return push_primitive.actor(spec, _need(chain), params)  # type: ignore[no-any-return]
     W, b = linear_weights(family, spec, params)
 
@@ -123,8 +117,6 @@ def torch_module(
     import torch
 
     if family == "push_ik":
-        from policies import push_primitive
-
         return push_primitive.torch_module(spec, _need(chain), params)
 
     W, b = linear_weights(family, spec, params)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from policies.motion_primitives import primitive_actor, task_chain
+from policies.policy import Policy
 from policies.randomization import Randomization
 from policies.tasks import TwinEnv, make_env
 from twins.spec import TwinSpec
@@ -69,8 +70,6 @@ def actor_for(job: EpisodeJob, env: TwinEnv) -> Act:
         key = hashlib.sha256(job.payload).hexdigest()
         act = _ACTORS.get(key)
         if act is None:
-            from policies.policy import Policy
-
             act = _ACTORS[key] = Policy(job.payload, env.policy_spec).act
         return act
     chain = None

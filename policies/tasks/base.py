@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 from numpy.typing import NDArray
 
-from devices.poses import drop_spin
+from devices.poses import drop_spin, pose_to_matrix
 from devices.robots.agent.safety import SafetyEnvelope
 from devices.robots.agent.safety_config import default_config
 from devices.robots.wire.policy_spec import PolicySpec, build_observation
@@ -174,8 +174,6 @@ class TwinEnv(gym.Env[NDArray[np.float32], NDArray[np.float32]]):
         self._kin = RobotKinematics(self.twin.resolve(robot.urdf), self.joints)
         self._envelope = self._agent_envelope()
         self._ee = ee_link(self.twin)
-        from devices.poses import pose_to_matrix
-
         self._T_world_base = pose_to_matrix(robot.base_pose)
         self.conditions = Conditions({})
         self.t = 0.0
