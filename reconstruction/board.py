@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 
 from devices.frames import Intrinsics, RGBDFrame
 from reconstruction.errors import ReconstructionError
+from resources import atomic
 
 
 class CalibrationError(ReconstructionError):
@@ -119,8 +120,6 @@ def save_board_png(path: Path, spec: BoardSpec = BOARD, px_per_m: float = 4000.0
     Board frame: origin at the image's top-left corner, x along image columns, y along
     rows, z into the board (OpenCV's object-point convention).
     """
-    from resources import atomic
-
     img = board_image(spec, px_per_m)
     ok, buf = cv2.imencode(".png", img)
     if not ok:

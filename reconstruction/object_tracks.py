@@ -36,7 +36,7 @@ from reconstruction.object_track_types import (
     ObjectTrackingError,
     ObjectTrackSettings,
 )
-from reconstruction.object_tracking import ObjectTracker
+from reconstruction.object_tracking import _CUBE_ROTATIONS, ObjectTracker
 from reconstruction.segment import Plane
 
 QUALITY_UNIT = "1"
@@ -216,8 +216,6 @@ def shape_symmetries(
     """Rotations about the mesh's bounding-box centre that map it onto itself (of the 24
     axis-aligned ones), and the axis (0, 1, 2) of a continuous symmetry, if any (a
     cylinder's). A pose error is only an error modulo these: depth cannot tell them apart."""
-    from reconstruction.object_tracking import _CUBE_ROTATIONS
-
     pts, _ = trimesh.sample.sample_surface(mesh, 1500, seed=0)
     dense, _ = trimesh.sample.sample_surface(mesh, 20000, seed=1)
     tree = cKDTree(dense)

@@ -19,11 +19,19 @@ import numpy as np
 from numpy.typing import NDArray
 
 from devices.frames import RGBDFrame
+from reconstruction.calibration import workspace_frame
 from reconstruction.errors import ReconstructionError, clean_message
 from reconstruction.objects import extract_object, vertex_colors
 from reconstruction.scan_result import CameraPath, ScannedObject, ScanResult, display_copy
 from reconstruction.segment import Cluster, Plane, cluster_objects, fit_table_plane
 from reconstruction.stream import DeferredFusion
+from reconstruction.support import choose_support_plane, up_direction
+from reconstruction.tracking import (
+    FrameTrack,
+    HandheldTracker,
+    TrackingSettings,
+    choose_depth_range,
+)
 from reconstruction.tsdf import TSDFIntegrator, TSDFSettings
 
 Box = tuple[NDArray[np.float64], NDArray[np.float64]]
@@ -198,8 +206,6 @@ class ScanSession:
     def tracker(self) -> Any:
         """The HandheldTracker of a handheld scan (created at the first frame)."""
         if self._tracker is None:
-            from reconstruction.tracking import HandheldTracker, TrackingSettings
-
             st = self.tsdf.settings
             ts = self._tracking or TrackingSettings(
                 voxel=float(np.clip(st.depth_max / 300, 0.005, 0.015))
@@ -216,8 +222,6 @@ class ScanSession:
         if isinstance(rng, str):
             if rng != "auto":
                 raise ReconstructionError(f"depth range {rng!r}: use 'auto' or (min, max) in m")
-            from reconstruction.tracking import choose_depth_range
-
             rng = choose_depth_range([frame])
         lo, hi = float(rng[0]), float(rng[1])
         if not 0 <= lo < hi:
@@ -284,8 +288,6 @@ class ScanSession:
 
     def _note_untracked(self, frame: RGBDFrame, why: str) -> None:
         if self.track:
-            from reconstruction.tracking import FrameTrack
-
             self.tracker.tracks.append(
                 FrameTrack(frame.index, frame.timestamp, None, 0.0, "", clean_message(why))
             )
@@ -411,8 +413,6 @@ class ScanSession:
         plane = self._support_plane(mesh.vertices, seg, path, quality, warnings)
         if plane is None:
             return result(None, ())
-        from reconstruction.calibration import workspace_frame
-
         calibration = {
             **(calibration or {}),
             "T_base_table": workspace_frame(
@@ -477,8 +477,6 @@ class ScanSession:
                 return None
             quality["table_inlier_fraction"] = frac
             return plane
-        from reconstruction.support import choose_support_plane, up_direction
-
         centres = (
             path.poses[path.tracked][:, :3, 3] if path is not None and path.tracked.any() else None
         )

@@ -26,6 +26,7 @@ import numpy as np
 import trimesh
 from numpy.typing import NDArray
 
+from devices.cameras.tum import format_tum_trajectory, read_tum_trajectory
 from devices.errors import DataFileError
 from reconstruction.display import display_mesh
 from reconstruction.errors import ReconstructionError, clean_message
@@ -84,8 +85,6 @@ class CameraPath:
         return float(self.tracked.mean()) if len(self.tracked) else 0.0
 
     def tum_text(self) -> str:
-        from devices.cameras.tum import format_tum_trajectory
-
         k = self.tracked
         return format_tum_trajectory(
             self.t[k], self.poses[k], "Twinbench handheld scan: tracked frames only"
@@ -106,8 +105,6 @@ class CameraPath:
 
     @classmethod
     def load(cls, folder: Path, frames: list[dict[str, Any]]) -> CameraPath:
-        from devices.cameras.tum import read_tum_trajectory
-
         f = folder / "camera_path.txt"
         poses = np.full((len(frames), 4, 4), np.nan)
         tracked = np.array([bool(x.get("tracked")) for x in frames], bool)

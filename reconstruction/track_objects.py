@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from devices.cameras.playback import PlaybackSource
 from devices.frames import RGBDFrame
 from devices.trajectory import Trajectory
 from reconstruction.object_track_types import (
@@ -33,6 +34,7 @@ from reconstruction.object_track_types import (
     ObjectTrackSettings,
     RobotMask,
 )
+from reconstruction.object_tracking import ObjectTracker
 from reconstruction.object_tracks import add_object_tracks
 from reconstruction.scan_result import ScanResult
 from reconstruction.segment import Plane
@@ -81,8 +83,6 @@ def track_frames(
     every frame's tracks. `camera_pose`: T_base_camera of a fixed camera, or a function of
     the frame (a wrist camera). `robot` = (recording with robot/joint_pos, its surface)
     masks the robot at the joints recorded around each frame."""
-    from reconstruction.object_tracking import ObjectTracker
-
     if robot is not None and "robot/joint_pos" not in robot[0].channels:
         raise TrackError("masking the robot needs a recording with robot/joint_pos")
     tracker = ObjectTracker(models, table, settings)
@@ -140,8 +140,6 @@ def db3_frames(folder: Path) -> tuple[list[RGBDFrame], str]:
 
 def read_db3(path: Path) -> list[RGBDFrame]:
     """Every frame of a camera recording (.db3); TrackError naming it when it holds none."""
-    from devices.cameras.playback import PlaybackSource
-
     with PlaybackSource(path) as src:
         frames = list(src.frames())
     if not frames:
