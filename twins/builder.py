@@ -23,6 +23,7 @@ from scipy.spatial.transform import Rotation
 from devices.poses import matrix_to_pose, pose_to_matrix
 from twins import sleeping
 from twins.actuators import configure_joints, hold_initial
+from twins.contacts import body_values
 from twins.engine import connect_direct, pb
 from twins.errors import TwinError
 from twins.inertia import principal_axes
@@ -184,8 +185,6 @@ class TwinWorld:
         self.reset()
 
     def _material(self, body: int, link: int, prefix: str) -> None:
-        from twins.contacts import body_values
-
         v = self.values
         want = {k: v[f"{prefix}.{k}"] for k in _DYN if k != "mass" and f"{prefix}.{k}" in v}
         # a contact pair's μ and e: the object takes the pair's value, the surface 1.0

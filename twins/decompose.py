@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import trimesh
 
+from twins.engine import pb as pybullet
+from twins.engine import quiet_native
 from twins.errors import TwinError
 
 log = logging.getLogger(__name__)
@@ -153,8 +155,6 @@ def convex_pieces(
 
 
 def _coacd(mesh: trimesh.Trimesh, budget: float, max_hulls: int) -> list[trimesh.Trimesh]:
-    from twins.engine import quiet_native
-
     with quiet_native():  # coacd's native code prints a "pybullet build time" banner
         import coacd
 
@@ -225,8 +225,6 @@ def _quiet() -> Iterator[None]:
 
 
 def _pybullet_vhacd(mesh: trimesh.Trimesh) -> list[trimesh.Trimesh]:
-    from twins.engine import pb as pybullet
-
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "in.obj", Path(tmp) / "out.obj"
         mesh.export(src)

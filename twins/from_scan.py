@@ -10,7 +10,9 @@ from typing import Any
 import numpy as np
 
 from devices.poses import pose_to_matrix
+from resources import path as resource_path
 from resources.jobs import Job, Progress, run_to_end
+from twins.builder import TwinWorld
 from twins.errors import TwinError
 from twins.export import export_urdfs
 from twins.make import assemble, mesh_object, robot_from_urdf, sim_params, table_box
@@ -30,9 +32,7 @@ def resolve_robot_ref(ref: str) -> Path:
 
         return Path(pybullet_data.getDataPath()) / ref.split(":", 1)[1]
     if ref.startswith("resources:"):
-        from resources import path
-
-        return path(*ref.split(":", 1)[1].split("/"))
+        return resource_path(*ref.split(":", 1)[1].split("/"))
     return Path(ref).expanduser().resolve()
 
 
@@ -161,8 +161,6 @@ def build_twin_steps(
         meta={**(meta or {}), "scan": sc.source, "notes": notes},
     )
     yield Progress(0.85, "checking the twin builds and steps")
-    from twins.builder import TwinWorld
-
     with TwinWorld(spec) as world:
         world.step(10)
     yield Progress(0.92, "exporting URDFs")

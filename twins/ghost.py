@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 from devices.trajectory import Trajectory
 from twins.builder import TwinWorld
 from twins.engine import pb
+from twins.view import poses
 
 
 def _quat_to_matrices(p: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -53,8 +54,6 @@ def _at(traj: Trajectory, name: str, times: NDArray[np.float64]) -> NDArray[np.f
 
 def start_poses(world: TwinWorld) -> dict[str, NDArray[np.float64]]:
     """Body name -> (4, 4) pose of every drawn body at the twin's start (resets `world`)."""
-    from twins.view import poses
-
     world.reset()
     return poses(world)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import trimesh
 
+from twins.decompose import hull
 from twins.errors import TwinError
 
 
@@ -60,8 +61,6 @@ def mesh_mass_props(mesh: trimesh.Trimesh, name: str, open_mesh: str = "error") 
             solid = repaired
             notes = (f"{name}: mesh had small holes; filled before computing volume",)
         elif open_mesh == "hull":
-            from twins.decompose import hull
-
             solid = hull(mesh.vertices)
             notes = (f"{name}: mesh is not watertight; volume and inertia from its convex hull",)
         else:

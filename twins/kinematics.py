@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from twins.engine import connect_direct, pb
 from twins.errors import TwinError
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ def description_path(description: str) -> Path:
     """The URDF for a robot's self-reported description: `pybullet_data:<path>`,
     `resources:<path>`, a file, or a bare pybullet_data key such as the lab's
     "franka_panda/panda.urdf". Raises TwinError naming the description."""
+    # 0.5 s (trimesh, scipy, twins.make) that app/robot_link.py, which imports us, never needs
     from twins.from_scan import resolve_robot_ref
 
     d = description.strip()
@@ -109,8 +111,6 @@ def _load(urdf: Path) -> _Loaded:
 
 def _read(urdf: str) -> _Loaded:
     """Read `urdf`'s chain through a DIRECT PyBullet client (closed at once)."""
-    from twins.engine import connect_direct, pb
-
     cid = connect_direct()
     try:
         try:
@@ -172,8 +172,6 @@ class RobotKinematics:
     """Link poses of a fixed-base URDF robot for given joint positions."""
 
     def __init__(self, urdf: Path, joint_names: Sequence[str]) -> None:
-        from twins.engine import pb
-
         self._pb = pb
         self.urdf = Path(urdf)
         loaded = _load(self.urdf)
@@ -297,8 +295,6 @@ class RobotKinematics:
             return np.eye(4)
         pb = self._pb
         if self.cid < 0:
-            from twins.engine import connect_direct
-
             self.cid = connect_direct()
             self.body = pb.loadURDF(
                 str(self.urdf),

@@ -26,7 +26,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from devices.trajectory import Trajectory
+from twins.builder import TwinWorld
 from twins.errors import TwinError
+from twins.fit.objective import _replay_window
+from twins.ghost import body_tracks, start_poses
+from twins.retune import retune
 from twins.spec import TwinSpec
 
 Plain = tuple[Any, ...]  # a Trajectory as picklable parts (t, channels, units, source, meta)
@@ -53,9 +57,6 @@ class Replayer:
     @property
     def zero_latency(self) -> Any:
         """The world with every latency at 0 (delayed commands are precomputed)."""
-        from twins.builder import TwinWorld
-        from twins.retune import retune
-
         lat = {n: 0.0 for n in self.values if n.endswith(".latency")}
         want = {**self.values, **lat}
         if self._zero is not None and not retune(self._zero, want):
@@ -68,9 +69,6 @@ class Replayer:
     def set_values(self, values: Mapping[str, float]) -> bool:
         """Take new values; True when the world had to be rebuilt. TwinError (naming the
         parameter) keeps the previous values."""
-        from twins.builder import TwinWorld
-        from twins.retune import retune
-
         new = self.spec.params.validate({**self.values, **values})
         if new != self.values:
             self._start = None
@@ -84,8 +82,6 @@ class Replayer:
         return True
 
     def replay(self, w: Trajectory) -> Trajectory:
-        from twins.fit.objective import _replay_window
-
         if self.world is None:
             self.set_values({})
         return _replay_window(self, self.values, w)  # type: ignore[arg-type]
@@ -95,8 +91,6 @@ class Replayer:
     ) -> tuple[Trajectory, dict[str, NDArray[np.float64]]]:
         """`replay(w)` and, at `times` (s from the window's start), where every drawn body
         of the twin is in it (`twins.ghost.body_tracks`; kinematics only)."""
-        from twins.ghost import body_tracks, start_poses
-
         sim = self.replay(w)
         if times is None or not len(times):
             return sim, {}
@@ -123,8 +117,6 @@ def _batch_priority() -> None:
 
 def _serve(conn: Any, spec: TwinSpec, windows: Sequence[Plain]) -> None:
     """A pool worker: replays windows on request until told to close."""
-    from twins.ghost import body_tracks, start_poses
-
     _batch_priority()
 
     rep = Replayer(spec)

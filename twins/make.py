@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 import trimesh
 
+from twins.contacts import PAIR_KEYS, SURFACES, pair_name
 from twins.decompose import decompose, hull, write_hulls
+from twins.engine import connect_direct, pb
 from twins.errors import TwinError
 from twins.inertia import mesh_mass_props, primitive_mass_props
 from twins.params import Param, ParamSet
@@ -25,7 +27,7 @@ from twins.spec import (
     TwinSpec,
     param,
 )
-from twins.urdf import UrdfJoint, read_urdf
+from twins.urdf import UrdfJoint, loadable_urdf, read_urdf
 
 DEFAULT_TIME_STEP = 1.0 / 240.0
 # The effort limit an actuator starts at when the URDF gives none (N*m, or N for a prismatic
@@ -285,9 +287,6 @@ def joint_inertias(
     path: Path, fixed_base: bool, joints: list[str], q0: Sequence[float]
 ) -> dict[str, float]:
     """Diagonal of the joint-space mass matrix at q0 (kg*m^2 or kg) for each joint."""
-    from twins.engine import connect_direct, pb
-    from twins.urdf import loadable_urdf
-
     loadable, _ = loadable_urdf(path)
     cid = connect_direct()
     try:
@@ -505,8 +504,6 @@ def with_contact_pair(
     instead of the two bodies' friction and restitution, which PyBullet multiplies; those
     body parameters leave the twin."""
     from dataclasses import replace
-
-    from twins.contacts import PAIR_KEYS, SURFACES, pair_name
 
     if surface not in SURFACES:
         raise TwinError(f"contact pair: surface '{surface}' is not one of {', '.join(SURFACES)}")

@@ -23,7 +23,9 @@ import numpy as np
 from scipy.spatial.transform import Rotation
 
 from twins import sleeping
+from twins.actuators import configure_joints
 from twins.builder import TwinWorld, _check
+from twins.contacts import SURFACES, parse
 from twins.engine import pb
 from twins.inertia import principal_axes
 
@@ -178,8 +180,6 @@ def _apply(
         if any(n.startswith(pre + ".") and _kind(n) == "object_material" for n in changed):
             world._material(bid, -1, pre)
     if "contact_pair" in kinds:
-        from twins.contacts import SURFACES, parse
-
         for obj, surface, _ in parse(changed).values():
             for body, pre in ((obj, f"objects.{obj}"), (surface, SURFACES[surface])):
                 if body in world.bodies:
@@ -206,8 +206,6 @@ def _apply(
     if "robot_inertia" in kinds:
         _robot_inertia(world, old)
     if "joints" in kinds:
-        from twins.actuators import configure_joints
-
         configure_joints(world)
 
 

@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from devices.trajectory import Trajectory
-from twins.make import assemble, robot_from_urdf, sim_params
-from twins.spec import TwinSpec
+from resources import path as resource_path
+from twins.make import assemble, primitive_object, robot_from_urdf, sim_params, with_contact_pair
+from twins.spec import TwinSpec, param
 from twins.urdf import loadable_urdf, read_urdf
 
 # authors' identification (results_..._system_identification.txt)
@@ -71,8 +72,6 @@ def simple_pendulum_twin(
     )
     vals = pendulum_values()
     # the identified damping and friction lie above the CAD defaults' bounds; widen them
-    from twins.spec import param
-
     widened = [
         param(n, spec.params[n].unit, spec.params[n].nominal, 0.0, 2.0)
         for n in ("robot.joints.Joint_1.damping", "robot.joints.Joint_1.friction")
@@ -83,9 +82,7 @@ def simple_pendulum_twin(
 
 def qube_twin(time_step: float = 1e-3) -> TwinSpec:
     """The Qube-Servo 2 at its published nominal values."""
-    from resources import path
-
-    urdf = path("robots", "qube_servo2.urdf")
+    urdf = resource_path("robots", "qube_servo2.urdf")
     read_urdf(urdf)
     robot, params = robot_from_urdf(
         "resources:robots/qube_servo2.urdf",
@@ -126,8 +123,6 @@ def cube_toss_twin(
     dynamic. The cube starts in the air (each replay places it as its recording says) and
     never sleeps."""
     from dataclasses import replace
-
-    from twins.make import primitive_object, with_contact_pair
 
     h = side / 2
     cube = primitive_object("cube", "box", (h, h, h), (0, 0, table_z + 4 * h, 0, 0, 0, 1), mass)

@@ -21,6 +21,8 @@ import trimesh
 from numpy.typing import NDArray
 
 from reconstruction.track_objects import TrackError
+from twins.kinematics import RobotKinematics, description_path
+from twins.urdf import visuals
 
 
 def _mesh_of(v: Any) -> trimesh.Trimesh | None:
@@ -46,9 +48,6 @@ class RobotSurface:
     def __init__(
         self, description: str, joint_names: Sequence[str], points_per_link: int = 400
     ) -> None:
-        from twins.kinematics import RobotKinematics, description_path
-        from twins.urdf import visuals
-
         path = description_path(description)
         self.kin = RobotKinematics(path, joint_names)
         parts: dict[str, list[NDArray[np.float64]]] = {}

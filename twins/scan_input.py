@@ -14,6 +14,8 @@ import numpy as np
 import trimesh
 
 from devices.poses import matrix_to_pose, pose_to_matrix
+from reconstruction.scan_result import ScannedObject, ScanResult
+from resources import path as resource_path
 from twins.errors import TwinError
 
 
@@ -71,8 +73,6 @@ def lab_scene_objects(scene: str = LAB_SCENE) -> tuple[ScanObject, ...]:
     loads the lab (MuJoCo). Raises TwinError naming the file when it is missing or wrong."""
     import json
 
-    from resources import path as resource_path
-
     file = resource_path("lab", f"{scene}.json")
     try:
         objects = json.loads(file.read_text())["objects"]
@@ -104,8 +104,6 @@ def procedural_scan() -> ScanInput:
 
 def procedural_scan_result() -> Any:
     """The procedural demo scan as a reconstruction `ScanResult` (for a scan artifact)."""
-    from reconstruction.scan_result import ScannedObject, ScanResult
-
     sc = procedural_scan()
     x0, x1, y0, y1 = sc.table_extent
     table = trimesh.creation.box(
@@ -179,8 +177,6 @@ def load_scan(scan: Any) -> ScanInput:
     if isinstance(scan, ScanInput):
         return scan
     if isinstance(scan, (str, Path)):
-        from reconstruction.scan_result import ScanResult
-
         folder = Path(scan)
         if not (folder / "scan.json").is_file():
             raise TwinError(f"{folder}: not a scan folder (no scan.json)")

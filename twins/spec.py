@@ -31,6 +31,10 @@ from typing import Any
 
 import numpy as np
 
+from resources import atomic
+from resources import path as resource_path
+from twins import contacts
+from twins.contacts import governed
 from twins.errors import TwinError
 from twins.params import Param, ParamSet
 
@@ -219,8 +223,6 @@ class TwinSpec:
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise TwinError(f"twin '{self.name}': object names must be unique ({sorted(dup)})")
-        from twins import contacts
-
         contacts.check(
             self.params,
             names,
@@ -251,8 +253,6 @@ class TwinSpec:
                 req += [f"robot.joints.{j.name}.{k}" for k in keys]
             for a in self.robot.actuators:
                 req += [f"robot.actuators.{a.joint}.{k}" for k in ACTUATOR_PARAMS[a.model]]
-        from twins.contacts import governed
-
         mat = MATERIAL_PARAMS + (COMPLIANT_PARAMS if self.contact_model == "compliant" else ())
         by_pair = governed(self.params)  # coefficients a contact pair sets (twins/contacts.py)
         bodies = list(self.objects) + ([self.environment.table] if self.environment.table else [])
@@ -281,9 +281,7 @@ class TwinSpec:
 
             return Path(pybullet_data.getDataPath()) / ref.split(":", 1)[1]
         if ref.startswith("resources:"):
-            from resources import path
-
-            return path(*ref.split(":", 1)[1].split("/"))
+            return resource_path(*ref.split(":", 1)[1].split("/"))
         p = Path(ref)
         if not p.is_absolute():
             if self.base_dir is None:
@@ -311,8 +309,6 @@ class TwinSpec:
 
     def save(self, folder: Path) -> Path:
         """Write `twin.json` into `folder` (atomically); returns its path."""
-        from resources import atomic
-
         path = Path(folder) / "twin.json"
         atomic.write_json(path, self.to_json())
         return path

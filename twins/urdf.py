@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from resources import atomic
 from twins.errors import TwinError
 
 MOVABLE = ("revolute", "continuous", "prismatic")
@@ -252,8 +253,6 @@ def loadable_urdf(path: Path, out_dir: Path | None = None) -> tuple[Path, list[s
                 shutil.copyfile(f, (out / rel).parent / f.name)
     target = out / f"{Path(path).stem}.urdf"
     # atomic: parallel test workers may repair the same file into the same cache folder
-    from resources import atomic
-
     atomic.write_with(
         target, lambda tmp: ET.ElementTree(root).write(tmp, encoding="utf-8", xml_declaration=True)
     )

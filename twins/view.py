@@ -23,6 +23,7 @@ from reconstruction.display import display_mesh, mesh_arrays
 from twins.builder import TwinWorld
 from twins.engine import pb
 from twins.spec import ObjectSpec, TwinSpec
+from twins.urdf import loadable_urdf, visuals
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +146,6 @@ def drawables(world: TwinWorld) -> list[Drawable]:
     if spec.environment.table is not None:
         out += _object_drawables(spec, spec.environment.table, "table")
     if world.robot_id is not None and spec.robot is not None:
-        from twins.urdf import loadable_urdf, visuals
-
         path, _ = loadable_urdf(spec.resolve(spec.robot.urdf))
         for k, v in enumerate(visuals(path)):
             if v.kind == "mesh":
@@ -172,8 +171,6 @@ def _mesh_files(world: TwinWorld) -> list[str]:
     objs = [*spec.objects, *([spec.environment.table] if spec.environment.table else [])]
     files = [str(spec.resolve(m)) for o in objs for m in (o.shape.mesh, *o.shape.hulls) if m]
     if world.robot_id is not None and spec.robot is not None:
-        from twins.urdf import loadable_urdf, visuals
-
         path, _ = loadable_urdf(spec.resolve(spec.robot.urdf))
         files += [str(v.mesh) for v in visuals(path) if v.kind == "mesh" and v.mesh is not None]
     return files
