@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from resources.errors import TwinbenchError
+
 log = logging.getLogger(__name__)
 
 # Qt platforms that need no display server.
@@ -91,9 +93,10 @@ def run_gui(demo: bool, argv: list[str]) -> int:
 
     from PySide6 import QtCore, QtWidgets
 
+    # after display_problem(): with no display, `main.py` fails at once, not after the 2 s
+    # these take (Qt, every page, Open3D, PyBullet)
     from app import demo as demo_mod
     from app.controller import AppController
-    from resources.errors import TwinbenchError
     from widgets.main_window import MainWindow
     from widgets.scene_view import grab_widget, share_gl_contexts
 

@@ -11,7 +11,9 @@ import numpy as np
 from PySide6 import QtGui
 from scipy.spatial.transform import Rotation
 
+from app.controller import data_dir
 from app.workflows.calibrate_live import CalibFrame
+from app.workflows.calibrate_preview import make_project
 from devices.trajectory import Trajectory
 from widgets.scene_view import SceneView
 from widgets.trajectory_plot import Series, TrajectoryPlot
@@ -257,9 +259,6 @@ def place_bodies(
 def demo_project() -> str:
     """The preview's project: <data dir>/calibrate-preview with the Panda twin and a 5 s
     recording with 3 objects (made once, reused after)."""
-    from app.controller import data_dir
-    from app.workflows.calibrate_preview import make_project
-
     root = data_dir() / "calibrate-preview"
     if not root.exists():  # an existing folder is opened as it is (never overwritten)
         make_project(root)

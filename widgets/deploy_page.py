@@ -24,6 +24,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
+from app.workflows.close_loop import refit_job, retrain_argv
+from app.workflows.deploy import deploy_job
+from app.workflows.deploy_plan import plan_deploy, policy_object_source
+from app.workflows.train import load_policy, train_subprocess_job
 from resources.errors import TwinbenchError
 from resources.jobs import Job, Progress
 from widgets.artifact_combo import ArtifactCombo
@@ -227,8 +231,6 @@ class DeployPage(WorkflowPage):
 
     def _show_camera_row(self, *_: Any) -> None:
         """The camera pose row only for a policy that observes an object's pose."""
-        from app.workflows.train import load_policy
-
         project, pid = self.controller.project, self.policy_box.currentData()
         wants = False
         if project is not None and pid is not None:
@@ -291,9 +293,6 @@ class DeployPage(WorkflowPage):
 
     # -- 1. predict ------------------------------------------------------------------------
     def predict(self) -> None:
-        from app.workflows.deploy_plan import plan_deploy, policy_object_source
-        from app.workflows.train import load_policy
-
         project, pid = self.controller.project, self.policy_box.currentData()
         try:
             client = self._client()
@@ -390,8 +389,6 @@ class DeployPage(WorkflowPage):
 
     # -- 2. run ----------------------------------------------------------------------------
     def run(self) -> None:
-        from app.workflows.deploy import deploy_job
-
         project, plan = self.controller.project, self.plan
         if project is None or plan is None:
             return
@@ -485,8 +482,6 @@ class DeployPage(WorkflowPage):
 
     # -- 3. close the loop ------------------------------------------------------------------
     def refit(self) -> None:
-        from app.workflows.close_loop import refit_job
-
         project, res = self.controller.project, self.result
         if project is None or res is None:
             return
@@ -521,9 +516,6 @@ class DeployPage(WorkflowPage):
         self.sig_refit_done.emit(fit_id)
 
     def retrain(self) -> None:
-        from app.workflows.close_loop import retrain_argv
-        from app.workflows.train import train_subprocess_job
-
         project, res = self.controller.project, self.result
         if project is None or res is None or self.refit_id is None:
             return

@@ -19,11 +19,14 @@ from collections import deque
 import numpy as np
 from PySide6 import QtCore, QtWidgets
 
+from app import demo
 from app.controller import AppController, DeviceStatus
 from app.robot_link import AgentLink
 from devices.robots.wire.robot_types import RobotState
 from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
+from widgets.add_robot import AddRobotDialog
+from widgets.record_panel import RecordDialog
 from widgets.scene_view import SceneView
 
 log = logging.getLogger(__name__)
@@ -263,8 +266,6 @@ class DevicesPanel(QtWidgets.QWidget):
                     self.scene.remove(name)
 
     def _demo_motion(self) -> None:
-        from app import demo
-
         link = self.controller.robot_link
         if not isinstance(link, AgentLink) or not link.is_lab:
             return
@@ -275,8 +276,6 @@ class DevicesPanel(QtWidgets.QWidget):
         )
 
     def _record(self) -> None:
-        from app import demo
-
         link = self.controller.robot_link
         if not isinstance(link, AgentLink) or not link.is_lab:
             return
@@ -301,13 +300,9 @@ class DevicesPanel(QtWidgets.QWidget):
         )
 
     def _add_robot(self) -> None:
-        from widgets.add_robot import AddRobotDialog
-
         AddRobotDialog(self.controller, self).open()
 
     def _record_motion(self) -> None:
-        from widgets.record_panel import RecordDialog
-
         self.record_dialog = RecordDialog(self.controller, self)
         self.record_dialog.show()
 

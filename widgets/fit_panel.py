@@ -20,7 +20,8 @@ from PySide6 import QtCore, QtWidgets
 
 from app.controller import AppController
 from app.workflows import fit as fit_flow
-from resources.jobs import tap_progress
+from resources.jobs import Progress, tap_progress
+from twins.fit import FitConfig
 
 log = logging.getLogger(__name__)
 MAX_PAIR = 5  # parameters in the pair plot (the most sensitive first)
@@ -32,8 +33,6 @@ def _short(name: str) -> str:
 
 
 def _apply_job(project: Any, fit_id: str) -> Any:
-    from resources.jobs import Progress
-
     yield Progress(None, f"saving {fit_id} as a new twin version")
     return fit_flow.apply_fit(project, fit_id)
 
@@ -222,8 +221,6 @@ class FitDialog(QtWidgets.QDialog):
         ]
 
     def start(self) -> None:
-        from twins.fit import FitConfig
-
         proj = self.controller.project
         names = self.chosen()
         if proj is None or not names or self._running:

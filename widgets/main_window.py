@@ -15,7 +15,7 @@ from typing import Any
 from PySide6 import QtCore, QtGui, QtWidgets
 
 import resources
-from app import workflows
+from app import demo, workflows
 from app.controller import AppController, JobRequest
 from app.jobs import preload_step_libraries
 from resources.errors import TwinbenchError
@@ -308,8 +308,6 @@ class MainWindow(QtWidgets.QMainWindow):
 
     def start_lab(self) -> None:
         """Start the virtual lab and connect to it (Devices ▸ Start virtual lab)."""
-        from app import demo
-
         if self.controller.robot_link is not None:
             self.show_error(
                 "Robot already connected",

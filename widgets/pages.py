@@ -33,6 +33,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from app import workflows
 from app.controller import AppController, DeviceStatus
 from resources.project import Project
+from widgets.scene_view import grab_widget, share_gl_contexts
 
 _STYLE = """
 QFrame#emptyState { background: palette(base); border: 1px solid palette(mid); border-radius: 8px; }
@@ -216,9 +217,7 @@ def exec_preview(qapp: QtWidgets.QApplication, widget: QtWidgets.QWidget) -> int
             state["idle_ms"] = 0 if busy else state["idle_ms"] + 100
             if state["idle_ms"] >= PREVIEW_SETTLE_MS:
                 timer.stop()
-                from widgets.scene_view import grab_widget  # 3D views in windows too
-
-                ok = grab_widget(widget).save(shot)
+                ok = grab_widget(widget).save(shot)  # 3D views in windows too
                 qapp.exit(0 if ok else 3)
 
         timer = QtCore.QTimer(widget)
@@ -232,8 +231,6 @@ def preview(
 ) -> int:
     """Open one page alone (`python -m widgets.<page> [PROJECT]`), with the last project."""
     argv = list(sys.argv if argv is None else argv)
-    from widgets.scene_view import share_gl_contexts
-
     share_gl_contexts()
     qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication(argv[:1])
     controller = AppController()

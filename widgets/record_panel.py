@@ -19,6 +19,8 @@ import pyqtgraph as pg
 from PySide6 import QtCore, QtWidgets
 
 from app.controller import AppController
+from app.workflows.design import latest_fit, suggest_job
+from app.workflows.record import plan_motion, record_job
 from devices.robots.excitation import EXCITATIONS
 from devices.robots.motion import Motion
 from resources.errors import TwinbenchError
@@ -219,8 +221,6 @@ class RecordPanel(QtWidgets.QWidget):
     # -- actions -------------------------------------------------------------------------
     def preview(self) -> None:
         """Plan on a worker thread; draw the planned curves when it arrives."""
-        from app.workflows.record import plan_motion
-
         try:
             client = self._client()
         except TwinbenchError as exc:
@@ -241,8 +241,6 @@ class RecordPanel(QtWidgets.QWidget):
 
     def suggest(self) -> None:
         """Run the design job for the latest fit; fill the form with the best motion."""
-        from app.workflows.design import latest_fit, suggest_job
-
         project = self.controller.project
         fit_id = latest_fit(project) if project is not None else None
         if project is None or fit_id is None:
@@ -317,8 +315,6 @@ class RecordPanel(QtWidgets.QWidget):
 
     def record(self) -> None:
         """Play the previewed plan and save it into the open project."""
-        from app.workflows.record import record_job
-
         if self.motion is None or self.controller.project is None:
             return
         try:

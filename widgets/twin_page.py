@@ -17,8 +17,11 @@ import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 from scipy.spatial.transform import Rotation
 
+from app.controller import data_dir
 from app.workflows import twin as twin_flow
 from app.workflows.twin_live import LiveTwin, TwinFrame
+from resources.jobs import run_to_end
+from resources.project import Project
 from widgets.artifact_combo import ArtifactCombo
 from widgets.pages import WorkflowPage, preview
 from widgets.scene_view import SceneView
@@ -459,10 +462,6 @@ class TwinPage(WorkflowPage):
 def demo_project() -> str:
     """The preview's project: <data dir>/twin-preview with the procedural demo twin (made
     once, reused after)."""
-    from app.controller import data_dir
-    from resources.jobs import run_to_end
-    from resources.project import Project
-
     root = data_dir() / "twin-preview"
     # A folder that exists but does not open is someone's data: the error says why, and
     # nothing is deleted.
