@@ -19,9 +19,12 @@ from collections.abc import Callable
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+from twins.builder import ROBOT_GROUP, STATIC_GROUP
 from twins.engine import connect_direct, pb
 from twins.inertia import principal_axes
+from twins.sleeping import SLEEP_SPEED, SLEEP_TIMEOUT_S
 from twins.spec import Shape, TwinSpec
+from twins.urdf import loadable_urdf
 
 
 class BareWorld:
@@ -44,7 +47,6 @@ class BareWorld:
         """The robot's URDF at its initial pose, held there by position control; it never
         collides with the static bodies, and with `twin` it takes the twin's collision groups
         and servo gains."""
-        from twins.urdf import loadable_urdf
 
         assert spec.robot is not None
         cid = self.cid
@@ -68,8 +70,6 @@ class BareWorld:
         for s in statics:
             pb.setCollisionFilterPair(rid, s, -1, -1, 0, physicsClientId=cid)
         if twin:  # the twin's collision groups (twins/builder.py)
-            from twins.builder import ROBOT_GROUP, STATIC_GROUP
-
             for li in range(-1, pb.getNumJoints(rid, physicsClientId=cid)):
                 g = ROBOT_GROUP | (STATIC_GROUP if li == -1 and spec.robot.fixed_base else 0)
                 pb.setCollisionFilterGroupMask(rid, li, g, -1 & ~g, physicsClientId=cid)
@@ -87,7 +87,6 @@ class BareWorld:
     def _let_objects_fall_asleep(self) -> None:
         """The twin's resting objects sleep: here the plain PyBullet way, by enabling sleep and
         letting them settle for 1.25 sleep timeouts before the start state is saved."""
-        from twins.sleeping import SLEEP_SPEED, SLEEP_TIMEOUT_S
 
         for b in self.movers:
             pb.changeDynamics(

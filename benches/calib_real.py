@@ -16,6 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from reconstruction.calib_capture import calibrate_folder
+from reconstruction.calibration import BoardSpec
+from resources import shared_data
+from resources.errors import TwinbenchError
+
 DESCRIPTION = (
     "real eye-to-hand capture (ABB + ChArUco, 16 views): views used, reprojection, "
     "leave-one-out spread of base->camera, rejected views"
@@ -26,8 +31,6 @@ BOARD = "charuco:5x7:0.036195:0.018256:DICT_6X6_250"
 
 def capture_folder() -> Path:
     """The shared capture's folder; raises BenchDataError (a TwinbenchError) if absent."""
-    from resources import shared_data
-    from resources.errors import TwinbenchError
 
     folder = shared_data(*CAPTURE)
     if not (folder / "images").is_dir() or not (folder / "poses").is_dir():
@@ -39,9 +42,6 @@ def capture_folder() -> Path:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from reconstruction.calib_capture import calibrate_folder
-    from reconstruction.calibration import BoardSpec
-
     folder = capture_folder()
     result, _capture = calibrate_folder(
         folder / "images", folder / "poses", BoardSpec.parse(BOARD), "eye_to_hand"

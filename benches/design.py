@@ -13,6 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benches.design_loop import recordings_needed
+from twins.fit.design import default_candidates, robot_info_for, start_pose
+from twins.from_scan import build_twin
+from twins.scan_input import procedural_scan
+
 DESCRIPTION = (
     "identification loop on the Panda twin: recordings needed with the D-optimal next motion "
     "vs a random library motion"
@@ -22,10 +27,6 @@ DESCRIPTION = (
 def run(quick: bool = False, executor: Any = None) -> dict[str, Any]:
     """`executor`: where the loops' fits and information rankings run (serial when None;
     bench fit passes its process pool)."""
-    from benches.design_loop import recordings_needed
-    from twins.fit.design import default_candidates, robot_info_for, start_pose
-    from twins.from_scan import build_twin
-    from twins.scan_input import procedural_scan
 
     joints = (1, 4) if quick else (1, 2, 4)
     truth = {

@@ -29,7 +29,13 @@ import numpy as np
 from benches.safety_attacks import busy_processes
 from devices.errors import DeviceError
 from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers import dynamixel, feetech
 from devices.robots.agent.drivers.arm_calibration import ArmCalibration, JointCalibration
+from devices.robots.agent.drivers.franka import FR3_LOWER, FR3_UPPER, FrankaDriver, attach_estop
+from devices.robots.agent.emulators.dynamixel_bus import DynamixelBus
+from devices.robots.agent.emulators.feetech_bus import FeetechBus
+from devices.robots.agent.emulators.franky_peer import start_franky_sim
+from devices.robots.agent.emulators.judge import unsafe_goals
 
 DESCRIPTION = (
     "servo-arm (emulated Dynamixel/Feetech) and Franka (franky-sim) drivers under the agent"
@@ -99,10 +105,6 @@ def _drive(agent: Agent, target_fn: Any, seconds: float, stop_when: Any = None) 
 
 
 def _servo_setup(vendor: str, start_q: list[float] | None = None) -> tuple[Any, Any, Any]:
-    from devices.robots.agent.drivers import dynamixel, feetech
-    from devices.robots.agent.emulators.dynamixel_bus import DynamixelBus
-    from devices.robots.agent.emulators.feetech_bus import FeetechBus
-
     cal = _calibration(vendor)
     Bus = DynamixelBus if vendor == "dynamixel" else FeetechBus
     make = dynamixel.make_driver if vendor == "dynamixel" else feetech.make_driver
@@ -116,7 +118,6 @@ _why: dict[str, str] = {}  # what a fault run ended in (reported for the failed 
 
 def _servo_fault(vendor: str, fault: str) -> tuple[bool, int]:
     """Inject one fault mid-motion; (handled safely, unsafe goals on the wire)."""
-    from devices.robots.agent.emulators.judge import unsafe_goals
 
     if fault == "out_of_range_start":
         cal, bus, drv = _servo_setup(vendor, [0.0, 0.0, 1.5, 0.0, 0.0, 0.0])
@@ -168,8 +169,6 @@ def _servo_fault(vendor: str, fault: str) -> tuple[bool, int]:
 
 
 def servo_arm(vendor: str, quick: bool) -> dict[str, Any]:
-    from devices.robots.agent.emulators.judge import unsafe_goals
-
     seconds = 2.0 if quick else 6.0
     cal, bus, drv = _servo_setup(vendor)
     reads: list[float] = []
@@ -238,7 +237,6 @@ def servo_arm(vendor: str, quick: bool) -> dict[str, Any]:
 def _franka_reflex(sim: Any) -> bool:
     """A joint reflex mid-motion (franky_reflex.py): the agent must latch its e-stop naming
     the arm and the reflex, and refuse motion until the operator resets it."""
-    from devices.robots.agent.drivers.franka import FrankaDriver, attach_estop
 
     drv = FrankaDriver(sim.host, rate_hz=100.0, dynamics_factor=0.5)
     agent = Agent(drv)
@@ -262,9 +260,6 @@ def _franka_reflex(sim: Any) -> bool:
 
 
 def franka(quick: bool) -> dict[str, Any]:
-    from devices.robots.agent.drivers.franka import FR3_LOWER, FR3_UPPER, FrankaDriver
-    from devices.robots.agent.emulators.franky_peer import start_franky_sim
-
     seconds = 3.0 if quick else 8.0
     lo, hi = np.array(FR3_LOWER), np.array(FR3_UPPER)
     with start_franky_sim() as sim:

@@ -43,6 +43,19 @@ from typing import Any
 
 import numpy as np
 
+from benches import design, track
+from benches.fit_lab import fitted_truth, lab_replay, lab_twin, multisine, record, tied_latency
+from devices.lab.config import LabConfig
+from devices.lab.scenes import get_scene
+from devices.robots.agent.launch import start_lab_process
+from devices.robots.client import RobotClient
+from devices.trajectory import COMMAND_DELAY
+from resources.errors import TwinbenchError
+from twins.executor import LocalExecutor
+from twins.fit import FitConfig, fit
+from twins.fit.objective import Space, evaluate, replay_rmse
+from twins.fit.steps import Problem, _channels, _split
+
 DESCRIPTION = (
     "lab panda_table: record excitation through the protocol, fit 9 joint parameters, "
     "errors vs truth, 90 % coverage, held-out vs noise floor, rollouts vs plain CMA-ES"
@@ -56,10 +69,6 @@ def _r(x: float | None, n: int = 4) -> float | None:
 
 
 def _record_all(cfg_path: Path, cfg: Any, seconds: float) -> list[Any]:
-    from benches.fit_lab import multisine, record
-    from devices.robots.agent.launch import start_lab_process
-    from devices.robots.client import RobotClient
-
     q0 = np.asarray(cfg.initial_joint_pos, float)
     lab = start_lab_process(cfg.scene, cfg_path)
     try:
@@ -81,9 +90,6 @@ def _cmaes_default(spec: Any, train: Any, val: Any, target: float, cap: int) -> 
     objective on the held-back windows) is within 2 % of `target` (cap: give up).
     Returns (evaluations, reached)."""
     import warnings
-
-    from twins.executor import LocalExecutor
-    from twins.fit.objective import evaluate
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
@@ -125,9 +131,6 @@ def _max_offdiag(c: np.ndarray) -> float:
 
 
 def _parallel_efficiency(prob: Any, k: int = 8) -> float:
-    from twins.executor import LocalExecutor
-    from twins.fit.objective import evaluate
-
     rng = np.random.default_rng(0)
     U = [rng.uniform(0.2, 0.8, len(prob.space.names)) for _ in range(k)]
     times = {}
@@ -143,7 +146,6 @@ def _parallel_efficiency(prob: Any, k: int = 8) -> float:
 def _tracking(notes: list[str]) -> dict[str, Any]:
     """Objects tracked with the camera: `bench track`'s own run (a lab push, the fixed
     camera, tracked poses against the lab's hidden ones) at its quick frame rate."""
-    from benches import track
 
     t0 = time.perf_counter()
     try:
@@ -165,8 +167,6 @@ def _design(notes: list[str], workers: int) -> dict[str, Any]:
     known truth, servo bandwidths of joints 1 and 4 started 50 % and 64 % off; recordings
     until both are identifiable and within 10 %, the D-optimal next motion vs 3 random
     library sequences), its fits on this bench's process pool."""
-    from benches import design
-    from twins.executor import LocalExecutor
 
     t0 = time.perf_counter()
     try:
@@ -189,7 +189,6 @@ def _command_timing(recs: list[Any], dt: float) -> dict[str, Any]:
     """How the recorded commands reached the lab (the `robot/command_delay` channel the
     twin's replay honours): share that arrived one or more physics steps after their
     state, and the largest delay."""
-    from devices.trajectory import COMMAND_DELAY
 
     ds = [r[COMMAND_DELAY][:, 0] for r in recs if COMMAND_DELAY in r.channels]
     if len(ds) < len(recs):
@@ -228,18 +227,12 @@ NOTES = [
 def run(
     quick: bool = False, lab_config: Path | None = None, posterior: str = "laplace"
 ) -> dict[str, Any]:
-    from benches.fit_lab import fitted_truth, lab_twin, tied_latency
-    from devices.lab.config import LabConfig
-    from devices.lab.scenes import get_scene
-
     cfg = (
         LabConfig.load(Path(lab_config))
         if lab_config
         else get_scene("panda_table").default_config()
     )
     if cfg.scene != "panda_table":
-        from resources.errors import TwinbenchError
-
         raise TwinbenchError(
             f"{lab_config}: bench fit needs a panda_table lab config, not {cfg.scene!r}"
         )
@@ -293,7 +286,6 @@ def run(
 def _fit_config(params: tuple[str, ...], tie: Any, quick: bool, posterior: str) -> Any:
     """The fit's settings: joint angles and efforts in 0.5 s windows, a quarter held back
     for validation, a short CMA-ES budget that the latency scan and the polish finish."""
-    from twins.fit import FitConfig
 
     return FitConfig(
         params=params,
@@ -314,8 +306,6 @@ def _timed_fit(
 ) -> tuple[Any, dict[str, Any]]:
     """Step 3: the fit on its own process pool, and its wall time, CPU time (its workers
     are reaped when the pool closes, so their CPU counts) and the load at its start and end."""
-    from twins.executor import LocalExecutor
-    from twins.fit import fit
 
     t0, cpu0, load_fit = time.perf_counter(), _cpu_s(), os.getloadavg()[0]
     with LocalExecutor(workers) as ex:  # its workers are reaped on exit: their CPU counts
@@ -335,8 +325,6 @@ def _heldout(
     """Step 4: the held-out recording's windowed replay RMSE (joint angles) at the start
     values and at the fit, against the noise floor: the lab replaying the same commands
     twice with different sensor-noise seeds."""
-    from benches.fit_lab import lab_replay
-    from twins.fit.objective import replay_rmse
 
     def held_rmse(values: dict[str, float]) -> float:
         return replay_rmse(spec, held, WINDOW_S, values, ("robot/joint_pos",))["robot/joint_pos"]
@@ -361,8 +349,6 @@ def _fit_problems(
 ) -> tuple[Any, list[Any], Any, Any]:
     """The search space and the training/validation problems as the fit built them:
     (space, training windows, training problem, validation problem)."""
-    from twins.fit.objective import Space
-    from twins.fit.steps import Problem, _channels, _split
 
     space = Space.of(spec, params, None, tie)
     lead = spec.params[params[-1]].high + 0.01
@@ -425,7 +411,6 @@ def _plain_cma_comparison(
 ) -> None:
     """Step 5: rollouts plain cma needs to reach the fit's validation loss (capped at twice
     the fit's evaluations), and the ratio of the fit's rollouts to that."""
-    from twins.fit.objective import evaluate
 
     target = evaluate((vprob, u_fit)).loss
     out["validation_loss_after"] = _r(target)

@@ -15,6 +15,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from devices.lab.scenes import get_scene
+from devices.lab.sim import LabSim
+from twins.from_scan import PANDA, robot_into
+from twins.make import assemble, sim_params
+
 ACTIVE = (0, 1, 2, 3)  # joints the excitation moves (the wrist is held still)
 RATE_HZ = 250.0
 FREQS_HZ = (0.35, 0.8, 1.3)  # multisine components (accelerations stay < 6 rad/s^2)
@@ -23,8 +28,6 @@ LATENCY_MAX_S = 0.02  # the latency's upper bound in the lab twin (the default i
 
 
 def joint_names(cfg: Any) -> list[str]:
-    from devices.lab.scenes import get_scene
-
     return list(get_scene(cfg.scene).joint_names)
 
 
@@ -40,8 +43,6 @@ def lab_twin(folder: Path, cfg: Any, time_step: float | None = None) -> Any:
     at twice the lab's step is a different discrete controller, which biases the fitted
     latency by about a step)."""
     time_step = float(cfg.timestep) if time_step is None else time_step
-    from twins.from_scan import PANDA, robot_into
-    from twins.make import assemble, sim_params
 
     names = joint_names(cfg)
     q0 = tuple(cfg.initial_joint_pos) + (0.02, 0.02)
@@ -147,7 +148,6 @@ def lab_replay(cfg: Any, rec: Any, seed: int) -> Any:
     """The recording's commands replayed in the lab itself (MuJoCo, in process) with
     sensor-noise seed `seed`, from the initial pose: what the lab gives for the same
     commands. Returns the measured joint positions on the recording's timestamps."""
-    from devices.lab.sim import LabSim
 
     lab = LabSim(cfg.scene, replace(cfg, seed=seed))
     cmd = rec["robot/command"]

@@ -39,6 +39,27 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from devices.mapping import import_table, load_mapping
+from resources import path as resource_path
+from resources import shared_data
+from resources.errors import TwinbenchError
+from twins.executor import LocalExecutor
+from twins.fit import FitConfig, fit, replay_rmse
+from twins.fit.objective import pose_parts
+from twins.rigs import (
+    _CAD_COM_DIST,
+    _CAD_IXX,
+    _CAD_MASS,
+    CUBE_ID,
+    PENDULUM_ID,
+    cube_authors_values,
+    cube_toss_twin,
+    pendulum_values,
+    qube_twin,
+    simple_pendulum_twin,
+    table_height,
+)
+
 DESCRIPTION = (
     "fit the real pendulum and Qube twins and the real cube tosses' contact on some "
     "recordings (imported through the mapping path), held-out RMSE before/after, the "
@@ -60,16 +81,11 @@ CUBE_POSE = "objects/cube/pose"
 
 
 def data_root() -> Path:
-    from resources import shared_data
-
     return shared_data("real")
 
 
 def _load(path: Path, mapping: str, t0: float = 0.0, t1: float | None = None) -> Any:
-    from devices.mapping import import_table, load_mapping
-    from resources import path as res
-
-    traj = import_table(path, load_mapping(res("mappings", f"{mapping}.json")))
+    traj = import_table(path, load_mapping(resource_path("mappings", f"{mapping}.json")))
     if t1 is not None or t0 > 0:
         traj = traj.slice_time(t0, t1 if t1 is not None else traj.t[-1])
         traj = traj.with_channels(t=traj.t - traj.t[0])
@@ -78,7 +94,6 @@ def _load(path: Path, mapping: str, t0: float = 0.0, t1: float | None = None) ->
 
 def heldout_rmse(spec: Any, values: dict[str, float], recs: list[Any], window_s: float) -> float:
     """Joint-angle RMSE (rad) over windowed replays of `recs` at `values`."""
-    from twins.fit import replay_rmse
 
     return replay_rmse(spec, recs, window_s, values)["robot/joint_pos"]
 
@@ -95,9 +110,6 @@ def _fit(
     quick: bool,
     workers: int,
 ) -> Any:
-    from twins.executor import LocalExecutor
-    from twins.fit import FitConfig, fit
-
     cfg = FitConfig(
         params=tuple(bounds),
         bounds=bounds,
@@ -112,7 +124,6 @@ def _fit(
 
 def _authors_terms(values: dict[str, float]) -> dict[str, float]:
     """Our pendulum twin values in the authors' model terms (inverse of pendulum_values)."""
-    from twins.rigs import _CAD_COM_DIST, _CAD_IXX, _CAD_MASS
 
     m = values["robot.links.Link_1.mass"]
     j_link = _CAD_IXX * m / _CAD_MASS + m * _CAD_COM_DIST**2
@@ -126,8 +137,6 @@ def _authors_terms(values: dict[str, float]) -> dict[str, float]:
 
 
 def pendulum(quick: bool, workers: int) -> dict[str, Any]:
-    from twins.rigs import _CAD_MASS, PENDULUM_ID, pendulum_values, simple_pendulum_twin
-
     root = data_root() / "simple_pendulum"
     pre = "results_control_method_"
     train = [_load(root / f"{pre}pd_system_identification_data_measured.csv", "simple_pendulum")]
@@ -207,8 +216,6 @@ def _param_table(res: Any, post: Any) -> dict[str, Any]:
 
 
 def qube(quick: bool, workers: int) -> dict[str, Any]:
-    from twins.rigs import qube_twin
-
     root = data_root() / "furuta_pendulum"
     seconds = 2.0 if quick else 3.0
     plus = sorted((root / "qq_chrip_10to0Hz_p1.5V_250Hz_10s").glob("*.npz"))
@@ -262,8 +269,6 @@ def cube_split(quick: bool) -> tuple[list[Path], list[Path]]:
     others fitted."""
     import numpy as np
 
-    from resources.errors import TwinbenchError
-
     root = data_root() / "cube_tosses"
     files = sorted(root.glob("toss_*.csv"))
     need = max(CUBE_TRAIN[quick] + CUBE_HELD[quick], CUBE_HELD_FROM + CUBE_HELD[quick])
@@ -278,8 +283,6 @@ def cube_split(quick: bool) -> tuple[list[Path], list[Path]]:
 
 def cube_errors(spec: Any, values: dict[str, float], recs: list[Any]) -> dict[str, float]:
     """Position (Euclidean, m) and orientation (angle, rad) RMSE of whole-toss replays."""
-    from twins.fit import replay_rmse
-    from twins.fit.objective import pose_parts
 
     r = replay_rmse(spec, recs, None, values, (CUBE_POSE,))
     pos, orn = pose_parts(CUBE_POSE)
@@ -288,7 +291,6 @@ def cube_errors(spec: Any, values: dict[str, float], recs: list[Any]) -> dict[st
 
 def cube_fit_config(quick: bool) -> Any:
     """How the cube's contact is fitted (the bench's and the test's settings)."""
-    from twins.fit import FitConfig
 
     bounds = {
         "contacts.cube.ground.friction": (0.05, 0.8),
@@ -313,10 +315,6 @@ def cube_fit_config(quick: bool) -> Any:
 
 
 def cube(quick: bool, workers: int) -> dict[str, Any]:
-    from twins.executor import LocalExecutor
-    from twins.fit import fit
-    from twins.rigs import CUBE_ID, cube_authors_values, cube_toss_twin, table_height
-
     train_files, held_files = cube_split(quick)
     train = [_load(f, "cube_tosses") for f in train_files]
     held = [_load(f, "cube_tosses") for f in held_files]
@@ -374,8 +372,6 @@ def cube(quick: bool, workers: int) -> dict[str, Any]:
 def run(quick: bool = False) -> dict[str, Any]:
     root = data_root()
     if not (root / "simple_pendulum").is_dir():
-        from resources.errors import TwinbenchError
-
         raise TwinbenchError(
             f"{root}: no shared real data here (set TWINBENCH_SHARED_DATA to the folder "
             "holding simple_pendulum/ and furuta_pendulum/)"

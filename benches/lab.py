@@ -20,9 +20,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from devices.errors import DeviceError
+from devices.lab.driver import make_driver
 from devices.robots.agent.control import Agent
 from devices.robots.agent.drivers.interface import RobotDriver
+from devices.robots.agent.drivers.lab import LAB_WORKSPACE
 from devices.robots.agent.launch import start_lab_process
+from devices.robots.agent.safety_config import SafetyConfig
 from devices.robots.client import RobotClient
 from devices.robots.wire.robot_types import CommandMode, RobotInfo, RobotState
 
@@ -181,13 +184,10 @@ class AuditedDriver:
 def _fuzz(n_commands: int) -> dict[str, Any]:
     """Fuzzed policy outputs and client commands through the agent in front of the lab
     robot (stepped by hand, so 10,000 ticks take seconds, not 40 s of real time)."""
-    from devices.lab.driver import make_driver
-    from devices.robots.agent.drivers.lab import LAB_WORKSPACE
 
     lab = make_driver(SCENE, start=False)
     box = (np.asarray(LAB_WORKSPACE["lower"]), np.asarray(LAB_WORKSPACE["upper"]))
     drv = AuditedDriver(lab, box)
-    from devices.robots.agent.safety_config import SafetyConfig
 
     agent = Agent(
         drv,

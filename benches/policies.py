@@ -9,6 +9,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from policies.cem import CemSettings
+from policies.evaluate import evaluate
+from policies.ppo import PpoSettings
+from policies.randomization import TYPICAL_NOISE, Randomization, manual
+from policies.tasks import make_env
+from policies.train import TrainSettings, train_steps
+from twins.executor import LocalExecutor
+from twins.from_scan import build_twin
+from twins.scan_input import procedural_scan
+
 DESCRIPTION = (
     "reach/push env steps/s; CEM reach: train wall time, twin success nominal and randomized "
     "(95 % CI); PPO steps/s; ONNX vs torch max error"
@@ -22,8 +32,6 @@ DR_PARAMS = [
 
 
 def _steps_per_s(task: str, spec: Any, steps: int) -> float:
-    from policies.tasks import make_env
-
     env = make_env(task, spec, seed=0)
     try:
         env.reset(seed=0)
@@ -38,15 +46,6 @@ def _steps_per_s(task: str, spec: Any, steps: int) -> float:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from policies.cem import CemSettings
-    from policies.evaluate import evaluate
-    from policies.ppo import PpoSettings
-    from policies.randomization import TYPICAL_NOISE, Randomization, manual
-    from policies.train import TrainSettings, train_steps
-    from twins.executor import LocalExecutor
-    from twins.from_scan import build_twin
-    from twins.scan_input import procedural_scan
-
     out: dict[str, Any] = {}
     episodes = 10 if quick else 50
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,6 +21,26 @@ from typing import Any
 
 import numpy as np
 
+from app.workflows.deploy import deploy_job
+from app.workflows.deploy_plan import plan_deploy
+from app.workflows.train import TrainRequest, load_policy, train_job
+from app.workflows.twin import build_twin
+from devices.lab.config import LabConfig
+from devices.lab.scenes import default_config_path
+from devices.lab.truth import truth_camera_pose
+from devices.robots.agent.control import Agent
+from devices.robots.agent.drivers.ideal import IdealDriver
+from devices.robots.agent.launch import start_lab_process
+from devices.robots.agent.server import RobotServer
+from devices.robots.agent.watchdog import WatchdogConfig
+from devices.robots.client import RobotClient
+from devices.robots.wire.auth import new_token
+from policies.ppo import PpoSettings
+from policies.train import TrainSettings
+from reconstruction.pose_feeder import object_source
+from resources.jobs import run_to_end
+from resources.project import Project
+
 DESCRIPTION = (
     "push deploy on the lab through the tracker: track_start_err_mm, pose age, tracker ms, "
     "run outcome at the 0.2 s age limit; stale_stop_ms after the age limit (agent)"
@@ -31,12 +51,6 @@ MAX_AGE = 0.2
 def _stale_stop_ms(onnx: bytes, spec: dict[str, Any], runs: int) -> list[float]:
     """Age limit -> first stopped state (ms, robot clock) when the feed stops mid-run
     (the push policy on an agent in front of the ideal driver)."""
-    from devices.robots.agent.control import Agent
-    from devices.robots.agent.drivers.ideal import IdealDriver
-    from devices.robots.agent.server import RobotServer
-    from devices.robots.agent.watchdog import WatchdogConfig
-    from devices.robots.client import RobotClient
-    from devices.robots.wire.auth import new_token
 
     name = str(spec["object"])
     out = []
@@ -80,21 +94,6 @@ def _stale_stop_ms(onnx: bytes, spec: dict[str, Any], runs: int) -> list[float]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from app.workflows.deploy import deploy_job
-    from app.workflows.deploy_plan import plan_deploy
-    from app.workflows.train import TrainRequest, load_policy, train_job
-    from app.workflows.twin import build_twin
-    from devices.lab.config import LabConfig
-    from devices.lab.scenes import default_config_path
-    from devices.lab.truth import truth_camera_pose
-    from devices.robots.agent.launch import start_lab_process
-    from devices.robots.client import RobotClient
-    from policies.ppo import PpoSettings
-    from policies.train import TrainSettings
-    from reconstruction.pose_feeder import object_source
-    from resources.jobs import run_to_end
-    from resources.project import Project
-
     t0 = time.monotonic()
     config = LabConfig.load(default_config_path("panda_table"))
     true_start = np.asarray(next(o for o in config.objects if o.name == "cylinder").pose, float)

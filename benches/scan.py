@@ -17,6 +17,21 @@ from typing import Any
 
 import numpy as np
 
+from app.workflows.scan import scan_recording
+from app.workflows.scan_frames import ScanOptions, reconstruct_frames
+from app.workflows.scan_robot import scan_lab
+from devices.cameras.playback import PlaybackSource
+from devices.lab.config import LabConfig
+from devices.lab.scenes import default_config_path
+from devices.lab.truth import truth_camera_pose, truth_meshes
+from devices.poses import pose_to_matrix, rotation_angle_deg
+from reconstruction.metrics import chamfer_fscore, match_objects
+from reconstruction.tsdf import TSDFIntegrator, TSDFSettings
+from resources.jobs import run_to_end
+from twins.from_scan import support_in_object
+from twins.primitives import closest_primitive, primitive_tolerance
+from twins.scan_input import load_scan
+
 DESCRIPTION = (
     "virtual-lab scan: calibration, TSDF integration, objects vs true geometry, "
     "recording replay speed"
@@ -24,12 +39,6 @@ DESCRIPTION = (
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from app.workflows.scan_frames import ScanOptions
-    from app.workflows.scan_robot import scan_lab
-    from devices.lab.config import LabConfig
-    from devices.lab.scenes import default_config_path
-    from resources.jobs import run_to_end
-
     table_file, calib_file = default_config_path("panda_table"), default_config_path("panda_calib")
     cfg, calib_cfg = LabConfig.load(table_file), LabConfig.load(calib_file)
     out: dict[str, Any] = {}
@@ -51,8 +60,6 @@ def run(quick: bool = False) -> dict[str, Any]:
 def _calibration_errors(cal: dict[str, Any], calib_cfg: Any) -> dict[str, Any]:
     """The wrist camera's hand-eye pose and the fixed camera's pose against the calibration
     lab's truth (position mm, rotation degrees)."""
-    from devices.lab.truth import truth_camera_pose
-    from devices.poses import pose_to_matrix, rotation_angle_deg
 
     out: dict[str, Any] = {}
     X_true = pose_to_matrix(calib_cfg.camera("wrist").pose)
@@ -69,8 +76,6 @@ def _calibration_errors(cal: dict[str, Any], calib_cfg: Any) -> dict[str, Any]:
 def _object_scores(res: Any, cfg: Any) -> dict[str, Any]:
     """The scanned objects matched to the lab's true meshes: Chamfer distance and F-score
     per object and on average, the primitives the twin would make of them, and counts."""
-    from devices.lab.truth import truth_meshes
-    from reconstruction.metrics import chamfer_fscore, match_objects
 
     out: dict[str, Any] = {}
     truth = {k: v for k, v in truth_meshes(cfg).items() if k != "table"}
@@ -98,8 +103,6 @@ def _integration_speed(rec: Path) -> dict[str, Any]:
     """Integration speed on the recorded 640x480 frames, poses from the sidecar: the default
     settings and the earlier ones (grid not aligned to the table, uint16 weight/colour),
     interleaved frame by frame so that both see the same machine load."""
-    from devices.cameras.playback import PlaybackSource
-    from reconstruction.tsdf import TSDFIntegrator, TSDFSettings
 
     out: dict[str, Any] = {}
     with PlaybackSource(rec) as src:
@@ -135,10 +138,6 @@ def _integration_speed(rec: Path) -> dict[str, Any]:
 def _replay_speed(rec: Path) -> dict[str, Any]:
     """The recording scanned again: end to end (decode, pose, integrate, 10 Hz preview,
     segmentation excluded) for `scan_fps`, then the whole `scan_recording` workflow."""
-    from app.workflows.scan import scan_recording
-    from app.workflows.scan_frames import ScanOptions, reconstruct_frames
-    from devices.cameras.playback import PlaybackSource
-    from resources.jobs import run_to_end
 
     out: dict[str, Any] = {}
     t = time.perf_counter()
@@ -165,9 +164,6 @@ def _primitives(res: Any, pairs: list[tuple[int, str]], cfg: Any) -> dict[str, A
     """Which scanned objects the twin makes primitives of (issue 9 part 6: fitted to the
     surface the scan observed above the table, as `twin build` does), the fit error, and the
     closest primitive's size against the lab's truth (largest error over its dimensions)."""
-    from twins.from_scan import support_in_object
-    from twins.primitives import closest_primitive, primitive_tolerance
-    from twins.scan_input import load_scan
 
     sc = load_scan(res)
     shapes = {o.name: (o.shape, sorted(o.size)) for o in cfg.objects}

@@ -33,6 +33,16 @@ from typing import Any
 
 import numpy as np
 
+from app.commands.scan import HandheldOptions, scan_handheld, scan_source
+from devices.cameras.tum import TumFolderSource
+from devices.lab.camera import LabCamera
+from devices.lab.handheld import hand_path, handheld_frames
+from devices.lab.sim import LabSim
+from reconstruction.metrics import absolute_trajectory_error
+from reconstruction.registration import icp_cpu_seconds
+from resources import shared_data
+from resources.jobs import run_to_end
+
 DESCRIPTION = (
     "handheld scanning: real TUM keyframes (tracked ratio, ATE vs mocap, fps, mesh, plane) "
     "and a lab hand-held path (ATE vs truth, fps, longest lost stretch)"
@@ -49,12 +59,6 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def _shared(quick: bool) -> dict[str, Any]:
-    from app.commands.scan import HandheldOptions, scan_source
-    from devices.cameras.tum import TumFolderSource
-    from reconstruction.metrics import absolute_trajectory_error
-    from resources import shared_data
-    from resources.jobs import run_to_end
-
     folder = shared_data("real", SEQUENCE)
     if not folder.is_dir():
         return {"shared_error": f"{folder}: not found (set TWINBENCH_SHARED_DATA)"}
@@ -109,12 +113,6 @@ def _shared(quick: bool) -> dict[str, Any]:
 
 def _lab(quick: bool) -> dict[str, Any]:
     os.environ.setdefault("MUJOCO_GL", "egl")
-    from app.commands.scan import HandheldOptions, scan_handheld
-    from devices.lab.camera import LabCamera
-    from devices.lab.handheld import hand_path, handheld_frames
-    from devices.lab.sim import LabSim
-    from reconstruction.metrics import absolute_trajectory_error
-    from resources.jobs import run_to_end
 
     duration = 4.0 if quick else 8.0
     t, T = hand_path(duration_s=duration, fps=30.0)
@@ -125,7 +123,6 @@ def _lab(quick: bool) -> dict[str, Any]:
     render_s = time.perf_counter() - t0
     frames = [f for f, _ in pairs]
     truth = np.stack([x for _, x in pairs])
-    from reconstruction.registration import icp_cpu_seconds
 
     load0, icp0 = os.getloadavg()[0], icp_cpu_seconds()
     t0, cpu0, main0 = time.perf_counter(), time.process_time(), time.thread_time()

@@ -68,6 +68,37 @@ from typing import Any
 
 import numpy as np
 
+from app.workflows.deploy import deploy_job
+from app.workflows.deploy_plan import plan_deploy
+from app.workflows.twin import build_twin as build_twin_job
+from benches.fit_lab import fitted_truth, multisine, record, tied_latency
+from benches.sim2real_lab import LabStart, draw_starts, lab_episodes, push_twin, true_values
+from benches.sim2real_objects import PUSHES, fit_object_part, record_pushes
+from devices.lab.config import LabConfig
+from devices.lab.scenes import get_scene
+from devices.lab.truth import truth_camera_pose
+from devices.robots.agent.launch import start_lab_process
+from devices.robots.client import RobotClient
+from policies import push_primitive as pp
+from policies.cem import CemSettings
+from policies.evaluate import wilson
+from policies.export import to_onnx
+from policies.motion_primitives import task_chain
+from policies.policy import Policy
+from policies.randomization import Randomization, SensorNoise, posterior
+from policies.rollouts import EpisodeJob, run_episodes
+from policies.tasks import make_env, task_config
+from policies.tasks.push import PushConfig
+from policies.train import TrainSettings, train_steps
+from reconstruction.pose_feeder import object_source
+from resources.errors import TwinbenchError
+from resources.jobs import run_to_end
+from resources.project import Project
+from twins.executor import LocalExecutor
+from twins.fit import FitConfig, fit
+from twins.from_scan import build_twin
+from twins.scan_input import procedural_scan
+
 DESCRIPTION = (
     "lab push: CEM push_ik policies trained in nominal / fitted / fitted+posterior DR / oracle "
     "twins, lab success (95 % CI), ratio DR/oracle, twin-vs-lab Pearson and gap over 7 policies"
@@ -95,8 +126,6 @@ def _r(x: float, n: int = 3) -> float:
 
 
 def _rate(successes: list[bool]) -> dict[str, Any]:
-    from policies.evaluate import wilson
-
     k, n = int(sum(successes)), len(successes)
     lo, hi = wilson(k, n)
     return {"rate": _r(k / n if n else 0.0), "ci95": [_r(lo), _r(hi)], "n": n}
@@ -104,9 +133,6 @@ def _rate(successes: list[bool]) -> dict[str, Any]:
 
 def _record(cfg_path: Path, cfg: Any, seconds: float) -> list[Any]:
     """Three multisine recordings through the protocol (as bench fit records them)."""
-    from benches.fit_lab import multisine, record
-    from devices.robots.agent.launch import start_lab_process
-    from devices.robots.client import RobotClient
 
     q0 = np.asarray(cfg.initial_joint_pos, float)
     with start_lab_process(cfg.scene, cfg_path) as lab:
@@ -122,16 +148,12 @@ def _record(cfg_path: Path, cfg: Any, seconds: float) -> list[Any]:
 
 def sensing() -> Any:
     """`SENSING` as the twins' sensor model (policies.randomization.SensorNoise)."""
-    from policies.randomization import SensorNoise
 
     return SensorNoise.from_json(SENSING)
 
 
 def _fit(spec: Any, cfg: Any, recs: list[Any], budget: int, ex: Any) -> tuple[Any, Any, Any]:
     """(fitted twin, posterior randomization, fit result) from the recordings."""
-    from benches.fit_lab import fitted_truth, tied_latency
-    from policies.randomization import posterior
-    from twins.fit import FitConfig, fit
 
     tie = tied_latency(cfg)
     config = FitConfig(
@@ -150,8 +172,6 @@ def _fit(spec: Any, cfg: Any, recs: list[Any], budget: int, ex: Any) -> tuple[An
     est.update({d: est[s] for s, ds in tie.items() for d in ds})
     post = res.posterior
     if np.asarray(post.samples).size == 0:  # no finite Laplace covariance: no spread
-        from policies.randomization import Randomization
-
         return spec.with_values(est), Randomization(noise=sensing()), res
     names, cols = list(post.names), [np.asarray(post.samples)[:, i] for i in range(len(post.names))]
     for s, ds in tie.items():  # tied parameters move with their source in every sample
@@ -163,8 +183,6 @@ def _fit(spec: Any, cfg: Any, recs: list[Any], budget: int, ex: Any) -> tuple[An
 
 
 def _train(task_spec: Any, dr: Any, cem: Any, folder: Path, ex: Any) -> tuple[Any, float]:
-    from policies.train import TrainSettings, train_steps
-
     t0 = time.perf_counter()
     gen = train_steps("push", task_spec, TASK_SET, dr, TrainSettings("cem", cem=cem), folder, ex)
     try:
@@ -178,11 +196,6 @@ def _train(task_spec: Any, dr: Any, cem: Any, folder: Path, ex: Any) -> tuple[An
 def _variant(policy: Any, twin: Any, scale: dict[str, float], params: Any = None) -> Any:
     """A copy of a push_ik policy with some parameters scaled (a worse policy), or with
     other `params` (search vector)."""
-    from policies import push_primitive as pp
-    from policies.export import to_onnx
-    from policies.motion_primitives import task_chain
-    from policies.policy import Policy
-    from policies.tasks import make_env
 
     vals = pp.to_values(policy.record["params"] if params is None else params)
     for k, f in scale.items():
@@ -201,9 +214,6 @@ def _predict(pol: Any, twin: Any, config: dict[str, Any], n: int, ex: Any) -> di
     """Success in `twin` over seeds 10000.. with the primitive's numpy law (the exported
     ONNX model agrees with it to float32 rounding: tests/policies/test_push_primitive.py;
     4x faster than onnxruntime on this graph)."""
-    from policies.evaluate import wilson
-    from policies.randomization import Randomization
-    from policies.rollouts import EpisodeJob, run_episodes
 
     seeds = list(range(10_000, 10_000 + n))
     per = max(1, math.ceil(n / (2 * ex.workers)))
@@ -228,18 +238,9 @@ def _predict(pol: Any, twin: Any, config: dict[str, Any], n: int, ex: Any) -> di
 def _protocol(cfg: Any, policy: Any, starts: list[Any], tmp: Path) -> list[dict[str, Any]]:
     """Deploy `policy` through `lab serve` + the camera tracker from each start (the
     object at its scene pose, so the tracker starts where the scan saw it)."""
-    from app.workflows.deploy import deploy_job
-    from app.workflows.deploy_plan import plan_deploy
-    from app.workflows.twin import build_twin
-    from devices.lab.truth import truth_camera_pose
-    from devices.robots.agent.launch import start_lab_process
-    from devices.robots.client import RobotClient
-    from reconstruction.pose_feeder import object_source
-    from resources.jobs import run_to_end
-    from resources.project import Project
 
     proj = Project.create(tmp / "proto")
-    tid = run_to_end(build_twin(proj, None, procedural=True))
+    tid = run_to_end(build_twin_job(proj, None, procedural=True))
     rec = {**policy.record, "task": "push", "twin_id": tid}
     with proj.new_artifact("policy", inputs=[tid], settings={"task": "push"}) as folder:
         type(policy)(policy.onnx, policy.spec, rec).save(folder)
@@ -269,14 +270,6 @@ def _protocol(cfg: Any, policy: Any, starts: list[Any], tmp: Path) -> list[dict[
 
 
 def run(quick: bool = False, lab_config: Path | None = None) -> dict[str, Any]:
-    from devices.lab.config import LabConfig
-    from devices.lab.scenes import get_scene
-    from policies.cem import CemSettings
-    from policies.tasks import task_config
-    from policies.tasks.push import PushConfig
-    from resources.errors import TwinbenchError
-    from twins.executor import LocalExecutor
-
     t_all = time.perf_counter()
     cfg = LabConfig.load(Path(lab_config)) if lab_config else None
     cfg = cfg or get_scene("panda_table").default_config()
@@ -335,11 +328,6 @@ def _calibrated_twins(
     randomization each trains under, and the calibrated twin: the joints fitted to multisines
     and then the cylinder to pushes, both recorded through `lab serve`. Timings and the fit's
     errors against the truth go into `out`."""
-    from benches.sim2real_lab import push_twin, true_values
-    from benches.sim2real_objects import PUSHES, fit_object_part, record_pushes
-    from policies.randomization import Randomization
-    from twins.from_scan import build_twin
-    from twins.scan_input import procedural_scan
 
     nominal = build_twin(procedural_scan(), tmp / "nominal", name="nominal")
     base = push_twin(tmp / "push", cfg)
@@ -386,7 +374,6 @@ def _train_policies(
 ) -> dict[str, Any]:
     """Steps 2-3: a policy trained in each twin (training times into `out`), the primitive's
     hand-set start and two degraded copies of the calibrated_dr policy."""
-    from policies import push_primitive as pp
 
     policies: dict[str, Any] = {}
     for name, (tw, dr) in twins.items():
@@ -411,7 +398,6 @@ def _lab_inprocess(
 ) -> dict[str, list[dict[str, Any]]]:
     """Step 4: every policy from the same `n_lab` drawn starts in the lab, in-process, in
     batches over the workers; each policy's episode results."""
-    from benches.sim2real_lab import draw_starts, lab_episodes
 
     starts = draw_starts(cfg, n_lab, 7, task)
     _log(f"{len(policies)} policies x {n_lab} lab episodes in-process")
@@ -468,7 +454,6 @@ def _compare_twin_and_lab(
 def _protocol_runs(cfg: Any, policy: Any, task: Any, n_proto: int, out: dict[str, Any]) -> int:
     """The real protocol path for `policy` (calibrated_dr) from the scene's object pose, set
     beside the in-process run from the same starts; returns how many runs it made."""
-    from benches.sim2real_lab import LabStart, draw_starts, lab_episodes
 
     proto_starts = [
         LabStart(tuple(next(o.pose for o in cfg.objects if o.name == "cylinder")), s.goal, s.seed)

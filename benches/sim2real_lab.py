@@ -25,6 +25,21 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from benches.fit_lab import joint_names, lab_twin
+from devices.lab.sim import LabSim
+from devices.poses import drop_spin
+from devices.robots.agent.object_poses import ObjectFeed
+from devices.robots.agent.policy_runner import OnnxPolicy
+from devices.robots.agent.safety import SafetyEnvelope
+from devices.robots.agent.safety_config import default_config
+from devices.robots.wire.policy_spec import PolicySpec
+from policies.motion_primitives import primitive_actor, task_chain
+from policies.randomization import Randomization
+from policies.tasks import make_env
+from twins.from_scan import PANDA, robot_into, support_in_object, table_from_plane
+from twins.make import assemble, mesh_object, sim_params
+from twins.scan_input import procedural_scan
+
 OBJECT = "cylinder"
 # PyBullet multiplies the two bodies' frictions of a contact; the lab's contacts take the
 # object's (priority 1). The table and the robot at 1.0 make the object's friction the
@@ -39,10 +54,6 @@ def push_twin(folder: Path, cfg: Any) -> Any:
     compensation, the controller gains, force limits, rotor inertias and held-wrist
     friction a user knows (benches/fit_lab.lab_twin); the table's and the robot's
     friction 1.0 (`PAIR_FRICTION`); every other value nominal."""
-    from benches.fit_lab import lab_twin
-    from twins.from_scan import PANDA, robot_into, support_in_object, table_from_plane
-    from twins.make import assemble, mesh_object, sim_params
-    from twins.scan_input import procedural_scan
 
     folder = Path(folder)
     robot_spec = lab_twin(folder / "robot_only", cfg)
@@ -86,7 +97,6 @@ def true_values(cfg: Any, spec: Any) -> dict[str, float]:
     command latency, and the pushed object's mass (as density), friction and restitution.
     MuJoCo's contact takes the object's friction (it has contact priority), PyBullet
     multiplies both bodies': the table and the robot get 1.0, the object the lab's value."""
-    from benches.fit_lab import joint_names
 
     names = joint_names(cfg)
     out: dict[str, float] = {}
@@ -147,13 +157,6 @@ def lab_episode(
     """One push in the lab, in-process (see the module docstring): {"success", "distance"
     (m, true), "stopped" (why the agent's pieces stopped it, "" if it ran to the end)}.
     With `trace`, one `TraceRow` per control tick is appended to it (`lab_row`)."""
-    from devices.lab.sim import LabSim
-    from devices.poses import drop_spin
-    from devices.robots.agent.object_poses import ObjectFeed
-    from devices.robots.agent.policy_runner import OnnxPolicy
-    from devices.robots.agent.safety import SafetyEnvelope
-    from devices.robots.agent.safety_config import default_config
-    from devices.robots.wire.policy_spec import PolicySpec
 
     sim = LabSim(cfg.scene, replace(cfg, seed=int(start.seed) % (2**31)))
     info = sim.info()
@@ -279,9 +282,6 @@ def twin_episode(
     `twin` (the push task replaying that start: joints at `q0`, the object and the goal
     as in the lab); {"success", "distance", "stopped"}, and with `trace` the same rows as
     `lab_episode`'s, so a twin's push can be set beside the lab's."""
-    from policies.motion_primitives import primitive_actor, task_chain
-    from policies.randomization import Randomization
-    from policies.tasks import make_env
 
     cond = {"start": list(q0), "object_start": list(start.object_start), "goal": list(start.goal)}
     conf = {**task.to_json(), "replay_starts": [cond], "replay_share": 1.0}

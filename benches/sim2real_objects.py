@@ -29,7 +29,26 @@ from typing import Any
 
 import numpy as np
 
+from app.workflows.object_fit import (
+    ObjectFitError,
+    fit_object,
+    last_tracked,
+    pose_rmse,
+    push_part,
+    record_push,
+)
 from benches.sim2real_lab import OBJECT
+from devices.lab.truth import truth_camera_pose
+from devices.poses import pose_to_matrix
+from devices.robots.agent.launch import start_lab_process
+from devices.robots.client import RobotClient
+from policies.randomization import posterior
+from reconstruction.object_track_types import ObjectModel
+from reconstruction.pose_feeder import ObjectSource
+from reconstruction.segment import Plane
+from resources.errors import TwinbenchError
+from resources.jobs import run_to_end
+from twins.scan_input import procedural_scan
 
 # (direction deg from the base +x, speed m/s, distance m) of each push; the last is held out.
 # None pushes towards the robot (-x): the hand would hide the cylinder from the fixed camera
@@ -60,12 +79,6 @@ HELDOUT_GAIN = 0.9
 def object_source(cfg: Any, description: str) -> Any:
     """The tracker's view of the cylinder: the lab's fixed camera at its (calibrated) pose,
     the scene's model and table (the procedural scan), the robot masked, spin dropped."""
-    from devices.lab.truth import truth_camera_pose
-    from devices.poses import pose_to_matrix
-    from reconstruction.object_track_types import ObjectModel
-    from reconstruction.pose_feeder import ObjectSource
-    from reconstruction.segment import Plane
-    from twins.scan_input import procedural_scan
 
     sc = procedural_scan()
     o = next(o for o in sc.objects if o.name == OBJECT)
@@ -83,11 +96,6 @@ def object_source(cfg: Any, description: str) -> Any:
 def record_pushes(cfg: Any, cfg_path: Path, folder: Path, n: int) -> list[Any]:
     """`n` pushes of PUSHES through a `lab serve` subprocess, each tracked (real time);
     fewer when one fails (the next one would not know where to aim)."""
-    from app.workflows.object_fit import last_tracked, record_push
-    from devices.robots.agent.launch import start_lab_process
-    from devices.robots.client import RobotClient
-    from resources.errors import TwinbenchError
-    from resources.jobs import run_to_end
 
     pose = np.asarray(next(o.pose for o in cfg.objects if o.name == OBJECT), float)
     out = []
@@ -118,7 +126,6 @@ def with_object_posterior(dr: Any, names: list[str], samples: Any, seed: int = 0
     """Posterior randomization `dr` (joints) with the object's posterior samples added as
     independent columns (each side resampled to the larger count); `dr` without posterior
     samples gets the object's alone."""
-    from policies.randomization import posterior
 
     s = np.asarray(samples, float)
     if s.size == 0:
@@ -146,7 +153,6 @@ def fit_object_part(
     missed the cylinder or lost it is left out and named; with fewer than two left the
     object keeps its nominal values (`object_fit` None), and so it does when the fit does
     not predict the held-out push better (`object_fit_used` false, HELDOUT_GAIN)."""
-    from app.workflows.object_fit import ObjectFitError, fit_object, pose_rmse, push_part
 
     usable, skipped = [], []
     for k, p in enumerate(pushes):

@@ -18,6 +18,19 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from devices.lab.camera import LabCamera
+from devices.lab.sim import LabSim
+from devices.lab.truth import object_mesh, truth_camera_pose
+from devices.poses import pose_to_matrix
+from devices.trajectory import Trajectory
+from reconstruction.object_track_types import ObjectModel
+from reconstruction.object_tracks import add_object_tracks, pose_error, shape_symmetries
+from reconstruction.segment import Plane
+from reconstruction.track_objects import track_frames
+from resources.jobs import run_to_end
+from twins.pushes import plan_push
+from twins.robot_surface import RobotSurface
+
 DESCRIPTION = (
     "lab push + drop + slide seen by the fixed camera: tracked poses vs the lab's hidden "
     "truth (track_err_mm, track_err_deg), tracked_ratio, tracking fps"
@@ -46,14 +59,6 @@ def lab_push(
     fixed camera at `fps`; with `hands`, the cylinder is dropped from 15 cm and the U-block
     slid while the arm moves."""
     from scipy.spatial.transform import Rotation
-
-    from devices.lab.camera import LabCamera
-    from devices.lab.sim import LabSim
-    from devices.lab.truth import object_mesh, truth_camera_pose
-    from devices.poses import pose_to_matrix
-    from devices.trajectory import Trajectory
-    from reconstruction.object_track_types import ObjectModel
-    from twins.pushes import plan_push
 
     sim = LabSim("panda_table")
     info = sim.info()
@@ -124,8 +129,6 @@ def lab_push(
 
 def score(run_: LabRun, tracks: list[Any]) -> dict[str, Any]:
     """Errors of tracked (not lost) poses against the truth, overall and per object."""
-    from devices.poses import pose_to_matrix
-    from reconstruction.object_tracks import pose_error, shape_symmetries
 
     per: dict[str, dict[str, Any]] = {}
     mm_all, deg_all, lost_all = [], [], []
@@ -165,12 +168,6 @@ def score(run_: LabRun, tracks: list[Any]) -> dict[str, Any]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from reconstruction.object_tracks import add_object_tracks
-    from reconstruction.segment import Plane
-    from reconstruction.track_objects import track_frames
-    from resources.jobs import run_to_end
-    from twins.robot_surface import RobotSurface
-
     fps = 7.5 if quick else 15.0
     t0 = time.perf_counter()
     lab = lab_push(fps=fps)

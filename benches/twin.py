@@ -12,6 +12,16 @@ from typing import Any
 
 import numpy as np
 
+from benches.baseline import BareWorld, step_rate
+from devices.importers import load_furuta_npz, load_pendulum_csv
+from devices.trajectory import Trajectory
+from resources import shared_data
+from twins.builder import TwinWorld
+from twins.from_scan import build_twin
+from twins.rigs import qube_twin, simple_pendulum_twin
+from twins.scan_input import procedural_scan_result
+from twins.simulate import replay, replay_in
+
 DESCRIPTION = (
     "scan -> twin build time; 5 s Panda + 3 objects replay; twin/bare step rate; "
     "replay error on real pendulum and Qube data"
@@ -19,13 +29,6 @@ DESCRIPTION = (
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    from benches.baseline import BareWorld, step_rate
-    from devices.trajectory import Trajectory
-    from twins.builder import TwinWorld
-    from twins.from_scan import build_twin
-    from twins.scan_input import procedural_scan_result
-    from twins.simulate import replay_in
-
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         scan = procedural_scan_result()
@@ -91,11 +94,6 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def _real_data_errors() -> dict[str, Any]:
-    from devices.importers import load_furuta_npz, load_pendulum_csv
-    from resources import shared_data
-    from twins.rigs import qube_twin, simple_pendulum_twin
-    from twins.simulate import replay
-
     res: dict[str, Any] = {}
     pend = shared_data("real", "simple_pendulum")
     if pend.is_dir():
