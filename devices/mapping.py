@@ -50,6 +50,7 @@ from numpy.typing import NDArray
 
 from devices.errors import DataFileError
 from devices.trajectory import Trajectory
+from resources import atomic
 
 FORMAT = "twinbench-mapping"
 # unit -> (SI unit, factor to SI)
@@ -441,8 +442,6 @@ def export_lerobot(traj: Trajectory, path: Path, episode_index: int = 0) -> Path
     """Write `traj` as one LeRobot-style Parquet episode (see the module docstring)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from resources import atomic
 
     path = Path(path)
     n = len(traj)

@@ -1,6 +1,8 @@
 """Camera sources (pyrealsense2 lives here): live RealSense, recording playback, software
 device over RGBD frames (the lab camera, frames from the robot protocol), .db3 recording."""
 
+from devices.cameras.playback import PlaybackSource
+from devices.cameras.realsense import RealSenseSource
 from devices.cameras.source import CameraError, CameraSource, CaptureInfo, sdk_version, sidecar_path
 
 __all__ = [
@@ -18,9 +20,6 @@ def open_source(spec: str) -> CameraSource:
     from pathlib import Path
 
     if spec == "realsense" or spec.startswith("realsense:"):
-        from devices.cameras.realsense import RealSenseSource
-
         return RealSenseSource(serial=spec.partition(":")[2] or None)
-    from devices.cameras.playback import PlaybackSource
 
     return PlaybackSource(Path(spec))

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from devices.cameras.convert import frameset_to_rgbd
+from devices.cameras.software import DB3Writer
 from devices.cameras.source import CaptureInfo, OpenCloseSource, sdk_version
 from devices.errors import DataFileError
 from devices.frames import RGBDFrame
@@ -156,8 +157,6 @@ class PlaybackSource(OpenCloseSource):
         self.open()
         writer = None
         if self._record is not None:
-            from devices.cameras.software import DB3Writer
-
             writer = DB3Writer(self._record)
         last: int | None = None
         first: int | None = None

@@ -21,6 +21,7 @@ from types import TracebackType
 import numpy as np
 from numpy.typing import NDArray
 
+from devices.lab.camera import LabCamera
 from devices.lab.config import LabConfig, LabError
 from devices.lab.sim import LabSim
 from devices.robots.wire.robot_types import CommandMode, RobotInfo, RobotState
@@ -160,7 +161,6 @@ class LabDriver:
 
     def camera(self, name: str, width: int = 640, height: int = 480, seed: int | None = None):  # noqa: ANN201 - LabCamera, imported lazily
         """A `LabCamera` rendering this driver's scene (see devices/lab/camera.py)."""
-        from devices.lab.camera import LabCamera
 
         return LabCamera(self, name, width, height, seed=seed)
 

@@ -43,6 +43,7 @@ from devices.lab.parts import (
 )
 from devices.poses import matrix_to_pose
 from devices.robots.wire.robot_types import JointLimits
+from resources import path as resource_path
 
 
 @dataclass(frozen=True)
@@ -346,7 +347,6 @@ def build_model(name: str, cfg: LabConfig | None = None) -> mujoco.MjModel:
 
 def default_config_path(name: str):  # noqa: ANN201 - Path
     """resources/lab/<scene>.json: the scene's default truth as a file (for `lab serve`)."""
-    from resources import path as resource_path
 
     return resource_path("lab", f"{get_scene(name).name}.json")
 

@@ -30,6 +30,13 @@ from devices.robots.agent.server import RobotServer, is_loopback
 from devices.robots.agent.timing import set_realtime
 from devices.robots.agent.watchdog import WatchdogConfig
 from devices.robots.wire.auth import TOKEN_ENV, load_token
+from devices.robots.wire.tls import (
+    default_tls_dir,
+    ensure_certificate,
+    fingerprint,
+    server_context,
+)
+from resources.errors import TwinbenchError
 
 PREFIX = "agent serve"
 
@@ -112,13 +119,6 @@ def build(args: argparse.Namespace) -> tuple[Agent, RobotServer, Served]:
             served.driver.on_reflex = lambda msg: agent_.estop(f"reflex: {msg}")
         tls_ctx = None
         if args.allow_remote or args.tls:
-            from devices.robots.wire.tls import (
-                default_tls_dir,
-                ensure_certificate,
-                fingerprint,
-                server_context,
-            )
-
             cert, key = ensure_certificate(args.tls_dir or default_tls_dir())
             tls_ctx = server_context(cert, key)
             print(f"{PREFIX}: TLS certificate {cert}, fingerprint {fingerprint(cert)}", flush=True)
@@ -219,7 +219,6 @@ def main(
     main.py runs `python main.py agent serve …` / `lab serve …` here directly (prog, the
     fixed `driver` of `lab serve`, and its CLI's error format): the robot's / lab's process
     never goes through app/, and app/ never imports this module (docs/ARCHITECTURE.md §2)."""
-    from resources.errors import TwinbenchError
 
     p = argparse.ArgumentParser(prog=prog, description=description)
     add_arguments(p, driver=driver)

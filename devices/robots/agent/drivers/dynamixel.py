@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 
 from devices.errors import DeviceError
 from devices.robots.agent.drivers.arm_calibration import ArmCalibration
+from devices.robots.agent.drivers.arm_description import bundle
 from devices.robots.agent.drivers.servo_bus import RETRIES, BusError, Reading, ServoArmDriver
 
 DRIVE_MODE, OPERATING_MODE, MAX_POS, MIN_POS, TORQUE_ENABLE, BUS_WATCHDOG = 10, 11, 48, 52, 64, 98
@@ -198,7 +199,6 @@ def make_driver(
     retries: int = RETRIES,
 ) -> ServoArmDriver:
     """A Koch-style Dynamixel arm on `port` with its calibration (object or JSON file)."""
-    from devices.robots.agent.drivers.arm_description import bundle
 
     cal = (
         calibration if isinstance(calibration, ArmCalibration) else ArmCalibration.load(calibration)

@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 
 from devices.errors import DeviceError
 from devices.robots.agent.drivers.arm_calibration import ArmCalibration
+from devices.robots.agent.drivers.arm_description import bundle
 from devices.robots.agent.drivers.servo_bus import RETRIES, BusError, Reading, ServoArmDriver
 
 MIN_ANGLE, MAX_ANGLE, TORQUE_ENABLE, GOAL_POSITION, GOAL_SPEED, LOCK = 9, 11, 40, 42, 46, 55
@@ -157,7 +158,6 @@ def make_driver(
     retries: int = RETRIES,
 ) -> ServoArmDriver:
     """An SO-100/SO-101 Feetech arm on `port` with its calibration (object or JSON file)."""
-    from devices.robots.agent.drivers.arm_description import bundle
 
     cal = (
         calibration if isinstance(calibration, ArmCalibration) else ArmCalibration.load(calibration)

@@ -15,6 +15,7 @@ from typing import Any
 from devices.errors import DeviceError
 from devices.frames import RGBDFrame
 from devices.robots.agent.server import CameraFeed
+from devices.robots.wire import protocol as P
 
 # Where the end effector may go in the panda_table scene when the lab does not say: above the
 # table top, within its extent (base frame, m).
@@ -40,9 +41,9 @@ def _camera_worker(
     import msgpack
     import numpy as np
 
+    # MuJoCo + trimesh (~1 s): only in the spawned camera process
     from devices.lab.camera import LabCamera
     from devices.lab.sim import LabSim
-    from devices.robots.wire import protocol as P
 
     class Latest:  # what LabCamera reads the scene state from: the parent's snapshot
         def __init__(self, sim: LabSim) -> None:
@@ -78,8 +79,6 @@ def camera_feed(
 
     def frames() -> Iterator[RGBDFrame]:
         import msgpack
-
-        from devices.robots.wire import protocol as P
 
         ctx = multiprocessing.get_context("spawn")
         conn, child = ctx.Pipe()
@@ -133,6 +132,7 @@ def lab_cameras(
         w, h = (int(v) for v in size.lower().split("x"))
     except ValueError:
         raise DeviceError(f"--camera-size {size!r}: expected WxH, e.g. 424x240") from None
+    # MuJoCo (~1 s): registry.py imports this module whichever driver is served
     from devices.lab.camera import RESOLUTIONS
 
     if (w, h) not in RESOLUTIONS:

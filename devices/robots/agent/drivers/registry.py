@@ -17,8 +17,14 @@ from typing import Any
 import numpy as np
 
 from devices.errors import DeviceError
-from devices.robots.agent.drivers import DRIVER_NAMES
+from devices.robots.agent.drivers import DRIVER_NAMES, dynamixel, feetech
+from devices.robots.agent.drivers.arm_calibration import ArmCalibration, default_calibration
+from devices.robots.agent.drivers.franka import FrankaDriver
+from devices.robots.agent.drivers.ideal import IdealDriver
 from devices.robots.agent.drivers.interface import RobotDriver
+from devices.robots.agent.drivers.lab import LAB_WORKSPACE, lab_cameras
+from devices.robots.agent.emulators.dynamixel_bus import DynamixelBus
+from devices.robots.agent.emulators.feetech_bus import FeetechBus
 from devices.robots.agent.safety_config import SafetyConfig, default_config
 from devices.robots.agent.server import CameraFeed
 
@@ -63,8 +69,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _servo(vendor: str, args: argparse.Namespace) -> Served:
-    from devices.robots.agent.drivers.arm_calibration import ArmCalibration, default_calibration
-
     closers: list[Callable[[], None]] = []
     if args.calibration is not None:
         cal = ArmCalibration.load(args.calibration)
@@ -77,9 +81,6 @@ def _servo(vendor: str, args: argparse.Namespace) -> Served:
         )
     device = args.device
     if args.emulate:
-        from devices.robots.agent.emulators.dynamixel_bus import DynamixelBus
-        from devices.robots.agent.emulators.feetech_bus import FeetechBus
-
         Bus = DynamixelBus if vendor == "dynamixel" else FeetechBus
         mid = [(j.min + j.max) / 2 for j in cal.joints]
         bus = Bus(
@@ -90,11 +91,8 @@ def _servo(vendor: str, args: argparse.Namespace) -> Served:
         device = bus.port
     if not device:
         raise DeviceError(f"--driver {vendor}: give --device (the bus's serial port) or --emulate")
-    if vendor == "dynamixel":
-        from devices.robots.agent.drivers import dynamixel as mod
-    else:
-        from devices.robots.agent.drivers import feetech as mod  # type: ignore[no-redef]
-    driver = mod.make_driver(device, cal, rate_hz=args.rate, baud=args.baud, urdf=args.urdf)
+    make_driver = dynamixel.make_driver if vendor == "dynamixel" else feetech.make_driver
+    driver = make_driver(device, cal, rate_hz=args.rate, baud=args.baud, urdf=args.urdf)
     return Served(
         driver,
         default_config(driver.info()),
@@ -113,8 +111,6 @@ def _feetech(args: argparse.Namespace) -> Served:
 
 
 def _franka(args: argparse.Namespace) -> Served:
-    from devices.robots.agent.drivers.franka import FrankaDriver
-
     if not args.robot_ip:
         raise DeviceError("--driver franka: give --robot-ip (the arm's FCI address)")
     driver = FrankaDriver(args.robot_ip, rate_hz=args.rate, dynamics_factor=args.dynamics_factor)
@@ -123,7 +119,6 @@ def _franka(args: argparse.Namespace) -> Served:
 
 def _lab(args: argparse.Namespace) -> Served:
     from devices.lab.driver import make_driver  # MuJoCo is imported only here
-    from devices.robots.agent.drivers.lab import LAB_WORKSPACE, lab_cameras
 
     driver = make_driver(args.scene, args.config, start=False)
     info = driver.info()
@@ -141,8 +136,6 @@ def _lab(args: argparse.Namespace) -> Served:
 
 
 def _ideal(args: argparse.Namespace) -> Served:
-    from devices.robots.agent.drivers.ideal import IdealDriver
-
     driver = IdealDriver()
     return Served(driver, default_config(driver.info()), label="ideal")
 
