@@ -152,6 +152,7 @@ def simulate_motion(
     """What the twin at `values` records when `motion` is played from rest at its start
     pose (or `start`): joint positions and velocities, objects, and the command, at
     `DESIGN_RATE_HZ`."""
+    # pybullet + trimesh (0.3-0.6 s, importtime): twins.fit itself loads without physics
     from twins.simulate import replay
 
     t = np.arange(0.0, motion.duration + 1e-9, 1.0 / DESIGN_RATE_HZ)

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from twins.fit.objective import evaluate, residual_size
+
 SENS_MIN = 1e-3  # share of the largest sensitivity below which a parameter is not excited
 CORR_MAX = 0.999  # |correlation| beyond which two parameters cannot be told apart
 CORR_STRONG = 0.95  # |correlation| reported as a trade-off (still identifiable)
@@ -112,7 +114,6 @@ def from_jacobian(names: Sequence[str], J: NDArray[np.float64]) -> Identifiabili
 def jacobian(problem: Any, u: NDArray[np.float64], executor: Any = None) -> NDArray[np.float64]:
     """Central-difference Jacobian of `problem`'s residuals at normalised `u` (NaN columns
     where a simulation failed), evaluated through `executor` (serial when None)."""
-    from twins.fit.objective import evaluate, residual_size
 
     u = np.asarray(u, dtype=float)
     n = u.size

@@ -27,6 +27,7 @@ MAX_GRID = 16
 
 def command_period(windows: Sequence[Trajectory]) -> float:
     """Median time between changes of the recorded command (NaN without commands)."""
+    # pybullet + trimesh (0.3-0.6 s, importtime): twins.fit itself loads without physics
     from twins.simulate import command_times
 
     gaps = []

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from devices.poses import drop_spin
 from devices.trajectory import Trajectory
 from twins.errors import RecordingMismatch, TwinError
 from twins.object_motion import lost_rows, with_initial_object_state
@@ -224,6 +225,7 @@ def limit_excursions(
 def _check_command_units(spec: TwinSpec, traj: Trajectory, name: str, tw: str) -> None:
     """The recording's command unit against what each commanded joint's actuator takes
     (twins/spec.py COMMAND_UNITS; the replay refuses the same, twins/actuators.py)."""
+    # pybullet + trimesh (0.3-0.6 s, importtime): twins.fit itself loads without physics
     from twins.simulate import command_joints
 
     assert spec.robot is not None
@@ -267,6 +269,7 @@ def windows(traj: Trajectory, window_s: float | None, lead_s: float = 0.0) -> li
     window keeps the commands of the `lead_s` seconds before it in its meta
     (`command_before_t` relative to the window start, `command_before_u`), so a delayed
     actuator sees the commands it would have seen on the real robot."""
+    # pybullet + trimesh (0.3-0.6 s, importtime): twins.fit itself loads without physics
     from twins.simulate import command_times
 
     if window_s is None or window_s <= 0 or window_s >= traj.duration:
@@ -317,6 +320,7 @@ class _Worlds:
 
     @property
     def world(self) -> Any:
+        # pybullet + trimesh (0.3-0.6 s, importtime): twins.fit itself loads without physics
         from twins.world_cache import world_at
 
         if self._world is None:
@@ -325,6 +329,7 @@ class _Worlds:
 
     @property
     def zero_latency(self) -> Any:
+        # pybullet + trimesh (0.3-0.6 s, importtime): twins.fit itself loads without physics
         from twins.world_cache import world_at
 
         if self._zero is None:
@@ -354,6 +359,7 @@ def _local_fit(t: NDArray[np.float64], x: NDArray[np.float64], i0: int, k: int =
 
 
 def _latencies(spec: TwinSpec, values: Mapping[str, float], w: Trajectory) -> list[float]:
+    # pybullet + trimesh (0.3-0.6 s, importtime): twins.fit itself loads without physics
     from twins.simulate import command_joints
 
     if spec.robot is None or "robot/command" not in w.channels:
@@ -365,6 +371,7 @@ def _replay_window(worlds: _Worlds, values: dict[str, float], w: Trajectory) -> 
     """Replay one window; with latency, the delayed commands come from the recording
     (including the commands before the window) on the physics-step grid, and the twin runs
     with zero latency, so a window does not start with `latency` seconds of hold command."""
+    # pybullet (55 ms) + trimesh (0.3-0.6 s): twins.fit itself loads without physics
     from twins.actuators import step_commands
     from twins.simulate import command_joints, command_times, replay_in
 
@@ -508,7 +515,6 @@ def _channel_error(real: Trajectory, sim: Trajectory, name: str) -> NDArray[np.f
     if real.units.get(name) == POSE_UNIT and r.shape[1] == 7:
         if name.split("/")[1] in (real.meta.get("spinless_objects") or ()):
             # symmetric about its z (a cylinder): a camera cannot see its spin
-            from devices.poses import drop_spin
 
             s = np.array([drop_spin(p) for p in s])
             r = np.array([drop_spin(p) for p in r])

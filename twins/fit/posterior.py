@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from resources import atomic
+
 Z90 = 1.6448536269514722  # two-sided 90 % of a normal
 REL_STD_MAX = 0.5
 SPAN_MAX = 0.8  # 90 % interval wider than this share of the normalised range
@@ -93,8 +95,6 @@ class ParamPosterior:
         )
 
     def save_samples(self, folder: Path) -> Path:
-        from resources import atomic
-
         path = Path(folder) / "samples.npz"
 
         def write(p: Path) -> None:

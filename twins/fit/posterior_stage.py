@@ -15,6 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from resources.jobs import Job, Progress
+from twins.fit.identifiability import from_jacobian
 from twins.fit.objective import POSE_UNIT, Outcome, Problem
 from twins.fit.posterior import ParamPosterior, from_samples, laplace_covariance, residual_scale
 from twins.fit.smc import SmcResult, smc_steps
@@ -105,7 +106,6 @@ def with_identifiability(
     """The identifiability report (twins/fit/identifiability.py) from the fit's own final Jacobian
     (no extra simulations) merged into the posterior's flags and reasons; strongly
     correlated pairs go to the notes."""
-    from twins.fit.identifiability import from_jacobian
 
     rep = from_jacobian(post.names, J)
     ident = {n: bool(post.identifiable[n]) and bool(rep.identifiable[n]) for n in post.names}
