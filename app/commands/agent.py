@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from devices.robots.wire.auth import load_token
 from resources.errors import TwinbenchError
 
 HELP = "Run the robot agent in front of a driver, or save a connected robot's description."
@@ -31,9 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "describe":
+        # pybullet + numpy (0.1-0.15 s, importtime): `agent --help` and usage errors answer without them (app/cli.py)
         from app.robot_check import save_bundle
         from app.robot_link import connect_agent
-        from devices.robots.wire.auth import load_token
 
         link = connect_agent(
             f"{args.host}:{args.port}", load_token(args.token_file), args.tls_fingerprint

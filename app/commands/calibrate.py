@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from resources import atomic
+
 HELP = (
     "Camera-robot (hand-eye) calibration from a folder of ChArUco board images and a folder "
     "of robot wrist poses paired by file name (N.jpg <-> N.yaml: x y z qx qy qz qw, base -> "
@@ -57,6 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # cv2 + scipy (0.5-0.9 s): `calibrate --help` and usage errors answer without them (app/cli.py)
     from reconstruction.calib_capture import calibrate_folder
     from reconstruction.calibration import BoardSpec
 
@@ -72,8 +75,6 @@ def run(args: argparse.Namespace) -> int:
     report = _report(result.summary(), result.T, capture, board.to_spec())
     _print_human(report)
     if args.out is not None:
-        from resources import atomic
-
         atomic.write_json(args.out, report)
     if args.json:
         print(json.dumps(report, allow_nan=False))
@@ -81,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(summary: dict[str, Any], T: Any, capture: Any, board: str) -> dict[str, Any]:
+    # scipy (0.33 s): `calibrate --help` and usage errors answer without them (app/cli.py)
     from devices.poses import matrix_to_pose
 
     name = "T_base_camera" if summary["mode"] == "eye_to_hand" else "T_hand_camera"

@@ -22,6 +22,10 @@ import json
 import sys
 from pathlib import Path
 
+from app.jobs import run_cli
+from devices.robots.wire.auth import load_token
+from resources.project import Project
+
 HELP = "Deploy a policy to a connected robot: spec check, twin prediction, run, record."
 
 
@@ -53,13 +57,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.jobs import run_cli
+    # open3d + pybullet (1.1-1.5 s): `deploy --help` and usage errors answer without them (app/cli.py)
     from app.workflows.close_loop import RefitError, refit_job
     from app.workflows.deploy import deploy_job
     from app.workflows.deploy_plan import plan_deploy, policy_object_source
     from devices.robots.client import RobotClient
-    from devices.robots.wire.auth import load_token
-    from resources.project import Project
 
     project = Project.open(args.project)
     with RobotClient(

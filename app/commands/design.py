@@ -14,6 +14,10 @@ import argparse
 import json
 from pathlib import Path
 
+from app.jobs import run_cli
+from resources.project import Project
+from twins.errors import TwinError
+
 HELP = "Rank library motions by expected information gain: which recording to make next."
 
 
@@ -47,8 +51,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _sigma(items: list[str]) -> dict[str, float] | None:
-    from twins.errors import TwinError
-
     if not items:
         return None
     out = {}
@@ -62,9 +64,8 @@ def _sigma(items: list[str]) -> dict[str, float] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.jobs import run_cli
+    # pybullet + trimesh (0.54 s): `design --help` and usage errors answer without them (app/cli.py)
     from app.workflows.design import record_command, suggest_job
-    from resources.project import Project
 
     project = Project.open(args.project)
     ranked = run_cli(

@@ -16,6 +16,9 @@ import json
 from pathlib import Path
 
 from app.commands.train import add_dr_arguments
+from app.jobs import run_cli
+from policies.errors import PolicyError
+from resources.project import Project
 
 HELP = "Success rate of a policy in a twin (nominal or randomized), with a 95 % interval."
 
@@ -37,10 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.jobs import run_cli
+    # pybullet + trimesh (0.59 s): `evaluate --help` and usage errors answer without them (app/cli.py)
     from app.workflows.train import evaluate_job
-    from policies.errors import PolicyError
-    from resources.project import Project
 
     project = Project.open(args.project)
     if args.sim_vs_real:
@@ -79,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sim_vs_real(project: object, as_json: bool) -> int:
+    # pybullet + trimesh (0.54 s): `evaluate --help` and usage errors answer without them (app/cli.py)
     from app.workflows.sim_real import sim_real_table
 
     table = sim_real_table(project)  # type: ignore[arg-type]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from resources.project import Project
+
 HELP = "Export a trajectory artifact to LeRobot-style Parquet."
 
 
@@ -19,8 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # pybullet + trimesh (0.58 s): `export --help` and usage errors answer without them (app/cli.py)
     from app.workflows.fit import export_recording
-    from resources.project import Project
 
     out = export_recording(Project.open(args.project), args.trajectory, args.out)
     print(f"wrote {out}")

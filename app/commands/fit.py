@@ -14,6 +14,10 @@ import argparse
 import math
 from pathlib import Path
 
+from app.jobs import run_cli
+from resources.project import Project
+from twins.errors import TwinError
+
 HELP = "Fit twin parameters to recorded trajectories; --apply makes a new twin version."
 
 
@@ -82,8 +86,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _channels(items: list[str]) -> dict[str, float]:
-    from twins.errors import TwinError
-
     out = {}
     for it in items:
         name, _, w = it.partition("=")
@@ -95,8 +97,6 @@ def _channels(items: list[str]) -> dict[str, float]:
 
 
 def _bounds(items: list[str]) -> dict[str, tuple[float, float]]:
-    from twins.errors import TwinError
-
     out = {}
     for it in items:
         name, _, rng = it.partition("=")
@@ -128,16 +128,12 @@ def _compare_table(rows: list[dict], keys: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.jobs import run_cli
-    from app.workflows.fit import apply_fit, fit_job, fit_summary
-    from resources.project import Project
-    from twins.errors import TwinError
+    # pybullet + trimesh (0.6 s): `fit --help` and usage errors answer without them (app/cli.py)
+    from app.workflows.fit import apply_fit, compare_twins, fit_job, fit_summary
     from twins.fit import FitConfig
 
     project = Project.open(args.project)
     if args.compare:
-        from app.workflows.fit import compare_twins
-
         rows = compare_twins(
             project,
             args.compare,

@@ -12,6 +12,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from devices.errors import DataFileError
+from resources import path
+from resources.project import Project
+
 HELP = (
     "Import recordings (CSV/Parquet/NPZ + a column-mapping JSON) as trajectory artifacts, "
     "or a twin of a real rig (--rig). Bundled mappings: simple_pendulum, furuta_pendulum, "
@@ -33,7 +37,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def mapping_path(name: str) -> Path:
     """A mapping file path, or a bundled mapping by name (resources/mappings/NAME.json)."""
-    from resources import path
 
     p = Path(name)
     if p.suffix == ".json" or p.exists():
@@ -42,9 +45,8 @@ def mapping_path(name: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    # pybullet + trimesh (0.6 s): `import --help` and usage errors answer without them (app/cli.py)
     from app.workflows.fit import import_recording, import_rig_twin
-    from devices.errors import DataFileError
-    from resources.project import Project
 
     project = Project.open(args.project)
     if args.rig:

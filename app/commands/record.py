@@ -16,6 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from app.jobs import run_cli
+from devices.errors import DeviceError
+from devices.robots.wire.auth import load_token
+from resources.project import Project
+
 HELP = "Play an excitation motion on a connected robot and record it into a project."
 
 
@@ -62,14 +67,11 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.jobs import run_cli
+    # numpy + ssl (40-50 ms each): `record --help` and usage errors answer without them (app/cli.py)
     from app.workflows.record import motion_names, plan_motion, record_job
-    from devices.errors import DeviceError
     from devices.robots.client import RobotClient
     from devices.robots.excitation import EXCITATIONS
     from devices.robots.motion import derivatives
-    from devices.robots.wire.auth import load_token
-    from resources.project import Project
 
     if args.list:
         for name, ex in EXCITATIONS.items():

@@ -17,6 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from app.jobs import run_cli
+from app.workflows.scan import save_scan, scan_recording
+from app.workflows.scan_frames import ScanOptions
+
 # the handheld path is shared with the Scan page and `bench scan-real`
 from app.workflows.scan_handheld import (
     HandheldOptions,
@@ -26,6 +30,13 @@ from app.workflows.scan_handheld import (
     scan_handheld,
     scan_source,
 )
+from app.workflows.scan_robot import RobotScanPlan, scan_lab, scan_robot
+from devices.cameras.realsense import RealSenseSource, list_devices
+from devices.robots.client import RobotClient
+from devices.robots.wire.auth import load_token
+from reconstruction.scan_result import require_usable
+from resources.errors import TwinbenchError
+from resources.project import Project
 
 HELP = (
     "Record and reconstruct a workspace from a camera source (the virtual lab, a live "
@@ -96,7 +107,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def parse_depth_range(text: str) -> tuple[float, float] | str:
     """'auto' or 'MIN:MAX' (m) -> "auto" or (min, max); TwinbenchError names the problem."""
-    from resources.errors import TwinbenchError
 
     if text.strip().lower() == "auto":
         return "auto"
@@ -113,15 +123,7 @@ def parse_depth_range(text: str) -> tuple[float, float] | str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.jobs import run_cli
-    from app.workflows.scan import save_scan, scan_recording
-    from app.workflows.scan_frames import ScanOptions
-    from reconstruction.scan_result import require_usable
-    from resources.project import Project
-
     if args.list_cameras:
-        from devices.cameras.realsense import list_devices
-
         devs = list_devices()
         if not devs:
             print("no RealSense connected")
@@ -129,8 +131,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"{d.name}  serial {d.serial}  firmware {d.firmware}  USB {d.usb}")
         return 0
     if not args.source or not args.project:
-        from resources.errors import TwinbenchError
-
         raise TwinbenchError(
             "scan needs --source (lab, robot, realsense, a .db3/.bag file or a TUM frame "
             "folder) and --project (a project folder; create one with `project new`)"
@@ -152,10 +152,6 @@ def run(args: argparse.Namespace) -> int:
             if args.source == "lab":
                 res = run_cli(_scan_lab(opt, args.lab_config, rec, args.quick), args.quiet)
             else:
-                from app.workflows.scan_robot import RobotScanPlan, scan_robot
-                from devices.robots.client import RobotClient
-                from devices.robots.wire.auth import load_token
-
                 with RobotClient(args.host, args.port, load_token(args.token_file)) as robot:
                     res = run_cli(
                         scan_robot(robot, opt, rec, RobotScanPlan(views=args.views)), args.quiet
@@ -163,8 +159,6 @@ def run(args: argparse.Namespace) -> int:
             require_usable(res, 0.0)
             aid = save_scan(project, res, rec, settings=settings)
         elif args.source.startswith("realsense"):
-            from devices.cameras.realsense import RealSenseSource
-
             cam = RealSenseSource(serial=args.source.partition(":")[2] or None)
             assert rec is not None
             cam.record_to(rec)
@@ -198,7 +192,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _scan_lab(opt: Any, config: Path | None, rec: Path | None, quick: bool) -> Any:
     """The guided lab scan: the lab in its own process, reached through the protocol."""
-    from app.workflows.scan_robot import scan_lab
 
     return scan_lab(opt, config, rec, quick)
 

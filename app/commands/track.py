@@ -10,6 +10,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from app.jobs import run_cli
+from resources.project import Project
+
 HELP = (
     "Object poses from the camera: track the scan's objects in a recording's camera stream "
     "(robot masked by its kinematics) into a new trajectory artifact."
@@ -42,10 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.jobs import run_cli
+    # open3d (1.1-1.5 s): `track --help` and usage errors answer without them (app/cli.py)
     from app.workflows.track import track_artifact
     from reconstruction.track_objects import track_camera_file
-    from resources.project import Project
 
     project = Project.open(args.project)
     if args.camera_file is not None:

@@ -19,6 +19,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from app.cli import main
+from app.jobs import run_cli
+from policies.errors import PolicyError
+from resources.jobs import run_to_end
+from resources.project import Project
+
 HELP = "Train a policy in the (randomized) twin into a policy artifact (ONNX + spec)."
 
 
@@ -75,8 +81,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def overrides(items: list[str]) -> dict[str, Any]:
-    from policies.errors import PolicyError
-
     out: dict[str, Any] = {}
     for it in items:
         key, sep, val = it.partition("=")
@@ -94,17 +98,15 @@ def _jsonable(x: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.jobs import run_cli
+    # pybullet + trimesh (0.6 s): `train --help` and usage errors answer without them (app/cli.py)
     from app.workflows.train import TrainRequest, load_policy, train_job
     from policies.cem import CemSettings
     from policies.ppo import PpoSettings
     from policies.train import TrainSettings
-    from resources.jobs import run_to_end
-    from resources.project import Project
 
     project = Project.open(args.project)
     if args.retrain:
-        from app.cli import main
+        # pybullet + trimesh (0.6 s): `train --help` and usage errors answer without them (app/cli.py)
         from app.workflows.close_loop import retrain_argv
 
         argv = retrain_argv(project, args.retrain, args.fit)
@@ -113,8 +115,6 @@ def run(args: argparse.Namespace) -> int:
         argv += ["--progress", args.progress, "--eval-episodes", str(args.eval_episodes)]
         return main(argv + (["--quiet"] if args.quiet else []))
     if not args.task:
-        from policies.errors import PolicyError
-
         raise PolicyError("train: choose --task NAME (reach, push) or --retrain POLICY")
     settings = TrainSettings(
         trainer=args.trainer,

@@ -6,6 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from app.jobs import run_cli
+from resources.project import Project
+from resources.text import count
+
 HELP = (
     "Build a digital twin from a scan (+ a robot description) into a project, show one, "
     "or set parameter values as a new twin version. Robots: pybullet_data:<path>, "
@@ -58,10 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.jobs import run_cli
+    # pybullet + trimesh (0.5 s): `twin --help` and usage errors answer without them (app/cli.py)
     from app.workflows.twin import build_twin, load_twin, set_twin_values, twin_summary
-    from resources.project import Project
-    from resources.text import count
 
     project = Project.open(args.project)
     if args.action == "set":
