@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 from devices.robots.wire.robot_types import RobotInfo, RobotState
 from devices.trajectory import Trajectory
 from resources import atomic
+from resources.errors import TwinbenchError
 from resources.jobs import Job, Progress, run_to_end
 from resources.project import Project, ProjectError
 
@@ -196,6 +197,7 @@ class AppController:
         # "reconnecting" and wrote it after the reconnect's "connected" left the row wrong
         self._rows_lock = threading.RLock()
         self._handler: SessionLogHandler | None = None
+        # open3d + pybullet (1.1 s): app.robot_link, so the `agent` command, loads this module
         from app.workflows.deploy_plan import predict_in_worker
         from twins.kinematics import read_in_worker
 
@@ -465,8 +467,8 @@ class AppController:
     ) -> Job[ScanResult]:
         """The guided wrist scan of the connected robot (app.workflows.scan_robot).
         Raises TwinbenchError when no robot is connected."""
+        # open3d + cv2 (0.9 s): app.robot_link, so the `agent` command, loads this module
         from app.workflows.scan_robot import scan_robot
-        from resources.errors import TwinbenchError
 
         client = self._robot_client()
         if client is None:

@@ -20,6 +20,8 @@ from numpy.typing import NDArray
 
 from app.robot_link import AgentLink
 from devices.errors import DeviceError
+from devices.robots.agent.drivers.arm_calibration import ArmCalibration
+from devices.robots.agent.launch import start_agent_process
 from devices.robots.motion import Motion
 from devices.robots.motion_stream import MotionStopped, MotionStream
 from devices.robots.wire.robot_types import RobotInfo
@@ -58,7 +60,6 @@ def test_motion(
 
 def check_calibration(path: Path) -> str:
     """One line describing a calibration JSON (raises DeviceError naming the problem)."""
-    from devices.robots.agent.drivers.arm_calibration import ArmCalibration
 
     cal = ArmCalibration.load(path)
     return f"{cal.robot}: {len(cal.joints)} joints ({', '.join(cal.names)})"
@@ -135,7 +136,6 @@ def _with_robot_limits(urdf: str, names: tuple[str, ...], limits: dict[str, Any]
 def start_emulated_agent(vendor: str = "feetech") -> Any:
     """An agent process in front of an emulated servo arm (`agent serve --driver VENDOR
     --emulate`), for previews and demos: `.host`, `.port`, `.token`, `.terminate()`."""
-    from devices.robots.agent.launch import start_agent_process
 
     return start_agent_process(vendor, ["--emulate", "--rate", "100"], timeout_s=60)
 

@@ -230,6 +230,7 @@ def launched_client(process: Any, name: str = "twinbench-gui") -> RobotClient:
 def lab_problem() -> str | None:
     """Why the virtual lab cannot be started here, or None when it can."""
     try:
+        # a probe: an installation without the lab's launcher is told so, not failed
         from devices.robots import client  # noqa: F401
         from devices.robots.agent import launch  # noqa: F401
     except ImportError as exc:
@@ -243,6 +244,7 @@ def lab_job(scene: str = "panda_table", extra_args: list[str] | None = None) -> 
     problem = lab_problem()
     if problem is not None:
         raise LabUnavailable(problem)
+    # after lab_problem(): an installation without the launcher gets LabUnavailable
     from devices.robots.agent.launch import start_lab_process
 
     yield Progress(None, f"starting the virtual lab ({scene})…")

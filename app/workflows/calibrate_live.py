@@ -35,6 +35,10 @@ from numpy.typing import NDArray
 
 from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
+from twins.builder import TwinWorld
+from twins.fit.objective import windows
+from twins.ghost import body_tracks, start_poses
+from twins.live_replay import Replayer, ReplayPool
 from twins.spec import TwinSpec
 
 log = logging.getLogger(__name__)
@@ -268,8 +272,6 @@ class LiveCalibration:
     def _open_replay(self) -> None:
         """Cut the recordings into windows and start the replay worlds (once per window
         setting)."""
-        from twins.fit.objective import windows
-        from twins.live_replay import Replayer, ReplayPool
 
         lat = [p.high for n, p in self.spec.params.items() if n.endswith(".latency")]
         lead = max(lat + [0.0]) + 0.01
@@ -369,8 +371,6 @@ class LiveCalibration:
     def _simulate(self, request: int) -> Any:
         """Re-simulate the visible recordings and publish the frame; with worker processes,
         returns what `_full_ghost` needs to send the ghost over the recordings later."""
-        from twins.builder import TwinWorld
-        from twins.ghost import body_tracks
 
         t0 = time.perf_counter()
         error = ""
@@ -446,7 +446,6 @@ class LiveCalibration:
         """Send `owed` (`_simulate`'s frame, ghost grids and times) again with the ghost over
         the whole recordings, asked of the workers that replayed them (unless a newer edit
         waits: its simulation brings its own)."""
-        from twins.ghost import body_tracks
 
         frame, grids, times = owed
         if self._newer_edit_waiting() or self._pool is None:
@@ -468,8 +467,6 @@ class LiveCalibration:
         if any(not np.all(np.isfinite(a)) for a in traj.channels.values()):
             traj = _held(traj)  # samples no window covers: the ghost holds the last pose
         if self._start is None:  # this world keeps the twin's own values
-            from twins.ghost import start_poses
-
             self._start = start_poses(self._world)
         return BodyTrack(times, body_tracks(self._world, traj, times, self._start))
 

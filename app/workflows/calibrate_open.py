@@ -11,9 +11,16 @@ from typing import Any
 
 import numpy as np
 
+from app.workflows.fit import load_recording
+from app.workflows.twin import load_twin, save_twin_edit
 from devices.trajectory import Trajectory
+from reconstruction.display import display_mesh
 from resources.errors import TwinbenchError
+from resources.jobs import Progress
+from twins.builder import TwinWorld
+from twins.fit.objective import check_recording
 from twins.spec import TwinSpec
+from twins.view import drawables
 
 
 @dataclass(frozen=True)
@@ -31,12 +38,6 @@ class CalibrationInputs:
 def open_job(project: Any, twin_id: str | None, trajectory_ids: Sequence[str]) -> Any:
     """Job: load twin `twin_id` (the latest when None), the recordings and the twin's
     meshes off the GUI thread; returns `CalibrationInputs`."""
-    from app.workflows.fit import load_recording
-    from app.workflows.twin import load_twin
-    from resources.jobs import Progress
-    from twins.builder import TwinWorld
-    from twins.fit.objective import check_recording
-    from twins.view import drawables
 
     yield Progress(None, "loading the twin")
     tid, spec = load_twin(project, twin_id)
@@ -71,8 +72,6 @@ def _lighter(d: Any) -> Any:
     """A drawable with at most DRAW_MAX_FACES triangles."""
     import trimesh
 
-    from reconstruction.display import display_mesh
-
     if len(d.faces) <= DRAW_MAX_FACES:
         return d
     m = display_mesh(trimesh.Trimesh(d.vertices, d.faces, process=False), DRAW_MAX_FACES)
@@ -82,8 +81,6 @@ def _lighter(d: Any) -> Any:
 def save_job(project: Any, inputs: CalibrationInputs, values: dict[str, float]) -> Any:
     """Job: `values` saved as a new twin whose parent is the open one and whose inputs add
     the recordings; returns the new twin's id."""
-    from app.workflows.twin import save_twin_edit
-    from resources.jobs import Progress
 
     yield Progress(None, f"saving the tuned values of {inputs.twin_id} as a new twin")
     names = ", ".join(sorted(values))[:120]

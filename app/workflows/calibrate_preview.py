@@ -12,8 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from app.workflows.twin import build_twin, load_twin
 from devices.trajectory import Trajectory
+from resources.jobs import run_to_end
 from resources.project import Project
+from twins.simulate import replay
 
 # the "real" values of the recording (the twin starts at its nominals)
 TRUTH = {
@@ -27,7 +30,6 @@ TRUTH = {
 def panda_recording(spec: Any, duration_s: float = 5.0, rate_hz: float = 100.0) -> Trajectory:
     """A `duration_s` recording of the Panda twin with its objects, simulated at TRUTH:
     joints 1, 2 and 4 sweep; the box and the cylinder start 5 cm up, tilted, and drop."""
-    from twins.simulate import replay
 
     t = np.arange(0.0, duration_s + 1e-9, 1.0 / rate_hz)
     q0 = np.asarray(spec.robot.initial_joint_pos, float)
@@ -60,8 +62,6 @@ def panda_recording(spec: Any, duration_s: float = 5.0, rate_hz: float = 100.0) 
 def make_project(root: Path, name: str = "calibrate preview") -> tuple[Project, str, str]:
     """A project with the procedural Panda twin and the 5 s recording; (project, twin id,
     trajectory id)."""
-    from app.workflows.twin import build_twin, load_twin
-    from resources.jobs import run_to_end
 
     proj = Project.create(root, name)
     tid = run_to_end(build_twin(proj, None, procedural=True, name="demo twin"))

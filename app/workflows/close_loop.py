@@ -24,12 +24,14 @@ from typing import Any
 
 import numpy as np
 
+from app.workflows.fit import FitFailedError, fit_job, load_recording
 from app.workflows.train import fits_of_twin, load_policy, policy_overview
 from devices.trajectory import COMMAND_DELAY
 from policies.errors import PolicyError
 from resources.errors import TwinbenchError
 from resources.jobs import Job
 from resources.project import Project, ProjectError
+from twins.fit import FitConfig
 
 REPLAY_SHARE = 0.3  # share of training episodes that start from a failed real run
 # channels every windowed replay reads (twins/fit/objective.py): a NaN in one fails the window
@@ -140,8 +142,6 @@ def refit_job(
     """Job: the refit of `refit_request`; returns the new fit artifact id. RefitError when
     a recording cannot be replayed or the fit's replays mostly failed; nothing is saved
     then (see the module docstring). `isolated`: replays in a worker process (`fit_job`)."""
-    from app.workflows.fit import FitFailedError, fit_job
-    from twins.fit import FitConfig
 
     twin_id, recs, cfg = refit_request(project, trajectory_id)
     check_replayable(project, recs)
@@ -174,7 +174,6 @@ def check_replayable(project: Project, trajectory_ids: list[str]) -> None:
     """RefitError naming the first recording with samples a twin cannot replay: a NaN/inf
     in a channel every replay reads (`REPLAYED`: a deploy run recorded before runs were cut
     to their commanded part ends with NaN commands)."""
-    from app.workflows.fit import load_recording
 
     for tid in trajectory_ids:
         traj = load_recording(project, tid)

@@ -26,9 +26,12 @@ from numpy.typing import NDArray
 from app.workflows.scan_plan import RobotScanError, RobotScanPlan
 from devices.errors import DeviceError
 from devices.frames import RGBDFrame
+from devices.poses import pose_to_matrix, rotation_angle_deg
 from devices.robots.client import RobotClient, load_per_core
 from devices.robots.motion_stream import MotionStream, ramp_to, robot_limits
+from reconstruction.scan_path import solve_view
 from resources.jobs import Job, Progress
+from twins.kinematics import RobotKinematics
 
 # --- how long to wait for a robot's camera ---------------------------------------------------
 IK_LIMIT_MARGIN = 0.05  # rad: scan and calibration poses keep this far inside the joint limits
@@ -202,9 +205,6 @@ class ConnectedArm:
     frames paired with joint states."""
 
     def __init__(self, client: RobotClient, camera: str | None = None) -> None:
-        from devices.poses import pose_to_matrix
-        from twins.kinematics import RobotKinematics
-
         info = client.info
         if info is None:
             raise RobotScanError(f"robot at {client.address}: not connected")
@@ -320,8 +320,6 @@ class ConnectedArm:
     ) -> NDArray[np.float64] | None:
         """Joint positions putting the camera at `T_base_camera` (within 5 mm and 2 deg;
         its roll about the optical axis free if `roll_free`), or None when out of reach."""
-        from devices.poses import rotation_angle_deg
-        from reconstruction.scan_path import solve_view
 
         q, pe, ae = solve_view(self.fk, q0, T_base_camera, X, self.lower, self.upper)
         if not roll_free and pe <= 0.005 and ae <= 2.0:

@@ -14,9 +14,11 @@ from collections.abc import Sequence
 
 from app.workflows.fit import load_fit, load_recording
 from app.workflows.twin import load_twin
+from devices.robots.motion import MotionError
 from resources.jobs import Job, Progress
 from resources.project import Project
 from twins.errors import TwinError
+from twins.executor import make_executor
 from twins.fit.design import (
     Suggestion,
     default_candidates,
@@ -25,6 +27,7 @@ from twins.fit.design import (
     robot_info_for,
     start_pose,
 )
+from twins.pushes import plan_push
 
 PUSH_DIRECTIONS = (0.0, 90.0)  # deg
 PUSH_SPEEDS = (0.05, 0.15)  # m/s
@@ -44,8 +47,6 @@ def suggest_job(
     only: Sequence[str] = (),
 ) -> Job[list[Suggestion]]:
     """Job: rank candidate motions, best first (see the module docstring)."""
-    from devices.robots.motion import MotionError
-    from twins.executor import make_executor
 
     values: dict[str, float] = {}
     if fit_id is not None:
@@ -69,8 +70,6 @@ def suggest_job(
     q0 = start_pose(spec, info, recs)
     cands = default_candidates(info, q0, amplitude, duration)
     if pushes:
-        from twins.pushes import plan_push
-
         for obj in spec.objects:
             for direction in PUSH_DIRECTIONS:
                 for speed in PUSH_SPEEDS:

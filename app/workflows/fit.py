@@ -35,13 +35,24 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.workflows.twin import load_twin, save_twin_edit
+from devices.mapping import export_lerobot, import_table, load_mapping
 from devices.trajectory import Trajectory
 from resources import atomic
 from resources.errors import TwinbenchError
 from resources.jobs import Job, Progress
 from resources.project import Project, ProjectError
 from twins.errors import TwinError
-from twins.fit import FitConfig, FitResult, check_recording, fit_steps, limit_excursions
+from twins.executor import make_executor
+from twins.fit import (
+    FitConfig,
+    FitResult,
+    check_recording,
+    fit_steps,
+    limit_excursions,
+    replay_rmse,
+)
+from twins.fit.objective import PENALTY
+from twins.rigs import cube_toss_twin, qube_twin, simple_pendulum_twin
 
 RIGS = ("qube_servo2", "simple_pendulum", "cube_toss")
 FAILED_SHARE = 0.5  # a fit whose replays failed more often than this is not a fit
@@ -60,7 +71,6 @@ def fit_failure(d: Mapping[str, Any]) -> str | None:
     """Why a finished fit (its fit.json as a dict) is no fit, or None: "12 of 12 replays
     failed: <error>" when more than `FAILED_SHARE` of its simulations failed or its final
     loss is the failure penalty. A cancelled fit's checkpoint is not judged."""
-    from twins.fit.objective import PENALTY
 
     if d.get("status", "done") != "done":
         return None
@@ -99,7 +109,6 @@ def import_rig_twin(project: Project, rig: str, urdf: Path | None = None) -> str
     needs its CAD URDF (`urdf`, from ../shared/data/real/simple_pendulum). `cube_toss` is
     the ContactNets cube over its table (twins.rigs.cube_toss_twin: the contact as one pair,
     μ 0.5 and e 0.1 to start from; the table at the height the data puts it, -1 mm)."""
-    from twins.rigs import cube_toss_twin, qube_twin, simple_pendulum_twin
 
     if rig not in RIGS:
         raise TwinError(f"unknown rig '{rig}' (one of {', '.join(RIGS)})")
@@ -129,7 +138,6 @@ def import_recording(
     name: str | None = None,
 ) -> str:
     """Import `file` through `mapping` as a trajectory artifact; returns its id."""
-    from devices.mapping import import_table, load_mapping
 
     m = load_mapping(Path(mapping))
     traj = import_table(Path(file), m, name)
@@ -164,7 +172,6 @@ def load_recording(project: Project, trajectory_id: str) -> Trajectory:
 
 def export_recording(project: Project, trajectory_id: str, out: Path) -> Path:
     """Write a trajectory artifact as one LeRobot-style Parquet episode at `out`."""
-    from devices.mapping import export_lerobot
 
     return export_lerobot(load_recording(project, trajectory_id), Path(out))
 
@@ -200,7 +207,6 @@ def fit_job(
 ) -> Job[str]:
     """Job: fit the twin to the recordings; returns the fit artifact id. `isolated`: replay
     in worker processes even with one worker (the desktop app: replays hold the GIL)."""
-    from twins.executor import make_executor
 
     tid, spec = load_twin(project, twin_id)
     if not trajectory_ids:
@@ -303,7 +309,6 @@ def compare_twins(
 ) -> list[dict[str, Any]]:
     """One row per twin version: its windowed-replay RMSE per channel on each recording
     and over all of them (use recordings no fit saw)."""
-    from twins.fit import replay_rmse
 
     recs = {i: load_recording(project, i) for i in trajectory_ids}
     rows = []

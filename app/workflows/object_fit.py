@@ -34,10 +34,18 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from app.workflows.record import plan_motion, play_motion
+from devices.poses import drop_spin, pose_to_matrix
 from devices.robots.client import RobotClient
 from devices.trajectory import Trajectory
+from reconstruction.track_objects import read_db3, track_recording
 from resources.errors import TwinbenchError
 from resources.jobs import Job, Progress
+from twins.fit import FitConfig, fit
+from twins.fit.objective import with_initial_object_state
+from twins.object_motion import tracked_mask
+from twins.robot_surface import RobotSurface
+from twins.simulate import replay
 
 OBJECT_PARAMS = ("density", "friction")
 LEAD_S = 0.4  # recording kept from this long before the object starts to move
@@ -62,10 +70,6 @@ def record_push(
     recording `source.camera` (an ObjectSource: camera, models, pose, table, robot
     description) into `folder`; returns the recording with the tracked object's channels
     (meta `spinless_objects` names it when the source drops its spin)."""
-    from app.workflows.record import plan_motion, play_motion
-    from devices.poses import pose_to_matrix
-    from reconstruction.track_objects import read_db3, track_recording
-    from twins.robot_surface import RobotSurface
 
     model = next((m for m in source.models if m.name == name), None)
     if model is None:
@@ -100,7 +104,6 @@ def record_push(
 
 def last_tracked(traj: Trajectory, name: str) -> NDArray[np.float64]:
     """The object's last pose the tracker did not flag lost (ObjectFitError if none)."""
-    from twins.object_motion import tracked_mask
 
     ch = f"objects/{name}/pose"
     if ch not in traj.channels:
@@ -115,7 +118,6 @@ def push_part(traj: Trajectory, name: str, lead_s: float = LEAD_S) -> Trajectory
     """The recording from `lead_s` before object `name` first moves (MOVED_M from its
     first tracked position) to `lead_s` after it last moved (MOVED_M from its last);
     ObjectFitError when it never moved (a missed push)."""
-    from twins.object_motion import tracked_mask
 
     P = traj[f"objects/{name}/pose"][:, :3]
     ok = tracked_mask(traj, name) & np.all(np.isfinite(P), axis=1)
@@ -146,8 +148,6 @@ def upright(
     truth tilts < 0.5 deg), and the fit weighs radians like metres: left in, that noise
     outweighs the millimetres the object's path tells. The twin's own tilt still counts,
     so a twin that tips the object over is still told it is wrong."""
-    from devices.poses import drop_spin
-    from twins.object_motion import tracked_mask
 
     ch = f"objects/{name}/pose"
     if name not in (traj.meta.get("spinless_objects") or ()) or ch not in traj.channels:
@@ -171,7 +171,6 @@ def object_config(
 ) -> Any:
     """The FitConfig of an object fit: `objects.<name>.<p>` on its pose channel, whole
     replays, CMA-ES over the whole budget (8 a generation), one polish round."""
-    from twins.fit import FitConfig
 
     return FitConfig(
         params=tuple(f"objects.{name}.{p}" for p in params),
@@ -199,7 +198,6 @@ def fit_object(
     """Fit object `name`'s `params` to the push recordings (each cut by `push_part`), every
     other parameter held at `spec`'s values; returns the FitResult (estimate, Laplace
     posterior)."""
-    from twins.fit import fit
 
     if not pushes:
         raise ObjectFitError(f"fitting {name}: no push recordings")
@@ -213,9 +211,6 @@ def fit_object(
 def pose_rmse(spec: Any, values: Mapping[str, float] | None, traj: Trajectory, name: str) -> float:
     """Position RMSE (m) of object `name` replayed in `spec` at `values` over the push part
     of `traj` (tracked samples only): how well a twin predicts a push it was not fitted to."""
-    from twins.fit.objective import with_initial_object_state
-    from twins.object_motion import tracked_mask
-    from twins.simulate import replay
 
     part = with_initial_object_state(push_part(traj, name))
     sim = replay(spec, dict(values or {}), part)

@@ -71,6 +71,7 @@ def plan_motion(client: RobotClient, name: str, **params: Any) -> Motion:
         )
         safety = None
     if name == "push":
+        # pybullet (55 ms): only a push plans in the twin; the `record` command loads this module
         from twins.pushes import plan_push
 
         return plan_push(info, q0, safety, **params)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from devices.cameras.software import DB3Writer
 from devices.errors import DeviceError
 from devices.robots.client import RobotClient
 from resources.errors import TwinbenchError
@@ -64,8 +65,6 @@ class CameraCapture:
         self.stop()
 
     def _run(self) -> None:
-        from devices.cameras.software import DB3Writer
-
         frames = self.client.camera_frames(self.camera, timeout_s=PRIME_TIMEOUT_S / 2)
         try:
             with DB3Writer(self.path, fps=self.fps) as writer:

@@ -25,7 +25,10 @@ from app.workflows.scan_handheld import (
     scan_handheld,
     scan_source,
 )
-from reconstruction.scan_result import ScanResult
+from devices.cameras.playback import PlaybackSource
+from devices.cameras.realsense import RealSenseSource
+from devices.cameras.source import sidecar_path
+from reconstruction.scan_result import ScanResult, require_usable
 from resources.jobs import Job, Progress
 from resources.project import Project
 
@@ -36,13 +39,10 @@ def scan_recording(path: Path, options: ScanOptions | None = None) -> Job[ScanRe
     """Reconstruct a RealSense recording: with the capture sidecar's camera poses (lab and
     robot scans), else as a handheld scan (app/workflows/scan_handheld.py: tracked, depth
     range from the data, an empty or mostly untracked scan is an error)."""
-    from devices.cameras.playback import PlaybackSource
 
     opt = options or ScanOptions()
 
     if is_handheld_recording(path):
-        from reconstruction.scan_result import require_usable
-
         hand = HandheldOptions(
             depth_range=opt.depth_range,
             max_frames=opt.max_frames,
@@ -90,8 +90,6 @@ def scan_realsense(
     options: ScanOptions | None = None, record: Path | None = None, frames: int = 300
 ) -> Job[ScanResult]:
     """Handheld scan with a live RealSense (tracked like any handheld source)."""
-    from devices.cameras.realsense import RealSenseSource
-    from reconstruction.scan_result import require_usable
 
     opt = options or ScanOptions()
     hand = HandheldOptions(
@@ -141,8 +139,6 @@ def save_scan(
     ) as folder:
         result.save(folder)
         if recording is not None and Path(recording).is_file():
-            from devices.cameras.source import sidecar_path
-
             shutil.copy2(recording, folder / "recording.db3")
             if sidecar_path(recording).is_file():
                 shutil.copy2(sidecar_path(recording), sidecar_path(folder / "recording.db3"))

@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from app.workflows.scan_frames import ScanOptions, reconstruct_frames, scan_summary
+from devices.cameras.playback import PlaybackSource
+from devices.cameras.source import CaptureInfo, sidecar_path
+from devices.cameras.tum import TumFolderSource, is_tum_folder
 from devices.errors import DataFileError
 from devices.frames import RGBDFrame
 from reconstruction.errors import ReconstructionError
@@ -118,7 +121,6 @@ def scan_handheld(
 def open_handheld(spec: str | Path, stride: int = 1, max_frames: int | None = None) -> Any:
     """A handheld source for `spec` (a TUM folder or a recording without poses), opened by
     the caller as a context manager. DataFileError when it is neither."""
-    from devices.cameras.tum import TumFolderSource, is_tum_folder
 
     p = Path(spec)
     if p.is_dir():
@@ -128,7 +130,6 @@ def open_handheld(spec: str | Path, stride: int = 1, max_frames: int | None = No
                 "rgb.txt and depth.txt, beside the rgb/ and depth/ images)"
             )
         return TumFolderSource(p, stride=stride, max_frames=max_frames)
-    from devices.cameras.playback import PlaybackSource
 
     return PlaybackSource(p)
 
@@ -138,7 +139,6 @@ def is_handheld_recording(spec: str | Path) -> bool:
     p = Path(spec)
     if p.is_dir():
         return True
-    from devices.cameras.source import CaptureInfo
 
     try:
         info = CaptureInfo.load(p)
@@ -211,8 +211,6 @@ def save_handheld(
             if recording.is_dir():
                 shutil.copytree(recording, folder / "recording")
             else:
-                from devices.cameras.source import sidecar_path
-
                 dst = folder / f"recording{recording.suffix}"
                 shutil.copy2(recording, dst)
                 if sidecar_path(recording).is_file():

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from reconstruction.scan_path import orbit_targets
 from resources.errors import TwinbenchError
 
 # --- where to look (robot base frame, m): the one home of these numbers ----------------------
@@ -35,8 +36,6 @@ class Orbit:
     def targets(
         self, centre: tuple[float, float, float], base_azimuth_deg: float = 180.0
     ) -> list[NDArray[np.float64]]:
-        from reconstruction.scan_path import orbit_targets
-
         return orbit_targets(
             centre,
             self.distance,

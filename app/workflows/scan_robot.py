@@ -41,8 +41,20 @@ from app.workflows.scan_plan import (
     RobotScanError,
     RobotScanPlan,
 )
+from devices.cameras.software import SoftwareCamera
 from devices.frames import Intrinsics, RGBDFrame
+from devices.poses import rotation_angle_deg
+from devices.robots.agent.launch import start_lab_process
 from devices.robots.client import RobotClient
+from reconstruction.calibration import (
+    LacksRotationError,
+    detect_board,
+    fixed_camera,
+    intrinsics_check,
+    refine_with_depth,
+)
+from reconstruction.handeye import hand_eye, rotation_spread
+from reconstruction.scan_path import tilted_views
 from reconstruction.scan_process import ScanProcess
 from reconstruction.scan_result import ScanResult
 from reconstruction.tsdf import TSDFSettings
@@ -60,8 +72,6 @@ class _Recorder:
     renumbered: wrist and fixed frames become one gap-free stream."""
 
     def __init__(self, path: Path, first: RGBDFrame, name: str, meta: dict[str, Any]) -> None:
-        from devices.cameras.software import SoftwareCamera
-
         self.cam = SoftwareCamera(first.intrinsics, first.depth_scale, record_path=path, name=name)
         self.cam.info.meta.update(meta)
         self.count = 0
@@ -290,12 +300,6 @@ def calibrate_robot(
     Views that turn the wrist about one axis only get views tilted about another added
     ("extra_views", see `CalibrationPlan`). Raises RobotScanError when no view is reachable
     or the added views still lack that rotation (CalibrationError from too few boards)."""
-    from reconstruction.calibration import (
-        detect_board,
-        fixed_camera,
-        intrinsics_check,
-        refine_with_depth,
-    )
 
     plan = plan or RobotScanPlan()
     cp = calibration_plan or CalibrationPlan()
@@ -379,7 +383,6 @@ def _calibration_view(
 ) -> Job[tuple[RGBDFrame, _CalibView | None, bool]]:
     """Move to `qt`, grab a frame when still: (frame, the view if the board is in it,
     whether the arm got to `qt`: every joint within `REACHED_RAD`)."""
-    from reconstruction.calibration import detect_board
 
     t_settled, _ = arm.move(qt, plan)
     yield from arm.wait_camera()
@@ -397,7 +400,6 @@ def _steady(views: list[_CalibView], min_rotation_deg: float) -> tuple[list[_Cal
     frame's time may be off) are left out while enough steady ones remain: at least
     `MIN_STEADY_VIEWS`, and turning the wrist about two axes where all the views do.
     Returns (views kept, how many left out)."""
-    from reconstruction.handeye import rotation_spread
 
     steady = [v for v in views if v.motion <= UNSTEADY_RAD]
     if len(steady) == len(views) or len(steady) < MIN_STEADY_VIEWS:
@@ -427,9 +429,6 @@ def _hand_eye_turning_enough(
     with a warning if it solves and the views turn at least `cp.fail_rotation_deg` about
     a second axis, else RobotScanError saying what was tried. Returns
     (result, views used, unsteady views left out, what was added)."""
-    from reconstruction.calibration import LacksRotationError
-    from reconstruction.handeye import hand_eye, rotation_spread
-    from reconstruction.scan_path import tilted_views
 
     X0 = arm.T_mount_camera_nominal
     extra: dict[str, Any] = {"rounds": 0, "tried": 0, "reachable": 0, "added": 0, "boards": 0}
@@ -536,8 +535,6 @@ def _turns_about_one_axis(spread: RotationSpread, k: int) -> str:
 
 
 def _same_pose(a: NDArray[np.float64], b: NDArray[np.float64]) -> bool:
-    from devices.poses import rotation_angle_deg
-
     return bool(np.linalg.norm(a[:3, 3] - b[:3, 3]) < 0.01 and rotation_angle_deg(a, b) < 2.0)
 
 
@@ -549,7 +546,6 @@ LAB_CAMERA_SIZE = "640x480"  # the lab cameras render D435-like 640x480 for scan
 
 def _lab_robot(scene: str, config: Path | None, what: str) -> Job[tuple[Any, RobotClient]]:
     """Start `lab serve` for `scene` as its own process and connect to it."""
-    from devices.robots.agent.launch import start_lab_process
 
     yield Progress(None, f"starting the virtual lab ({what}: {scene})…")
     lab = start_lab_process(scene, config, camera_size=LAB_CAMERA_SIZE, camera_fps=15)

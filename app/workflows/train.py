@@ -35,6 +35,7 @@ import numpy as np
 
 from app.workflows.twin import load_twin
 from policies.errors import PolicyError
+from policies.evaluate import evaluate
 from policies.policy import Policy
 from policies.randomization import (
     TYPICAL_NOISE,
@@ -47,6 +48,7 @@ from policies.train import TrainSettings, train_steps
 from resources import atomic
 from resources.jobs import Job, Progress
 from resources.project import Project, ProjectError
+from twins.executor import make_executor
 
 DR_MODES = ("none", "manual", "posterior")
 NOISE = {"none": SensorNoise(), "typical": TYPICAL_NOISE}
@@ -136,7 +138,6 @@ def _ckpt_root(project: Project) -> Path:
 
 def train_job(project: Project, req: TrainRequest) -> Job[str]:
     """Job: train a policy; returns the policy artifact id."""
-    from twins.executor import make_executor
 
     tid, spec = load_twin(project, req.twin_id)
     dr, extra_inputs = randomization_for(project, tid, req.dr, req.fit_id, req.params, req.noise)
@@ -174,8 +175,6 @@ def train_job(project: Project, req: TrainRequest) -> Job[str]:
             {"twin_id": tid, "run": run, "fit_id": extra_inputs[0] if extra_inputs else None}
         )
         if req.eval_episodes > 0:
-            from policies.evaluate import evaluate
-
             yield Progress(0.88, f"evaluating {req.eval_episodes} episodes in the nominal twin")
             ev = {
                 "nominal": evaluate(
@@ -256,8 +255,6 @@ def evaluate_job(
 ) -> Job[str]:
     """Job: evaluate a policy artifact in a twin (default: the twin it was trained in);
     returns the `run` artifact id (eval.json: success rate, Wilson 95 % interval)."""
-    from policies.evaluate import evaluate
-    from twins.executor import make_executor
 
     policy = load_policy(project, policy_id)
     tid, spec = load_twin(project, twin_id or policy.record.get("twin_id"))

@@ -28,11 +28,17 @@ from pathlib import Path
 from typing import Any
 
 from resources.jobs import Job, Progress
-from resources.project import Project
+from resources.project import Project, ProjectError
 from resources.text import count
-from twins.from_scan import PANDA, build_twin_steps
+from twins.builder import TwinWorld
+from twins.errors import TwinError
+from twins.export import export_urdfs
+from twins.from_scan import PANDA, build_twin_steps, resolve_robot_ref
 from twins.params import Param
+from twins.scan_input import procedural_scan_result
 from twins.spec import IDENTITY_POSE, TwinSpec
+from twins.urdf import read_urdf
+from twins.view import drawables, poses
 
 DEFAULT_ROBOT = PANDA
 log = logging.getLogger(__name__)
@@ -41,7 +47,6 @@ log = logging.getLogger(__name__)
 def procedural_scan(project: Project) -> str:
     """Write the procedural demo scan (box, cylinder, U-block on a table) as a scan
     artifact; returns its id."""
-    from twins.scan_input import procedural_scan_result
 
     res = procedural_scan_result()
     with project.new_artifact(
@@ -64,9 +69,6 @@ def build_twin(
     """Job: build a twin artifact from scan `scan_id` (the latest scan when None; the
     procedural demo scan when `procedural` and there is none). Returns the twin id."""
     if robot:  # refuse a bad robot file before anything is written
-        from twins.from_scan import resolve_robot_ref
-        from twins.urdf import read_urdf
-
         read_urdf(resolve_robot_ref(robot))
     if scan_id is None:
         latest = project.latest("scan")
@@ -76,8 +78,6 @@ def build_twin(
             yield Progress(0.0, "writing the procedural demo scan")
             scan_id = procedural_scan(project)
         else:
-            from twins.errors import TwinError
-
             raise TwinError(
                 f"{project.root}: no scan to build a twin from (scan first, or "
                 "use --procedural for the demo objects)"
@@ -113,8 +113,6 @@ def load_twin(project: Project, twin_id: str | None = None) -> tuple[str, TwinSp
     if twin_id is None:
         art = project.latest("twin")
         if art is None:
-            from twins.errors import TwinError
-
             raise TwinError(f"{project.root}: no twin yet (build one from a scan)")
         twin_id = art.id
     return twin_id, TwinSpec.load(project.path_of(twin_id))
@@ -150,8 +148,6 @@ def save_twin_edit(
             (shutil.copytree if item.is_dir() else shutil.copy2)(item, dst)
         from dataclasses import replace
 
-        from twins.export import export_urdfs
-
         moved = replace(
             edited, base_dir=folder, meta={**dict(edited.meta), "parent_twin": parent_id}
         )
@@ -181,7 +177,6 @@ def parse_value(param: Param, text: str) -> float:
     """`text` as a value of `param`: a number, optionally followed by exactly the unit the
     parameter declares (`0.5`, `0.5N*m*s/rad`, `30 1/s`); checked to be finite, inside the
     bounds and whole for a count. TwinError naming the parameter otherwise."""
-    from twins.errors import TwinError
 
     raw = text.strip()
     try:
@@ -196,7 +191,6 @@ def parse_value(param: Param, text: str) -> float:
 def _number_in_unit(param: Param, raw: str) -> float:
     """A number followed by the parameter's declared unit text; TwinError naming the
     parameter and its unit for any other unit, or for no number at all."""
-    from twins.errors import TwinError
 
     if param.unit and raw.endswith(param.unit):
         try:
@@ -216,9 +210,6 @@ def _number_in_unit(param: Param, raw: str) -> float:
 
 
 def _twin_to_edit(project: Project, twin_id: str) -> TwinSpec:
-    from resources.project import ProjectError
-    from twins.errors import TwinError
-
     try:
         art = project.artifact(twin_id)
     except ProjectError:
@@ -236,7 +227,6 @@ def parse_assignments(
     """`NAME=VALUE` texts as changes to `spec`'s nominals; every one checked (known name,
     value as `parse_value` takes it, each name once, a value that changes something).
     TwinError naming the assignment or parameter and the problem."""
-    from twins.errors import TwinError
 
     out: dict[str, SetValue] = {}
     for text in assignments:
@@ -312,8 +302,6 @@ class TwinSession:
     come as plain arrays (`twins.view`)."""
 
     def __init__(self, spec: TwinSpec, twin_id: str | None = None) -> None:
-        from twins.builder import TwinWorld
-
         self.spec = spec
         self.twin_id = twin_id
         self.values: dict[str, float] = spec.params.nominal()
@@ -334,14 +322,10 @@ class TwinSession:
     def drawables(self) -> list[Any]:
         """Meshes in body frames (cached: geometry does not change when values do)."""
         if self._drawables is None:
-            from twins.view import drawables
-
             self._drawables = drawables(self.world)
         return self._drawables
 
     def poses(self) -> dict[str, Any]:
-        from twins.view import poses
-
         return poses(self.world)
 
     def step(self, seconds: float) -> None:
@@ -354,8 +338,6 @@ class TwinSession:
         self.time = 0.0
 
     def _rebuild(self, spec: TwinSpec, values: Mapping[str, float]) -> None:
-        from twins.builder import TwinWorld
-
         new = TwinWorld(spec, values)  # raises TwinError naming the parameter; old kept then
         self.world.close()
         self.world, self.spec, self.values = new, spec, dict(new.values)
@@ -373,8 +355,6 @@ class TwinSession:
     def save(self, project: Project, summary: str = "edited in the Twin page") -> str:
         """Save as a new twin artifact (parent: the twin this session came from)."""
         if self.twin_id is None:
-            from twins.errors import TwinError
-
             raise TwinError("this twin is not from the open project; build one there first")
         new_id = save_twin_edit(project, self.twin_id, self.spec, self.values, summary)
         self.twin_id = new_id
