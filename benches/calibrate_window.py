@@ -20,6 +20,11 @@ from typing import Any
 import numpy as np
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from app.controller import AppController
+from app.workflows.calibrate_preview import make_project
+from widgets.main_window import MainWindow
+from widgets.scene_view import grab_widget, share_gl_contexts
+
 TICK_MS = 5
 MOVE_TIMEOUT_S = 3.0
 # parameters a person tunes by eye, with the slider positions (0..1000) to visit
@@ -119,11 +124,6 @@ def main(argv: list[str] | None = None) -> int:
         "--trace", type=Path, default=None, help="write the GUI ticks and move times (JSON)"
     )
     args = p.parse_args(argv)
-
-    from app.controller import AppController
-    from app.workflows.calibrate_preview import make_project
-    from widgets.main_window import MainWindow
-    from widgets.scene_view import share_gl_contexts
 
     share_gl_contexts()
     qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication(sys.argv[:1])
@@ -251,7 +251,6 @@ def _summary(log: MoveLog, page: Any, n_moves: int) -> dict[str, Any]:
 def _screenshot(win: Any, page: Any, wait: EventWait, path: Path) -> None:
     """The window as a user working on the page would have it, mid-motion (recorded arm
     and ghost apart), once the full ghost is drawn."""
-    from widgets.scene_view import grab_widget
 
     win.devices_dock.hide()  # the page's room, as a user working here would have it
     page.plot.set_time(2.2)  # mid-motion: recorded arm and ghost apart

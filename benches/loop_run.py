@@ -30,14 +30,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PySide6 import QtCore, QtWidgets
 
+from app.controller import AppController
+from app.robot_link import AgentLink, launched_client
+from app.workflows.twin import load_twin
 from benches.loop_watch import GcWatch, LinkWatch, ThreadProbe, nan_tailed_copy, truncated_copy
 from benches.soak import StallProbe
+from devices.robots.agent.launch import start_lab_process
 
-# the panels the loop opens, imported with this module as the app imports its pages: their
-# first import (under load, 0.1-0.5 s) is not one of the steps' stalls
+# the window and the panels the loop opens, imported with this module as the app imports its
+# pages: their first import (under load, 0.1-0.5 s) is not one of the steps' stalls
 from widgets.fit_panel import FitDialog
+from widgets.main_window import MainWindow
 from widgets.record_panel import RecordPanel
+from widgets.scene_view import grab_widget, share_gl_contexts
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +87,6 @@ class GuiLoop:
 
     # -- waiting, as qtbot does, without counting the loop's own checks as stalls ----------
     def wait_until(self, pred: Callable[[], Any], timeout_s: float, what: str) -> None:
-        from PySide6 import QtCore
-
         deadline = time.monotonic() + timeout_s
         while True:
             with self.probe.excluded():
@@ -111,8 +116,6 @@ class GuiLoop:
 
     def pause(self, ms: int) -> None:
         """Let what a finished step draws be drawn (counted: it is the window's work)."""
-        from PySide6 import QtCore
-
         loop = QtCore.QEventLoop()
         QtCore.QTimer.singleShot(ms, loop.quit)
         loop.exec()
@@ -126,7 +129,6 @@ class GuiLoop:
     def shot(self, widget: Any, name: str) -> None:
         if self.shots is None:
             return
-        from widgets.scene_view import grab_widget
 
         self.pause(800)  # plots and the 3D view draw
         self.shots.mkdir(parents=True, exist_ok=True)
@@ -204,8 +206,6 @@ class GuiLoop:
     def _attach_lab(self) -> None:
         """The robot: the virtual lab as its own process, connected as the app connects it
         (a link that dials again after a drop)."""
-        from app.robot_link import AgentLink, launched_client
-        from devices.robots.agent.launch import start_lab_process
 
         lab = start_lab_process("panda_table", extra_args=["--no-cameras"])
         try:
@@ -235,8 +235,6 @@ class GuiLoop:
         self.shot(self.window, "loop-1-scan")
 
     def _twin(self) -> None:
-        from app.workflows.twin import load_twin
-
         page = self.window.show_step("twin")
         page.build_twin(procedural=False)
         self.wait_until(
@@ -446,12 +444,6 @@ def _failed(label: Any, prefix: str) -> bool:
 
 def run(root: Path, out: Path, inject: bool, shots: Path | None) -> int:
     """Open the window at 1366x768, run the loop, write the report; 0 when it was written."""
-    from PySide6 import QtWidgets
-
-    from app.controller import AppController
-    from widgets.main_window import MainWindow
-    from widgets.scene_view import share_gl_contexts
-
     logging.basicConfig(level=logging.WARNING)
     share_gl_contexts()  # as the app does: the 3D views draw in windows of their own
     qapp = QtWidgets.QApplication.instance() or QtWidgets.QApplication([sys.argv[0]])

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from app.workflows.deploy import DeployResult
 from benches.soak import StallProbe
+from devices.trajectory import Trajectory
 
 NAN_TAIL = 15  # samples without a command the old deploy recorder left at a run's end
 
@@ -117,7 +119,6 @@ class GcWatch:
 def _copy_run(proj: Any, res: Any, label: str, edit: Callable[[Path], None]) -> Any:
     """A copy of the deploy run `res` (trajectory and run artifacts, same lineage) whose
     trajectory folder `edit` changes; returns its DeployResult."""
-    from app.workflows.deploy import DeployResult
 
     proj.refresh()
     src_t, src_r = proj.artifact(res.trajectory_id), proj.artifact(res.run_id)
@@ -138,7 +139,6 @@ def _copy_run(proj: Any, res: Any, label: str, edit: Callable[[Path], None]) -> 
 
 def nan_tailed_copy(proj: Any, res: Any) -> Any:
     """The run as the old deploy recorder saved it: NAN_TAIL samples without a command."""
-    from devices.trajectory import Trajectory
 
     def add_tail(folder: Path) -> None:
         tr = Trajectory.load(folder)

@@ -22,13 +22,15 @@ import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from PySide6 import QtCore
+from PySide6 import QtCore, QtWidgets
 
-    from app.controller import AppController
-    from widgets.main_window import MainWindow
+from app import demo
+from app.controller import AppController
+from widgets.main_window import MainWindow
+from widgets.scene_view import share_gl_contexts
+from widgets.twin_page import TwinPage
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +72,6 @@ class StallProbe:
     def __init__(
         self, parent: Any = None, tick_ms: int = TICK_MS, stacks_after_ms: float | None = None
     ) -> None:
-        from PySide6 import QtCore
-
         self.tick_ms = tick_ms
         self.samples: dict[str, list[float]] = {}
         self._section: str | None = None
@@ -183,12 +183,6 @@ class StallProbe:
 
 def run(minutes: float, out: Path, width: int = 1366, height: int = 768) -> int:
     """Run the soak; returns the process exit code (0 when the report was written)."""
-    from PySide6 import QtCore, QtWidgets
-
-    from app import demo
-    from app.controller import AppController
-    from widgets.main_window import MainWindow
-    from widgets.scene_view import share_gl_contexts
 
     logging.basicConfig(level=logging.WARNING)
     share_gl_contexts()  # as the app does: the 3D views draw in windows of their own
@@ -260,7 +254,6 @@ class _Soak:
 
     def _start_soak(self, now: float) -> None:
         """The idle CPU measured: play the Twin page and start the soak's section."""
-        from widgets.twin_page import TwinPage
 
         state = self.state
         wall = now - state["t_phase"]
@@ -282,7 +275,6 @@ class _Soak:
 
     def _soak_tick(self, now: float) -> None:
         """Sample RSS, switch the page when due, keep the twin playing; finish at `soak_s`."""
-        from widgets.twin_page import TwinPage
 
         state, win = self.state, self.win
         elapsed = now - state["t_phase"]
@@ -303,7 +295,6 @@ class _Soak:
     def _finish(self, elapsed: float) -> None:
         """The report's figures: refcount drift, CPU, RSS growth, GUI ticks, frames drawn,
         errors shown; then the event loop exits 0."""
-        from widgets.twin_page import TwinPage
 
         report, state, rss, win = self.report, self.state, self.rss, self.win
         gc.collect()
