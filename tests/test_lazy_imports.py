@@ -9,9 +9,8 @@ says why, with the cost measured (`python -X importtime`): on the import's own l
 line directly above it, or directly above the run of import statements (no blank line
 between) that it belongs to.
 
-Covered: the packages in COVERED, less the paths in NOT_COVERED. Not yet covered (issue 25,
-its function-scope project imports still to be sorted, counted on 2026-12-06): benches/
-(240). Imports of libraries (torch, open3d, ...) are not counted here: the import-linter
+Covered: the packages in COVERED (every project package), less the paths in NOT_COVERED
+(none). Imports of libraries (torch, open3d, ...) are not counted here: the import-linter
 contracts say where those live.
 """
 
@@ -31,8 +30,8 @@ PROJECT = (
     "devices",
     "resources",
 )
-COVERED = ("widgets", "app", "policies", "twins", "reconstruction", "devices", "resources")
-NOT_COVERED: tuple[str, ...] = ()  # and the package above not in COVERED: benches
+COVERED = PROJECT
+NOT_COVERED: tuple[str, ...] = ()
 
 
 def _function_scope_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
