@@ -9,6 +9,19 @@ import pytest
 
 from resources import shared_data
 
+REPO = Path(__file__).resolve().parents[1]
+# the project's own packages, top floor first (docs/ARCHITECTURE.md §2)
+PROJECT_PACKAGES = (
+    "benches",
+    "widgets",
+    "app",
+    "policies",
+    "twins",
+    "reconstruction",
+    "devices",
+    "resources",
+)
+
 
 def real_data(name: str, must_have: str = "") -> Path:
     folder = shared_data("real", name)

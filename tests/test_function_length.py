@@ -8,17 +8,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-PACKAGES = (
-    "benches",
-    "widgets",
-    "app",
-    "policies",
-    "twins",
-    "reconstruction",
-    "devices",
-    "resources",
-)
+from tests.shared import PROJECT_PACKAGES, REPO
+
+PACKAGES = PROJECT_PACKAGES
 MAX_LINES = 120
 
 

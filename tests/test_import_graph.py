@@ -13,17 +13,10 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = (
-    "benches",
-    "widgets",
-    "app",
-    "policies",
-    "twins",
-    "reconstruction",
-    "devices",
-    "resources",
-)
+from tests.shared import PROJECT_PACKAGES, REPO
+
+ROOT = REPO
+PACKAGES = PROJECT_PACKAGES
 
 
 def _modules() -> dict[str, Path]:

@@ -19,17 +19,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PROJECT = (
-    "benches",
-    "widgets",
-    "app",
-    "policies",
-    "twins",
-    "reconstruction",
-    "devices",
-    "resources",
-)
+from tests.shared import PROJECT_PACKAGES, REPO
+
+ROOT = REPO
+PROJECT = PROJECT_PACKAGES
 COVERED = PROJECT
 NOT_COVERED: tuple[str, ...] = ()
 
