@@ -14,21 +14,18 @@ executor the fit replays candidates through is twins/executor.py (training uses 
 What callers use is exported here: `from twins.fit import FitConfig, fit_steps`.
 """
 
-from twins.fit.objective import Problem
-from twins.fit.steps import (
-    FitConfig,
-    FitResult,
+from twins.fit.channels import noise_level
+from twins.fit.objective import (
+    Problem,
     Space,
     check_recording,
     evaluate,
-    fit,
-    fit_steps,
     limit_excursions,
-    noise_level,
     replay_rmse,
     rmse,
     windows,
 )
+from twins.fit.steps import FitConfig, FitResult, fit, fit_steps
 
 __all__ = [
     "FitConfig",

@@ -32,7 +32,7 @@ yield's `partial["checkpoint"]` lets `fit_steps(..., resume=checkpoint)` continu
   come.
 
 The objective itself (parameter space, windows, replay, residuals) is twins/fit/objective.py;
-its public names are re-exported here and by the package (`twins.fit`) for callers of the fit.
+the package (`twins.fit`) exports its public names for callers of the fit.
 """
 
 from __future__ import annotations
@@ -47,15 +47,13 @@ from devices.trajectory import Trajectory
 from resources.jobs import Job, Progress, run_to_end
 from twins.errors import TwinError
 from twins.executor import Executor, SerialExecutor
-from twins.fit.channels import channel_scales, noise_level
+from twins.fit.channels import channel_scales
 from twins.fit.objective import (
     Outcome,
     Problem,
     Space,
     check_recording,
-    evaluate,
     limit_excursions,
-    replay_rmse,
     residual_blocks,
     rmse,
     rotation_lengths,
@@ -339,19 +337,3 @@ def fit(
 ) -> FitResult:
     """`fit_steps` run to the end (scripts and tests)."""
     return run_to_end(fit_steps(spec, recordings, config, executor, validation))
-
-
-__all__ = [
-    "FitConfig",
-    "FitResult",
-    "Space",
-    "check_recording",
-    "evaluate",
-    "fit",
-    "fit_steps",
-    "limit_excursions",
-    "noise_level",
-    "replay_rmse",
-    "rmse",
-    "windows",
-]
