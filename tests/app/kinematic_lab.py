@@ -96,6 +96,22 @@ class KinematicLabClient:
         with self._lock:
             self._q = np.clip(np.asarray(joint_pos, float), lo, hi)
 
+    # what devices/robots/motion_stream.py asks of a client (the guided scan's moves go
+    # through it): one session that never reconnects, no envelope settings reported (so the
+    # robot's own limits are what a move is checked against), commands as command_position
+    epoch = 0
+
+    def status(self) -> dict[str, Any]:
+        return self.latest_status()
+
+    def take_control(self) -> None:
+        self.check()
+
+    def command(self, mode: str, values: ArrayLike) -> None:
+        if mode != "position":
+            raise DeviceError(f"robot at {self.address}: command mode '{mode}' not supported")
+        self.command_position(values)
+
     def latest_status(self) -> dict[str, Any]:
         stopped = self.stop_reason is not None
         return {
@@ -115,7 +131,7 @@ class KinematicLabClient:
             time.sleep(1.0 / self.state_hz)
         return Trajectory(np.asarray(t), {"robot/joint_pos": np.asarray(q)})
 
-    def check(self) -> None:
+    def check(self, epoch: int | None = None) -> None:
         if not self.connected:
             raise DeviceError(f"robot at {self.address}: connection closed")
 

@@ -172,7 +172,7 @@ def test_predict_run_stop_and_send_to_real2sim(
 
     # Send to Real2Sim: the twin's fit job, with the stopped run added to its recordings
     # (the fit itself is tested in tests/twins and tests/app/test_fit_cli.py)
-    import app.workflows.fit as fit_mod
+    import app.workflows.close_loop as close_loop  # the refit calls its own fit_job name
 
     calls: list[tuple[Any, ...]] = []
 
@@ -186,7 +186,7 @@ def test_predict_run_stop_and_send_to_real2sim(
             np.savez(f / "samples.npz", names=np.array([name]), x=x)
         return str(project.artifacts("fit")[-1].id)
 
-    monkeypatch.setattr(fit_mod, "fit_job", fake_fit_job)
+    monkeypatch.setattr(close_loop, "fit_job", fake_fit_job)
     assert page.refit_button.isEnabled()
     with qtbot.waitSignal(page.sig_refit_done, timeout=20000) as sig:
         page.refit_button.click()

@@ -183,8 +183,7 @@ def _fake_plan(pid: str) -> Any:
 def test_deploy_progress_and_prediction_texts_are_never_stale(
     qtbot: Any, controller: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import app.workflows.close_loop as close_loop
-    import app.workflows.deploy_plan as deploy_plan
+    import widgets.deploy_page as deploy_page  # the page's own names are what it calls
     from app.workflows.deploy import DeployResult
     from widgets.deploy_page import DeployPage
 
@@ -204,7 +203,7 @@ def test_deploy_progress_and_prediction_texts_are_never_stale(
         assert release.wait(10), "the test never released the prediction"
         return _fake_plan(policy_id)
 
-    monkeypatch.setattr(deploy_plan, "plan_deploy", plan_deploy)
+    monkeypatch.setattr(deploy_page, "plan_deploy", plan_deploy)
 
     # a first prediction: ready, bar full
     release.set()
@@ -244,7 +243,7 @@ def test_deploy_progress_and_prediction_texts_are_never_stale(
         yield Progress(0.75, "least squares")
         raise TwinbenchError("the refit's replays failed on 9 of 12 windows")
 
-    monkeypatch.setattr(close_loop, "refit_job", refit_job)
+    monkeypatch.setattr(deploy_page, "refit_job", refit_job)
     page.result = DeployResult("trajectory-run", "run-x", {})
     page.progress.setValue(1000)  # where the run's bar ended
     page.refit_button.setEnabled(True)
