@@ -257,7 +257,7 @@ class GuiLoop:
         self.shot(self.window, "loop-2-twin")
 
     def _record(self) -> None:
-        panel = RecordPanel(self.controller)
+        panel = RecordPanel(self.controller, runner=self.window.runner)
         self._panel = panel  # kept: closed with the window
         panel.motion_box.setCurrentText("chirp")
         panel.duration.setValue(3.0)

@@ -32,7 +32,7 @@ from resources.errors import TwinbenchError
 from resources.jobs import Job, Progress
 from widgets.artifact_combo import ArtifactCombo
 from widgets.file_field import FileField
-from widgets.jobs import JobRunner, JobTask, Throttled
+from widgets.jobs import JobTask, Throttled
 from widgets.pages import StatusLine, WorkflowPage, preview, spin_box
 from widgets.record_panel import PALETTE
 
@@ -45,7 +45,7 @@ STOP_STYLE = (
 
 
 class DeployPage(WorkflowPage):
-    """Workflow page for the 'deploy' step; constructed as `DeployPage(controller, parent=None)`."""
+    """Workflow page for the 'deploy' step; constructed as `DeployPage(controller, parent=None, runner=None)`."""
 
     step = "deploy"
     sig_run_saved = QtCore.Signal(object)  # DeployResult
@@ -54,7 +54,6 @@ class DeployPage(WorkflowPage):
     sig_retrained = QtCore.Signal(str)  # policy artifact id
 
     def build_body(self, layout: QtWidgets.QVBoxLayout) -> None:
-        self.runner = JobRunner(self)
         self.plan: Any = None  # app.workflows.deploy_plan.DeployPlan of the last prediction
         self.result: Any = None  # DeployResult of the last run
         self._task: JobTask | None = None  # the run on the robot, while it runs

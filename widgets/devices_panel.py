@@ -26,6 +26,7 @@ from devices.robots.wire.robot_types import RobotState
 from devices.trajectory import Trajectory
 from resources.errors import TwinbenchError
 from widgets.add_robot import AddRobotDialog
+from widgets.jobs import JobRunner
 from widgets.record_panel import RecordDialog
 from widgets.scene_view import SceneView
 
@@ -87,9 +88,11 @@ class DevicesPanel(QtWidgets.QWidget):
         controller: AppController,
         parent: QtWidgets.QWidget | None = None,
         with_3d: bool = True,
+        runner: JobRunner | None = None,
     ) -> None:
         super().__init__(parent)
         self.controller = controller
+        self.runner = runner  # the window's (the record dialog's jobs run there), or None
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         self.rows = {"robot": DeviceRow("Robot"), "camera": DeviceRow("Camera")}
@@ -303,7 +306,7 @@ class DevicesPanel(QtWidgets.QWidget):
         AddRobotDialog(self.controller, self).open()
 
     def _record_motion(self) -> None:
-        self.record_dialog = RecordDialog(self.controller, self)
+        self.record_dialog = RecordDialog(self.controller, self, runner=self.runner)
         self.record_dialog.show()
 
     def refresh_state(self, force: bool = False) -> None:

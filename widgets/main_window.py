@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 SIDEBAR_W = 150
 DEVICES_W = 330
 
-PAGE_CLASSES: dict[str, Callable[[AppController], QtWidgets.QWidget]] = {
+PAGE_CLASSES: dict[str, Callable[..., QtWidgets.QWidget]] = {
     "scan": ScanPage,
     "twin": TwinPage,
     "calibrate": CalibratePage,
@@ -90,7 +90,7 @@ class MainWindow(QtWidgets.QMainWindow):
             item.setToolTip(st.does)
             item.setData(QtCore.Qt.ItemDataRole.UserRole, st.key)
             self.steps.addItem(item)
-            page = PAGE_CLASSES[st.key](controller)
+            page = PAGE_CLASSES[st.key](controller, runner=self.runner)
             self.pages[st.key] = page
             self.stack.addWidget(self._scrolling(page))
         self.steps.currentRowChanged.connect(self._on_step)
@@ -112,7 +112,7 @@ class MainWindow(QtWidgets.QMainWindow):
         self.setCentralWidget(central)
 
         # docks
-        self.devices_panel = DevicesPanel(controller)
+        self.devices_panel = DevicesPanel(controller, runner=self.runner)
         self.devices_dock = self._dock(
             "Devices", self.devices_panel, QtCore.Qt.DockWidgetArea.RightDockWidgetArea
         )

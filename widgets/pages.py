@@ -33,6 +33,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from app import workflows
 from app.controller import AppController, DeviceStatus
 from resources.project import Project
+from widgets.jobs import JobRunner
 from widgets.scene_view import grab_widget, share_gl_contexts
 
 _STYLE = """
@@ -139,9 +140,15 @@ class WorkflowPage(QtWidgets.QWidget):
 
     step: str = ""
 
-    def __init__(self, controller: AppController, parent: QtWidgets.QWidget | None = None) -> None:
+    def __init__(
+        self,
+        controller: AppController,
+        parent: QtWidgets.QWidget | None = None,
+        runner: JobRunner | None = None,
+    ) -> None:
         super().__init__(parent)
         self.controller = controller
+        self._runner = runner
         self.step_info = workflows.step(self.step)
         outer = QtWidgets.QVBoxLayout(self)
         self.stack = QtWidgets.QStackedWidget()
@@ -163,6 +170,15 @@ class WorkflowPage(QtWidgets.QWidget):
         controller.project_changed.connect(self._on_model_changed)
         controller.devices_changed.connect(self._on_model_changed)
         self.refresh()
+
+    @property
+    def runner(self) -> JobRunner:
+        """The window's job runner, the one the controller's jobs run on too (one pool, one
+        job list, the status bar's progress and Cancel, stopped when the window closes); a
+        page shown on its own (tests, previews) starts one of its own."""
+        if self._runner is None:
+            self._runner = JobRunner(self)
+        return self._runner
 
     def _on_model_changed(self, _: Any) -> None:
         # Model callbacks may come from another thread; redraw on ours.

@@ -385,18 +385,25 @@ class RecordPanel(QtWidgets.QWidget):
 class RecordDialog(QtWidgets.QDialog):
     """The record panel in its own window (opened from the devices panel)."""
 
-    def __init__(self, controller: AppController, parent: QtWidgets.QWidget | None = None) -> None:
+    def __init__(
+        self,
+        controller: AppController,
+        parent: QtWidgets.QWidget | None = None,
+        runner: JobRunner | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Record a motion")
         self.resize(620, 640)
         lay = QtWidgets.QVBoxLayout(self)
-        self.panel = RecordPanel(controller, parent=self)
+        self._own_runner = runner is None
+        self.panel = RecordPanel(controller, runner=runner, parent=self)
         lay.addWidget(self.panel)
 
     def closeEvent(self, event: Any) -> None:  # noqa: N802 (Qt name)
         if self.panel._task is not None:  # closing mid-motion stops the robot
             self.panel.stop()
-        self.panel.runner.shutdown()
+        if self._own_runner:  # the window's runner runs other jobs too: they go on
+            self.panel.runner.shutdown()
         super().closeEvent(event)
 
 

@@ -186,6 +186,27 @@ def test_window_close_cancels_running_job(window, controller, qtbot) -> None:
     assert window.runner.pool.activeThreadCount() == 0
 
 
+def test_pages_and_the_record_dialog_start_jobs_in_one_runner(window, qtbot) -> None:  # type: ignore[no-untyped-def]
+    """One GUI job start (issue 25): a job the Deploy page or the record dialog starts is the
+    window's job like any other: the status bar shows it with Cancel, and closing the window
+    cancels it (its cleanup runs: the deploy run's `finally` holds the robot)."""
+    window.devices_panel._record_motion()
+    dialog_runner = window.devices_panel.record_dialog.panel.runner
+    log: list[str] = []
+    deploy_task = window.pages["deploy"].runner.start("deploy-ish", steps_job(100000, 0.01, log))
+    qtbot.waitUntil(lambda: "deploy-ish" in window.job_widget.label.text(), timeout=5000)
+    rec_log: list[str] = []
+    dialog_runner.start("record-ish", steps_job(100000, 0.01, rec_log))
+    qtbot.waitUntil(lambda: "record-ish" in window.job_widget.label.text(), timeout=5000)
+    qtbot.waitUntil(lambda: len(log) >= 2 and len(rec_log) >= 2, timeout=5000)
+    assert {t.title for t in window.runner.running()} == {"deploy-ish", "record-ish"}
+    window.devices_panel.record_dialog.close()  # the dialog closing leaves the deploy job be
+    assert deploy_task.state == "running"
+    window.close()
+    assert log[-1] == "cleanup" and rec_log[-1] == "cleanup"
+    assert window.runner.pool.activeThreadCount() == 0
+
+
 def test_throttled_shows_the_first_at_once_and_the_newest_after_the_interval(qtbot) -> None:
     """20 progress reports in a burst repaint twice, not 20 times: the first at once, the
     newest at the end of the interval; a cancelled one never comes after the outcome."""

@@ -49,7 +49,7 @@ def test_loop_closure_box_reaches_the_handheld_scan(qtbot, tmp_path: Path) -> No
     # the loops say it is off (here they close within ~6 mm of it, inside their noise) and the
     # keyframes agree clearly better; applied anyway (before those checks) it made the path
     # 7-8 mm off, once 9 cm on a CI machine. A rejection is said in the warnings; either way
-    # the path stays within a centimetre of the lab's truth
+    # the path stays within 2 cm of the lab's truth
     if pg["optimised"]:
         assert pg["max_correction_m"] < 0.03, pg
     else:
@@ -59,4 +59,8 @@ def test_loop_closure_box_reaches_the_handheld_scan(qtbot, tmp_path: Path) -> No
     assert len(path.index) >= len(pairs) - 3, path.index
     truth = np.stack([pairs[int(i)][1] for i in path.index])
     ate, _ = absolute_trajectory_error(path.poses, truth)
-    assert ate < 0.012, ate
+    # 4.0-4.4 mm in 13 of 13 runs on the development machine, 12.2 mm once on a fresh CI
+    # machine (its thread count differs: Open3D's ICP is not repeatable and hand-held tracking
+    # amplifies that, docs/TRAPS.md); the failures this guards against were 37-90 mm off (a
+    # graph solution applied when the loops did not call for it; registrations raced)
+    assert ate < 0.02, (ate, pg, res.warnings)
