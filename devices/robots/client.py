@@ -764,6 +764,19 @@ class RobotClient:
         result: dict[str, Any] = self.request("get_status", jitter_window_s=jitter_window_s)
         return result
 
+    def box_distances(self, poses: np.ndarray) -> list[float] | None:
+        """How far (m) each joint pose (N, n; at most 500) puts the arm outside the agent's
+        workspace box, by the robot's own kinematics (0 inside); None when its envelope has
+        no box or its driver no kinematics."""
+        rows = np.asarray(poses, float)
+        result = self.request("check_poses", poses=[[float(x) for x in q] for q in rows])
+        out = result.get("outside_m") if isinstance(result, dict) else None
+        if out is None:
+            return None
+        if not isinstance(out, list) or len(out) != len(rows):
+            raise DeviceError(f"robot at {self.address}: check_poses answered {out!r:.80}")
+        return [float(d) for d in out]
+
     def get_log(self, last: int | None = None) -> dict[str, np.ndarray]:
         """The agent's log (raw command, command sent, measured state, limits that acted)."""
         wire = self.request("get_log", last=last)

@@ -7,9 +7,10 @@ scan's moves all go through `MotionStream`.
         ...
 
 Before the first command, always: the plan is for this robot's joints and a command mode
-it takes, it starts where the arm is (position motions), and it fits the limits the robot
+it takes, it starts where the arm is (position motions), it fits the limits the robot
 reports narrowed by the envelope settings its agent reports (`motion.limits_for`,
-`check_motion`); a plan that does not is refused with a `MotionError` naming the robot, the
+`check_motion`), and it keeps the arm inside the robot's workspace box, judged by the
+robot's own kinematics (`check_poses`, position plans); a plan that does not is refused with a `MotionError` naming the robot, the
 joint and the limit. The robot's own envelope still guards every command (§7). `play()`
 streams at `rate_hz` (default the robot's control rate, at most `MAX_SEND_HZ`), yields
 `Progress` (resources/jobs.py) about ten times a second, and stops
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 
 START_TOL_RAD = 0.02  # a position motion must start this close to where the arm is
 MAX_SEND_HZ = 250.0
+BOX_POSES = 500  # plan samples checked against the workspace box (the agent's limit)
+BOX_TOL_M = 0.002  # the envelope's own tolerance for measured overshoot
 
 
 class MotionStopped(DeviceError):
@@ -118,8 +121,39 @@ class MotionStream:
                 + "; ".join(problems[:6])
                 + more
             )
+        self._check_box()
         self._check_start()
         return limits
+
+    def _check_box(self) -> None:
+        """Refuse a position plan that takes the arm out of the robot's workspace box (or a
+        link below its floor) further than it starts, judged by the robot itself: its
+        envelope's box and its driver's kinematics (`RobotClient.box_distances`) on up to
+        `BOX_POSES` samples of the plan. An agent without that request is only logged: its
+        envelope still stops the arm at the box."""
+        motion = self.motion
+        if motion.mode != "position":
+            return
+        n = len(motion.t)
+        idx = np.unique(np.linspace(0, n - 1, min(n, BOX_POSES)).round().astype(int))
+        try:
+            out = self.client.box_distances(motion.command[idx])
+        except DeviceError as exc:
+            log.info("%s: plan not checked against the workspace box (%s)", self.where, exc)
+            return
+        if out is None:  # no box, or no kinematics on the robot's side
+            return
+        d = np.asarray(out, float)
+        worse = d > d[0] + BOX_TOL_M
+        if worse.any():
+            k = int(np.argmax(d))
+            first = int(np.argmax(worse))
+            raise MotionError(
+                f"{self.where} refused '{motion.name}' before moving: it takes the arm out of "
+                f"the robot's workspace box from t={motion.t[idx[first]]:.2f} s, by up to "
+                f"{d[k] * 1e3:.0f} mm at t={motion.t[idx[k]]:.2f} s (the robot would stop it "
+                "there); plan a smaller motion, or widen the box in the robot's safety settings"
+            )
 
     def _check_start(self) -> None:
         if self.motion.mode != "position":

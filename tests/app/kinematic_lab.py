@@ -107,6 +107,9 @@ class KinematicLabClient:
     def take_control(self) -> None:
         self.check()
 
+    def box_distances(self, poses: ArrayLike) -> list[float] | None:
+        return None  # no workspace box (the lab agent's is tested over the real protocol)
+
     def command(self, mode: str, values: ArrayLike) -> None:
         if mode != "position":
             raise DeviceError(f"robot at {self.address}: command mode '{mode}' not supported")

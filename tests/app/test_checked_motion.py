@@ -27,7 +27,7 @@ from devices.robots.agent.safety_config import SafetyConfig
 from devices.robots.agent.server import RobotServer
 from devices.robots.agent.watchdog import WatchdogConfig
 from devices.robots.client import RobotClient
-from devices.robots.motion import Motion, MotionError
+from devices.robots.motion import Motion, MotionError, check_motion
 from devices.robots.motion_stream import MotionStream, ramp_to, robot_limits
 from devices.robots.wire.auth import new_token
 from resources.jobs import run_to_end
@@ -122,6 +122,28 @@ def test_the_stream_refuses_a_motion_past_a_joint_limit_before_moving(robot: Rob
         assert "robot ideal-panda at 127.0.0.1" in msg and "refused 'over the top'" in msg
         assert "joint panda_joint1 reaches" in msg and "outside its window" in msg
         _stays_put(robot, client, q0)
+
+
+def test_the_stream_refuses_a_motion_out_of_the_workspace_box_before_moving(robot: Robot) -> None:
+    """Inside every joint limit, but the tool dips below the box's floor: the robot's own
+    kinematics and box say so (`check_poses`) before the first command."""
+    with robot.client() as client:
+        q0 = client.latest_state().joint_pos.copy()
+        q1 = q0 - np.r_[np.zeros(5), 1.2, 0.0]  # joint 6: the toy chain's tool to z = -67 mm
+        names = tuple(client.info.joint_names)  # type: ignore[union-attr]
+        move = ramp_to("dip", names, q0, q1, robot_limits(client), 0.5)
+        assert not check_motion(move, robot_limits(client))  # the joints alone allow it
+        with pytest.raises(MotionError) as err:
+            MotionStream(client, move)
+        msg = str(err.value)
+        assert "robot ideal-panda at 127.0.0.1" in msg and "refused 'dip'" in msg
+        assert "out of the robot's workspace box" in msg and "by up to 67 mm" in msg, msg
+        _stays_put(robot, client, q0)
+        # the same joint half as far keeps the tool above the floor: taken
+        half = ramp_to(
+            "half", names, q0, q0 - np.r_[np.zeros(5), 0.4, 0.0], robot_limits(client), 0.5
+        )
+        assert MotionStream(client, half).sent == 0
 
 
 def test_the_stream_plays_a_motion_that_fits_and_stops_the_arm(robot: Robot) -> None:

@@ -38,7 +38,11 @@ def _errors(tracks: list[FrameTrack], G: np.ndarray) -> list[float]:
     return out
 
 
+# Run alone (with the wall-clock tests), as tests/widgets/test_scan_loop_closure.py: beside
+# another xdist worker on 2 cores the tracked path came out 24.9 mm off once (Open3D's ICP is
+# not repeatable, docs/TRAPS.md, and its threads race differently under load)
 @pytest.mark.slow
+@pytest.mark.realtime
 def test_pose_graph_pulls_a_drifted_path_back_and_leaves_an_exact_one() -> None:
     t, T = hand_path(duration_s=4.0, fps=FPS, look_away_deg=0.0)
     T = np.concatenate([T, T[::-1][1:]])

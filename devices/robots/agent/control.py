@@ -602,6 +602,18 @@ class Agent:
         return a * cmd
 
     # -- queries ------------------------------------------------------------------------
+    def box_distances(self, poses: Vec) -> list[float] | None:
+        """How far (m) each joint pose in `poses` (N, n) puts the end effector outside the
+        envelope's workspace box, or a link below its floor (`SafetyEnvelope.box_distance`:
+        0 inside); None when the envelope has no box or the driver no kinematics. What the
+        workbench checks a planned motion against before streaming it: the robot's own box
+        and its own kinematics. One pose at a time, so the control loop, which shares the
+        driver's kinematics, waits for at most one."""
+        env = self.envelope
+        if env.box is None or env.fk is None:
+            return None
+        return [round(env.box_distance(q), 6) for q in np.asarray(poses, float)]
+
     def status(self, jitter_window_s: float | None = None) -> dict[str, Any]:
         """Mode, owner, stop reason, safety and watchdog config, loop jitter (ms) over the
         last `jitter_window_s` seconds (default: the whole history)."""

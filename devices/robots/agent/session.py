@@ -19,6 +19,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from devices.errors import DeviceError
 from devices.robots.agent.object_poses import ObjectPoseError
 from devices.robots.wire import protocol as P
@@ -33,6 +35,7 @@ MAX_QUEUED_FRAMES = 3
 MAX_JITTER_WINDOW_S = 3600.0
 MAX_RAMP_S = 60.0
 MAX_POLICY_ID = 200  # chars of a `policy` id in policy_run
+MAX_CHECK_POSES = 500  # poses in one check_poses request (~0.1 ms of kinematics each)
 # Policy spec / safety fields that hold numbers (checked here, so "0.2" or true is a
 # bad_request naming the field before the agent parses them): scalars and lists.
 SPEC_NUMBERS = ("object_max_age_s", "object_min_quality")
@@ -305,6 +308,19 @@ class Session:
             elif kind == "get_status":
                 window = _number(msg, "jitter_window_s", 0.0, MAX_JITTER_WINDOW_S)
                 result = agent.status(window or None)
+            elif kind == "check_poses":
+                poses = msg.get("poses")
+                if not isinstance(poses, list) or not 0 < len(poses) <= MAX_CHECK_POSES:
+                    raise P.ProtocolError(
+                        "bad_request",
+                        f"check_poses needs 'poses': a list of 1..{MAX_CHECK_POSES} joint vectors",
+                    )
+                q = np.stack(
+                    [P.joint_vector(v, agent.n, f"poses[{k}]") for k, v in enumerate(poses)]
+                )
+                if not np.all(np.isfinite(q)):
+                    raise P.ProtocolError("bad_request", "'poses' must be finite")
+                result = {"outside_m": agent.box_distances(q)}
             elif kind == "get_log":
                 log = agent.log.snapshot(_count(msg, "last"))
                 result = {k: P.array_to_wire(v) for k, v in log.items()}

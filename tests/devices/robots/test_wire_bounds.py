@@ -691,3 +691,39 @@ def test_the_client_runs_the_policy_it_uploaded(rig: Rig) -> None:
             c.run_policy(ramp_s=0.0, policy="someone-else's")
         c.run_policy(ramp_s=0.0)
         assert wait_for(lambda: c.latest_status()["mode"] == "policy", 2.0)
+
+
+def test_check_poses_answers_by_the_robots_own_box_and_refuses_odd_poses(rig: Rig) -> None:
+    """`check_poses` (what the workbench checks a plan against before streaming it): each
+    pose's distance outside the agent's workspace box by the driver's own kinematics, equal
+    to the envelope's; odd requests are a bad_request naming the field, the robot unmoved."""
+    s = _login(rig.port, rig.token)
+    try:
+        q0 = rig.driver.read_state().joint_pos
+        out_pose = q0.copy()
+        out_pose[5] -= 1.2  # the toy chain's tool dips 67 mm below the box's floor (z = 0)
+        poses = [q0.tolist(), out_pose.tolist()]
+        r = _request(s, {"type": "check_poses", "id": 3, "poses": poses})
+        assert r["type"] == "reply", r
+        got = r["result"]["outside_m"]
+        want = [rig.agent.envelope.box_distance(np.asarray(q)) for q in poses]
+        assert got == pytest.approx(want, abs=1e-6)
+        assert got[0] == 0.0 and got[1] == pytest.approx(0.067, abs=0.002)
+        before = len(rig.driver.commands)
+        for i, (poses_bad, words) in enumerate(
+            [
+                (None, "'poses'"),
+                ([], "'poses'"),
+                ("x", "'poses'"),
+                ([q0.tolist()] * 501, "'poses'"),
+                ([q0.tolist()[:6]], "'poses[0]'"),
+                ([q0.tolist(), [0.0] * 6 + ["1"]], "'poses[1]'[6]"),
+                ([[math.nan] * N], "finite"),
+            ]
+        ):
+            r = _request(s, {"type": "check_poses", "id": 10 + i, "poses": poses_bad})
+            assert r["type"] == "error" and r["code"] == "bad_request", r
+            assert words in r["message"], r
+        assert len(rig.driver.commands) == before and rig.agent.mode == "idle"
+    finally:
+        s.close()
